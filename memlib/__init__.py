@@ -1,0 +1,20 @@
+"""memlib: exact, symbolic GPU memory of DeepSeek-style mixture-of-experts training.
+
+The modules follow the data: :mod:`~memlib.config` (model and training configs) →
+:mod:`~memlib.architecture` (tensors and shapes) → :mod:`~memlib.params` (counts) →
+:mod:`~memlib.partition` (what each device stores) → :mod:`~memlib.states` (precision, ZeRO) →
+:mod:`~memlib.memory` (per-device totals) → :mod:`~memlib.report` (book helpers).
+:mod:`~memlib.symbols` (the notation), :mod:`~memlib.breakdown` and :mod:`~memlib.units` serve all.
+
+Every result is a :class:`~memlib.breakdown.Breakdown` of named SymPy terms; substituting a
+configuration gives exact integers.
+"""
+from .breakdown import Breakdown
+from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model
+from .memory import Estimate, estimate
+from .partition import Partition
+from .states import RECIPES, ZeroStage
+
+__all__ = ["Breakdown", "ConfigError", "ModelConfig", "TrainingConfig", "PAPER_TRAINING",
+           "load_model", "Partition", "RECIPES", "ZeroStage", "Estimate", "estimate"]
+__version__ = "0.1.0"

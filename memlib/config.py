@@ -1,0 +1,219 @@
+"""Configurations: the model (Hugging Face ``config.json`` field names) and the training setup.
+
+A model is read from a shipped preset (``deepseek-v3``, ``deepseek-v2``, ``deepseek-v2-lite``) or
+from any local ``config.json``; unknown fields are ignored, missing required ones are named.
+Both configs are frozen dataclasses; nothing in memlib mutates them.
+
+Bad input raises :class:`ConfigError` with one line that names the field, its value and the rule.
+
+>>> m = load_model("deepseek-v3")
+>>> m.hidden_size, m.q_lora_rank, m.num_nextn_predict_layers
+(7168, 1536, 1)
+>>> load_model("deepseek-v2-lite").q_lora_rank is None
+True
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Mapping, Optional
+
+__all__ = [
+    "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
+    "preset_names",
+]
+
+PRESET_DIR = Path(__file__).with_name("presets")
+
+
+class ConfigError(ValueError):
+    """Invalid model or training configuration; the message is one line naming field, value, rule."""
+
+
+# Hugging Face field -> required? (fields whose absence would make HF fall back to a default that
+# may not be the model's: they must be present, even if null)
+_REQUIRED = (
+    "hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank",
+    "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "num_hidden_layers",
+    "first_k_dense_replace", "vocab_size",
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A DeepSeek-style MoE model, with Hugging Face ``config.json`` field names."""
+
+    hidden_size: int                 #: h
+    intermediate_size: int           #: h_F, width of the dense FFN
+    moe_intermediate_size: int       #: h_E, width of one routed expert
+    num_attention_heads: int         #: n_h
+    qk_nope_head_dim: int            #: d_h
+    qk_rope_head_dim: int            #: d_h^R
+    v_head_dim: int                  #: d_v
+    q_lora_rank: Optional[int]       #: d_c'; None: queries projected directly from h (V2-Lite)
+    kv_lora_rank: int                #: d_c
+    n_routed_experts: int            #: N
+    n_shared_experts: int            #: N_s (HF builds one MLP of width h_E * N_s)
+    num_experts_per_tok: int         #: N_r
+    num_hidden_layers: int           #: l
+    first_k_dense_replace: int       #: leading layers with a dense FFN
+    vocab_size: int                  #: v
+    moe_layer_freq: int = 1          #: every k-th layer after the dense ones is MoE
+    num_nextn_predict_layers: int = 0  #: MTP modules (not built by HF transformers)
+    tie_word_embeddings: bool = False  #: head shares the embedding matrix
+    router_bias: bool = False        #: e_score_correction_bias buffer (``topk_method: noaux_tc``)
+    name: str = "custom"             #: preset name or file path
+    source: str = ""                 #: where the values come from
+
+    # ------------------------------------------------------------------------------------------
+    def is_moe_layer(self, i: int) -> bool:
+        """HF rule: layer ``i`` is MoE iff ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``."""
+        return i >= self.first_k_dense_replace and i % self.moe_layer_freq == 0
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """``"dense"`` or ``"moe"`` for each decoder layer, in order."""
+        return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_hidden_layers))
+
+    def values(self) -> dict:
+        """Field name -> value, for the JSON output."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("source",)}
+
+
+def _int_field(d: Mapping, key: str, *, minimum: int = 1, nullable: bool = False):
+    value = d[key]
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if nullable:
+            rule += " or null"
+        raise ConfigError(f"{key}={value!r} must be {rule}")
+    return value
+
+
+def model_from_dict(d: Mapping, name: str = "custom", source: str = "") -> ModelConfig:
+    """Build a :class:`ModelConfig` from a ``config.json`` mapping, validating every field."""
+    missing = [k for k in _REQUIRED if k not in d]
+    if missing:
+        raise ConfigError(f"model config {name} is missing required field(s): {', '.join(missing)}")
+    kw = {k: _int_field(d, k) for k in _REQUIRED if k not in ("q_lora_rank", "n_shared_experts", "first_k_dense_replace")}
+    kw["q_lora_rank"] = _int_field(d, "q_lora_rank", nullable=True)
+    kw["n_shared_experts"] = _int_field(d, "n_shared_experts", minimum=0)
+    kw["first_k_dense_replace"] = _int_field(d, "first_k_dense_replace", minimum=0)
+    kw["moe_layer_freq"] = _int_field({"moe_layer_freq": d.get("moe_layer_freq", 1)}, "moe_layer_freq")
+    kw["num_nextn_predict_layers"] = _int_field(
+        {"num_nextn_predict_layers": d.get("num_nextn_predict_layers", 0) or 0}, "num_nextn_predict_layers", minimum=0)
+    tie = d.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise ConfigError(f"tie_word_embeddings={tie!r} must be true or false")
+    kw["tie_word_embeddings"] = tie
+    topk = d.get("topk_method")
+    kw["router_bias"] = topk == "noaux_tc" or (topk is None and d.get("model_type") == "deepseek_v3")
+    if kw["num_experts_per_tok"] > kw["n_routed_experts"]:
+        raise ConfigError(
+            f"num_experts_per_tok={kw['num_experts_per_tok']} must not exceed n_routed_experts={kw['n_routed_experts']}")
+    if kw["first_k_dense_replace"] > kw["num_hidden_layers"]:
+        raise ConfigError(
+            f"first_k_dense_replace={kw['first_k_dense_replace']} must not exceed num_hidden_layers={kw['num_hidden_layers']}")
+    return ModelConfig(**kw, name=name, source=source)
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+PRESETS = tuple(preset_names())
+
+
+def load_model(spec: str | Path | ModelConfig) -> ModelConfig:
+    """A preset name (``deepseek-v3``) or a path to a Hugging Face ``config.json``."""
+    if isinstance(spec, ModelConfig):
+        return spec
+    text = str(spec)
+    preset = PRESET_DIR / f"{text.lower()}.json"
+    if preset.is_file():
+        path, name = preset, text.lower()
+    else:
+        path, name = Path(text), text
+        if not path.is_file():
+            raise ConfigError(
+                f"model={text!r} is neither a known preset ({', '.join(preset_names())}) nor a config.json file")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"model={text!r}: cannot read {path} as JSON ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"model={text!r}: {path} must hold a JSON object")
+    return model_from_dict(data, name=name, source=str(data.get("_source", path)))
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How the model is trained: parallel sizes, pipeline layout, ZeRO stage, precision, profile.
+
+    Parallel sizes follow Megatron-Core: world = DP * TP * CP * PP, and the experts of a stage are
+    laid over EP * ETP ranks with EDP = DP * TP * CP / (EP * ETP) copies.
+    """
+
+    dp: int = 1                      #: data-parallel size
+    tp: int = 1                      #: tensor-parallel size
+    pp: int = 1                      #: pipeline stages
+    ep: int = 1                      #: expert-parallel size
+    etp: int = 1                     #: expert tensor-parallel size
+    cp: int = 1                      #: context-parallel size
+    sp: bool = True                  #: sequence parallelism (with TP > 1)
+    layout: Optional[tuple[int, ...]] = None  #: decoder layers per stage; None: the default rule
+    zero: int = 0                    #: ZeRO stage 0..3 (1: optimizer states, 2: +gradients, 3: +parameters)
+    precision: str = "paper"         #: precision recipe name (see memlib.states.RECIPES)
+    profile: str = "paper"           #: partition convention: "paper" or "megatron"
+
+    def __post_init__(self):
+        for name in ("dp", "tp", "pp", "ep", "etp", "cp"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"zero={self.zero!r} must be one of 0, 1, 2, 3")
+        if self.layout is not None:
+            lay = tuple(self.layout)
+            if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in lay):
+                raise ConfigError(f"layout={','.join(map(str, lay))} must be non-negative integers")
+            object.__setattr__(self, "layout", lay)
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size (exact once :class:`memlib.partition.Partition` has checked
+        that EP ETP divides DP TP CP)."""
+        return self.dp * self.tp * self.cp // (self.ep * self.etp)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.cp * self.pp
+
+    def with_(self, **changes) -> "TrainingConfig":
+        """A copy with ``changes`` applied (validated again)."""
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        """The paper's shorthand, e.g. ``PP16@TP2@EP8@ETP1``."""
+        parts = [f"PP{self.pp}", f"TP{self.tp}", f"EP{self.ep}", f"ETP{self.etp}"]
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        return "@".join(parts)
+
+    def values(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["layout"] = list(self.layout) if self.layout is not None else None
+        d["edp"] = self.edp
+        d["world_size"] = self.world_size
+        return d
+
+
+PAPER_TRAINING = TrainingConfig(dp=32, tp=2, pp=16, ep=8, etp=1, cp=1, sp=True, zero=0,
+                                precision="paper", profile="paper")
+"""The paper's Table 5 configuration, PP16@TP2@EP8@ETP1 with DP32 (EDP8)."""
+__all__.append("PAPER_TRAINING")

@@ -1,0 +1,242 @@
+"""Partition: which parameters each device stores, per pipeline stage.
+
+A :class:`Partition` lays the model over PP stages (a layout of decoder layers per stage; the
+embedding on the first stage; the final norm, the head and the MTP modules on the last), and
+splits each tensor by how it shards:
+
+* **TP-split**: the tensor's output (or input) features are divided over TP ranks;
+* **replicated**: every TP rank holds the whole tensor;
+* **expert-split**: the N routed experts are divided over EP ranks and each expert's width h_E
+  over ETP ranks.
+
+Two conventions (*profiles*) say which tensors are TP-split:
+
+``paper``
+    arXiv 2502.07846 §3: W^UQ, W^UK, W^UV, W^O split; W^DQ, W^DKV, W^QR, W^KR, all RMSNorms, the
+    router and the shared experts replicated; no MTP.  The paper does not say how the dense FFN
+    and the embedding/head are laid out (it analyses MoE stages only); memlib splits them by TP
+    (vocab-parallel embedding and head), as the reference reconstruction of its stage-0 figure does.
+``megatron``
+    Megatron-Core: W^QR is split with W^UQ (one column-parallel ``linear_q_up_proj``), the
+    shared experts are TP-split like the dense FFN, and the MTP modules sit on the last stage.
+
+The data-parallel sizes follow Megatron: world = DP TP CP PP and EDP = DP TP CP / (EP ETP).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+import sympy as sp
+
+from .architecture import (
+    Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, mtp_tensors,
+)
+from .breakdown import Breakdown
+from .config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .params import values as model_values
+from .symbols import SYMBOLS, sym
+
+__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout",
+           "parallel_values", "shard_divisor", "SHARDING"]
+
+TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
+
+#: how a tensor is laid over the ranks of a stage, with the divisor of its element count
+SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by EP and ETP"}
+
+_PAPER_TP = {"attention.W_UQ", "attention.W_Q", "attention.W_UK", "attention.W_UV", "attention.W_O"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A partition convention."""
+
+    name: str
+    description: str
+    include_mtp: bool
+    #: blocks whose model states shard over EDP (the others over DP CP)
+    edp_blocks: frozenset = frozenset({"routed_experts"})
+
+    def sharding(self, t: Tensor) -> str:
+        """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
+        key = t.key[4:] if t.key.startswith("mtp.") else t.key
+        if t.expert:
+            return "expert"
+        if t.kind == "buffer" or t.tp_dim is None:
+            return "replicated"
+        if self.name == "paper":
+            if key in _PAPER_TP or t.block == "dense_ffn" or t.kind == "embedding":
+                return "tp"
+            return "replicated"
+        return "tp"
+
+
+PROFILES = {
+    "paper": Profile("paper", "the paper's convention (arXiv 2502.07846 §3): W^UQ, W^UK, W^UV, W^O "
+                     "TP-split; down-projections, W^QR, norms, router, shared experts replicated; no MTP",
+                     include_mtp=False,
+                     edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
+    "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
+                        "the vocab-parallel embedding/head TP-split; MTP on the last stage",
+                        include_mtp=True),
+}
+
+
+def shard_divisor(kind: str) -> sp.Expr:
+    """Divisor of a tensor's element count on one device."""
+    return {"tp": TP, "replicated": sp.Integer(1), "expert": EP * ETP}[kind]
+
+
+def parallel_values(train: TrainingConfig) -> dict:
+    """Substitution symbol -> value for the parallel symbols."""
+    return {sym("DP"): train.dp, sym("TP"): train.tp, sym("PP"): train.pp, sym("EP"): train.ep,
+            sym("ETP"): train.etp, sym("CP"): train.cp, sym("EDP"): train.edp}
+
+
+def default_layout(num_layers: int, pp: int) -> tuple[int, ...]:
+    """The documented default: ceil(l/PP) decoder layers on each stage, the remainder on the last.
+
+    For DeepSeek-V3 on 16 stages this is the paper's layout, fifteen stages of 4 and one of 1.
+
+    >>> default_layout(61, 16)
+    (4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1)
+    >>> default_layout(8, 4)
+    (2, 2, 2, 2)
+    """
+    per = ceil(num_layers / pp)
+    last = num_layers - per * (pp - 1)
+    if last < 1:
+        raise ConfigError(
+            f"pp={pp} with num_hidden_layers={num_layers}: the default layout (ceil(l/pp)={per} layers "
+            f"per stage, the remainder on the last) leaves stage {pp - 1} empty; give --layout")
+    return (per,) * (pp - 1) + (last,)
+
+
+def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
+    """The layout given in ``train`` (checked) or the default one."""
+    if train.layout is None:
+        return default_layout(m.num_hidden_layers, train.pp)
+    lay = train.layout
+    text = ",".join(map(str, lay))
+    if len(lay) != train.pp:
+        raise ConfigError(f"layout={text} has {len(lay)} stages but pp={train.pp}")
+    if sum(lay) != m.num_hidden_layers:
+        raise ConfigError(f"layout={text} sums to {sum(lay)} but num_hidden_layers={m.num_hidden_layers}")
+    return lay
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: its index and the decoder layers it holds."""
+
+    index: int
+    layers: tuple[int, ...]
+    first: bool
+    last: bool
+
+
+def _field_text(expr: sp.Expr) -> str:
+    """``n_shared_experts*moe_intermediate_size`` for N_s*h_E: config field names, not symbols."""
+    names = {n.symbol: sp.Symbol(n.field) for n in SYMBOLS.values() if n.field}
+    return str(expr.xreplace(names))
+
+
+class Partition:
+    """A model laid over a training configuration; checks every divisibility rule on creation."""
+
+    def __init__(self, model: ModelConfig | str, train: TrainingConfig):
+        self.model = load_model(model)
+        self.train = train
+        if train.profile not in PROFILES:
+            raise ConfigError(f"profile={train.profile!r} must be one of {', '.join(PROFILES)}")
+        self.profile = PROFILES[train.profile]
+        m = self.model
+        self.layout = resolve_layout(m, train)
+        starts = [sum(self.layout[:i]) for i in range(len(self.layout))]
+        self.stages = [
+            Stage(i, tuple(range(s, s + n)), i == 0, i == train.pp - 1)
+            for i, (s, n) in enumerate(zip(starts, self.layout))
+        ]
+        self._check()
+        self.values = {**model_values(m), **parallel_values(train)}
+
+    # ------------------------------------------------------------------------------------------
+    def _check(self) -> None:
+        m, t = self.model, self.train
+        if m.n_routed_experts % t.ep:
+            raise ConfigError(f"ep={t.ep} must divide n_routed_experts={m.n_routed_experts}")
+        if m.moe_intermediate_size % t.etp:
+            raise ConfigError(f"etp={t.etp} must divide moe_intermediate_size={m.moe_intermediate_size}")
+        if (t.dp * t.tp * t.cp) % (t.ep * t.etp):
+            raise ConfigError(f"dp*tp*cp={t.dp * t.tp * t.cp} must be divisible by ep*etp={t.ep * t.etp} "
+                              f"(each expert group spans EP*ETP of a stage's ranks)")
+        if m.num_attention_heads % t.tp:
+            raise ConfigError(f"tp={t.tp} must divide num_attention_heads={m.num_attention_heads}")
+        seen = set()
+        for stage in self.stages:
+            for tensor, _ in self.tensors(stage):
+                if self.profile.sharding(tensor) != "tp" or tensor.tp_dim in seen:
+                    continue
+                seen.add(tensor.tp_dim)
+                size = int(tensor.tp_dim.xreplace(model_values(m)))
+                if size % t.tp:
+                    raise ConfigError(f"tp={t.tp} must divide {_field_text(tensor.tp_dim)}={size} "
+                                      f"({tensor.key} is split by TP under the {t.profile} profile)")
+
+    def tensors(self, stage: Stage) -> list[tuple[Tensor, int]]:
+        """The tensors stored on ``stage`` with how many times each occurs (its layer count)."""
+        m = self.model
+        out: list[tuple[Tensor, int]] = []
+        if stage.first:
+            out += [(t, 1) for t in embedding_tensors()]
+        kinds = [m.layer_kinds[i] for i in stage.layers]
+        for kind in ("dense", "moe"):
+            n = kinds.count(kind)
+            if n:
+                out += [(t, n) for t in decoder_layer_tensors(m, kind)]
+        if stage.last:
+            out += [(t, 1) for t in head_tensors(m)]
+            if self.profile.include_mtp:
+                for j in range(m.num_nextn_predict_layers):
+                    out += [(t, 1) for t in mtp_tensors(m, j)]
+        return out
+
+    def sharding(self, tensor: Tensor) -> str:
+        return self.profile.sharding(tensor)
+
+    def params(self, stage: Stage, *, buffers: bool = False) -> Breakdown:
+        """Parameters stored on one device of ``stage``, per tensor (symbolic; layer counts exact)."""
+        return Breakdown([
+            (t.key, n * t.numel / shard_divisor(self.sharding(t)))
+            for t, n in self.tensors(stage) if (t.kind == "buffer") == buffers
+        ])
+
+    def params_unsharded(self, stage: Stage) -> Breakdown:
+        """Parameters of the whole stage before any TP/EP/ETP split (the paper's Table 4)."""
+        return Breakdown([(t.key, n * t.numel) for t, n in self.tensors(stage) if t.kind != "buffer"])
+
+    def split(self, stage: Stage) -> dict[str, Breakdown]:
+        """Per-device parameters grouped by sharding: ``tp``, ``replicated``, ``expert``."""
+        groups: dict[str, list] = {"tp": [], "replicated": [], "expert": []}
+        for t, n in self.tensors(stage):
+            if t.kind == "buffer":
+                continue
+            kind = self.sharding(t)
+            groups[kind].append((t.key, n * t.numel / shard_divisor(kind)))
+        return {k: Breakdown(v) for k, v in groups.items()}
+
+    def edp_keys(self, stage: Stage) -> set[str]:
+        """Keys of the tensors whose states shard over EDP rather than DP CP.
+
+        Megatron: the routed experts.  The paper (§4) shards the whole MoE block over EDP, the
+        router and the shared expert included; that is how its Table 8 comes out."""
+        blocks = self.profile.edp_blocks
+        return {t.key for t, _ in self.tensors(stage)
+                if t.key.removeprefix("mtp.").split(".")[0] in blocks}
+
+    def replication(self, tensor: Tensor) -> int:
+        """How many copies of ``tensor`` all ranks together hold (ZeRO 0)."""
+        t = self.train
+        ranks_per_stage = t.dp * t.tp * t.cp
+        return ranks_per_stage // int(shard_divisor(self.sharding(tensor)).xreplace(self.values))

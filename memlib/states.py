@@ -1,0 +1,146 @@
+"""Model states: weights, gradients and optimizer states under a precision recipe and a ZeRO stage.
+
+A precision *recipe* is data: bytes per parameter for the stored weights, for the gradients and for
+each optimizer state (master copy, moments).  A ZeRO stage says which of the three are sharded
+over the data-parallel ranks (Rajbhandari et al., arXiv 1910.02054):
+
+====  ==============  ==========================================
+ZeRO  name            sharded
+====  ==============  ==========================================
+0     none            nothing
+1     os              optimizer states
+2     os+g            optimizer states and gradients
+3     os+g+params     optimizer states, gradients and parameters
+====  ==============  ==========================================
+
+Non-expert states shard over the DP CP ranks that hold the same non-expert parameters; expert
+states over the EDP ranks that hold the same experts.  Which states count as "expert" is the
+profile's choice (:meth:`memlib.partition.Partition.edp_keys`): the paper's §4 puts the whole MoE
+block (router and shared expert too) over EDP=8; Megatron only the routed experts.
+A shard is rounded up to a whole element (ZeRO pads the flat buffer to a multiple of the ranks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import sympy as sp
+
+from .breakdown import Breakdown
+from .config import ConfigError
+from .partition import Partition, Stage
+from .symbols import sym
+
+__all__ = ["Recipe", "RECIPES", "ZeroStage", "recipe", "sharded_count", "states_formula",
+           "model_states", "optimizer_states"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bytes per parameter of each model state."""
+
+    name: str
+    description: str
+    weights: int                               #: stored (compute) copy of the weights
+    gradients: int                             #: gradient (accumulation) buffer
+    optimizer: tuple[tuple[str, int], ...]     #: (state, bytes) for master copy and moments
+    source: str = ""
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return sum(b for _, b in self.optimizer)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights + self.gradients + self.optimizer_bytes
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("paper", "bf16 weights, fp32 gradients, fp32 master weights, bf16 AdamW moments",
+           2, 4, (("master_weights", 4), ("exp_avg", 2), ("exp_avg_sq", 2)),
+           "arXiv 2502.07846 Table 7; the DeepSeek-V3 report (arXiv 2412.19437) §3.3"),
+    Recipe("megatron", "bf16 weights, fp32 main gradients, fp32 master weights and AdamW moments",
+           2, 4, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
+           "Megatron-LM distributed optimizer table: 18 bytes, or 6 + 12/d"),
+    Recipe("fp16-mixed", "fp16 weights and gradients, fp32 master weights and Adam moments (K = 12)",
+           2, 2, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
+           "ZeRO paper (arXiv 1910.02054) §3.1: 2 + 2 + K with K = 12"),
+    Recipe("megatron-fp16", "fp16 weights and gradients, fp32 main gradients, master weights and moments",
+           2, 2, (("master_weights", 4), ("main_grad", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
+           "Megatron-LM distributed optimizer table: 20 bytes, or 4 + 16/d"),
+    Recipe("fp32", "fp32 weights, gradients and Adam moments (no master copy)",
+           4, 4, (("exp_avg", 4), ("exp_avg_sq", 4)),
+           "Megatron-LM distributed optimizer table: 16 bytes, or 8 + 8/d"),
+)}
+
+
+class ZeroStage(IntEnum):
+    """ZeRO stages, ordered: a higher stage shards more."""
+
+    NONE = 0          #: nothing sharded
+    OS = 1            #: optimizer states sharded (ZeRO-1, Megatron's distributed optimizer)
+    OS_G = 2          #: + gradients (ZeRO-2)
+    OS_G_PARAMS = 3   #: + parameters (ZeRO-3, FSDP)
+
+    @property
+    def label(self) -> str:
+        return ("none", "os", "os+g", "os+g+params")[self.value]
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe called ``name``."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ConfigError(f"precision={name!r} must be one of {', '.join(RECIPES)}") from None
+
+
+P, P_ne, P_e = sym("P"), sym("P_ne"), sym("P_e")
+B_w, B_g, B_o = sym("B_w"), sym("B_g"), sym("B_o")
+DP, CP, EDP = sym("DP"), sym("CP"), sym("EDP")
+
+
+def sharded_count() -> sp.Expr:
+    r"""Parameters one device owns once sharded: :math:`\lceil P_{ne}/(DP\,CP)\rceil + \lceil P_e/EDP\rceil`."""
+    return sp.ceiling(P_ne / (DP * CP)) + sp.ceiling(P_e / EDP)
+
+
+def states_formula(zero: int, rec: Recipe | None = None) -> Breakdown:
+    """Model-state bytes on one device as a formula in P_ne, P_e (and B_w, B_g, B_o if no recipe).
+
+    >>> states_formula(1).total
+    B_o*(ceiling(P_{ne}/(CP*DP)) + ceiling(P_{e}/EDP)) + B_g*(P_{e} + P_{ne}) + B_w*(P_{e} + P_{ne})
+    """
+    z = ZeroStage(zero)
+    full, shard = P_ne + P_e, sharded_count()
+    bw, bg, bo = (B_w, B_g, B_o) if rec is None else (rec.weights, rec.gradients, rec.optimizer_bytes)
+    return Breakdown({
+        "parameters": bw * (shard if z >= ZeroStage.OS_G_PARAMS else full),
+        "gradients": bg * (shard if z >= ZeroStage.OS_G else full),
+        "optimizer_states": bo * (shard if z >= ZeroStage.OS else full),
+    })
+
+
+def _counts(part: Partition, stage: Stage) -> dict:
+    params = part.params(stage)
+    experts = part.edp_keys(stage)
+    ne = params.select(lambda k: k not in experts).evaluate_total(part.values)
+    e = params.select(lambda k: k in experts).evaluate_total(part.values)
+    return {P_ne: ne, P_e: e}
+
+
+def model_states(part: Partition, stage: Stage) -> Breakdown:
+    """Exact bytes of parameters, gradients and optimizer states on one device of ``stage``."""
+    rec = recipe(part.train.precision)
+    subs = {**part.values, **_counts(part, stage)}
+    return Breakdown({k: sp.Integer(v) for k, v in
+                      states_formula(part.train.zero, rec).evaluate(subs).items()})
+
+
+def optimizer_states(part: Partition, stage: Stage) -> Breakdown:
+    """Optimizer-state bytes on one device of ``stage``, per state (master copy, moments, ...)."""
+    rec = recipe(part.train.precision)
+    subs = {**part.values, **_counts(part, stage)}
+    count = sharded_count() if part.train.zero >= ZeroStage.OS else P_ne + P_e
+    n = sp.Integer(count.xreplace(subs))
+    return Breakdown({name: b * n for name, b in rec.optimizer})

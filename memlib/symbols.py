@@ -1,0 +1,107 @@
+"""The notation registry: every symbol memlib uses, defined once.
+
+Each :class:`Notation` entry carries the SymPy symbol, its LaTeX spelling, a one-line meaning,
+its unit and, for model symbols, the Hugging Face ``config.json`` field it is read from.  The
+book's notation table is rendered from :data:`REGISTRY`; formulas import the symbols from here.
+
+The paper (arXiv 2502.07846, Table 1) writes ``d_h`` for the per-head dimension.  DeepSeek's
+configs distinguish the no-RoPE query/key head dimension (``qk_nope_head_dim``) from the value
+head dimension (``v_head_dim``); both are 128 in DeepSeek-V3 but they are different quantities,
+so memlib keeps them apart as :math:`d_h` and :math:`d_v`.
+
+>>> SYMBOLS["h"].field
+'hidden_size'
+>>> sym("h").is_integer and sym("h").is_positive
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import sympy as sp
+
+__all__ = ["Notation", "REGISTRY", "SYMBOLS", "sym", "model_symbols", "by_field"]
+
+
+@dataclass(frozen=True)
+class Notation:
+    """One entry of the notation table."""
+
+    key: str                 #: Python-side name, e.g. ``"d_hR"``
+    latex: str               #: LaTeX spelling, e.g. ``"d_h^R"``
+    meaning: str             #: one line, sentence case
+    unit: str                #: ``"elements"``, ``"layers"``, ``"ranks"``, ``"bytes"``, ...
+    field: Optional[str]     #: Hugging Face config field (model symbols) or CLI/config field
+    kind: str                #: ``"model"``, ``"parallel"``, ``"stage"``, ``"precision"``
+    symbol: sp.Symbol        #: the SymPy symbol (integer, positive where true)
+
+
+def _n(key, latex, meaning, unit, field, kind, nonneg=False) -> Notation:
+    # The SymPy name is the LaTeX spelling so that sympy.latex() prints the paper's notation.
+    if nonneg:
+        s = sp.Symbol(latex, integer=True, nonnegative=True)
+    else:
+        s = sp.Symbol(latex, integer=True, positive=True)
+    return Notation(key, latex, meaning, unit, field, kind, s)
+
+
+REGISTRY: tuple[Notation, ...] = (
+    # --- model (Table 1 of the paper, plus what DeepSeek's configs add) ---------------------
+    _n("h", "h", "hidden dimension", "elements", "hidden_size", "model"),
+    _n("h_F", "h_F", "dense FFN intermediate dimension", "elements", "intermediate_size", "model"),
+    _n("h_E", "h_E", "intermediate dimension of one expert", "elements", "moe_intermediate_size", "model"),
+    _n("n_h", "n_h", "attention heads", "heads", "num_attention_heads", "model"),
+    _n("d_h", "d_h", "query/key head dimension without RoPE", "elements", "qk_nope_head_dim", "model"),
+    _n("d_v", "d_v", "value head dimension", "elements", "v_head_dim", "model"),
+    _n("d_hR", "d_h^R", "decoupled RoPE query/key head dimension", "elements", "qk_rope_head_dim", "model"),
+    _n("d_cq", "d_c'", "query compression dimension (q LoRA rank)", "elements", "q_lora_rank", "model"),
+    _n("d_c", "d_c", "key-value compression dimension (KV LoRA rank)", "elements", "kv_lora_rank", "model"),
+    _n("N", "N", "routed experts per MoE layer", "experts", "n_routed_experts", "model"),
+    _n("N_s", "N_s", "shared experts per MoE layer", "experts", "n_shared_experts", "model"),
+    _n("N_r", "N_r", "routed experts activated per token", "experts", "num_experts_per_tok", "model"),
+    _n("l", "l", "decoder layers", "layers", "num_hidden_layers", "model"),
+    _n("k_dense", "k_{dense}", "leading decoder layers with a dense FFN", "layers", "first_k_dense_replace", "model", nonneg=True),
+    _n("v", "v", "vocabulary size", "tokens", "vocab_size", "model"),
+    _n("n_mtp", "n_{MTP}", "multi-token-prediction modules", "modules", "num_nextn_predict_layers", "model", nonneg=True),
+    # --- parallelism --------------------------------------------------------------------------
+    _n("DP", "DP", "data-parallel size", "ranks", "dp", "parallel"),
+    _n("TP", "TP", "tensor-parallel size", "ranks", "tp", "parallel"),
+    _n("PP", "PP", "pipeline-parallel size (stages)", "ranks", "pp", "parallel"),
+    _n("EP", "EP", "expert-parallel size", "ranks", "ep", "parallel"),
+    _n("ETP", "ETP", "expert tensor-parallel size", "ranks", "etp", "parallel"),
+    _n("CP", "CP", "context-parallel size", "ranks", "cp", "parallel"),
+    _n("EDP", "EDP", "expert data-parallel size, DP TP CP / (EP ETP)", "ranks", None, "parallel"),
+    # --- one pipeline stage ---------------------------------------------------------------------
+    _n("L_dense", "L^{dense}_{st}", "dense decoder layers on the stage", "layers", None, "stage", nonneg=True),
+    _n("L_moe", "L^{MoE}_{st}", "MoE decoder layers on the stage", "layers", None, "stage", nonneg=True),
+    _n("P", "P", "parameters stored on one device", "parameters", None, "stage", nonneg=True),
+    _n("P_ne", "P_{ne}", "non-expert parameters stored on one device", "parameters", None, "stage", nonneg=True),
+    _n("P_e", "P_{e}", "routed-expert parameters stored on one device", "parameters", None, "stage", nonneg=True),
+    # --- precision ------------------------------------------------------------------------------
+    _n("B_w", "B_w", "bytes per stored weight", "bytes", None, "precision", nonneg=True),
+    _n("B_g", "B_g", "bytes per gradient element", "bytes", None, "precision", nonneg=True),
+    _n("B_o", "B_o", "optimizer-state bytes per parameter (master copy and moments)", "bytes", None, "precision", nonneg=True),
+)
+
+SYMBOLS: dict[str, Notation] = {n.key: n for n in REGISTRY}
+if len(SYMBOLS) != len(REGISTRY):  # pragma: no cover - a programming error
+    raise RuntimeError("duplicate key in the notation registry")
+
+
+def sym(key: str) -> sp.Symbol:
+    """The SymPy symbol registered under ``key``."""
+    return SYMBOLS[key].symbol
+
+
+def model_symbols() -> tuple[Notation, ...]:
+    """Entries read from a model's ``config.json``."""
+    return tuple(n for n in REGISTRY if n.kind == "model")
+
+
+def by_field(field: str) -> Notation:
+    """The entry whose config field is ``field``."""
+    for n in REGISTRY:
+        if n.field == field:
+            return n
+    raise KeyError(field)

@@ -1,0 +1,75 @@
+"""Units of memory, formatted once.
+
+Binary (IEC) and decimal (SI) units are different: 1 GiB = 2**30 bytes, 1 GB = 10**9 bytes.
+memlib keeps bytes as exact integers and converts only for display, with the unit always named.
+A table uses one unit family throughout.
+
+>>> fmt_bytes(12_500_729_856, "GiB")
+'11.64 GiB'
+>>> fmt_bytes(12_500_729_856, "GB")
+'12.50 GB'
+>>> fmt_count(671_026_404_352)
+'671,026,404,352'
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "parse_bytes"]
+
+#: bytes per unit, exact
+UNITS: dict[str, int] = {
+    "B": 1,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}
+
+
+def to_unit(n_bytes: int, unit: str = "GiB") -> Fraction:
+    """Exact value of ``n_bytes`` in ``unit``."""
+    return Fraction(int(n_bytes), UNITS[unit])
+
+
+def _fixed(x: Fraction, digits: int) -> str:
+    """Round half away from zero to ``digits`` decimals, exactly, and format."""
+    scale = 10**digits
+    q = abs(x) * scale
+    r = int(q) + (1 if q - int(q) >= Fraction(1, 2) else 0)
+    sign = "-" if x < 0 and r else ""
+    whole, frac = divmod(r, scale)
+    body = f"{whole:,}"
+    return sign + (body + "." + str(frac).zfill(digits) if digits else body)
+
+
+def fmt_bytes(n_bytes: int, unit: str = "GiB", digits: int = 2, with_unit: bool = True) -> str:
+    """``n_bytes`` formatted in ``unit`` (``"GiB"`` or ``"GB"`` ...), rounded for display only."""
+    s = _fixed(to_unit(n_bytes, unit), digits)
+    return f"{s} {unit}" if with_unit else s
+
+
+def fmt_count(n: int) -> str:
+    """An exact integer with thousands separators."""
+    return f"{int(n):,}"
+
+
+def fmt_billions(n: int, digits: int = 2) -> str:
+    """A count in billions, e.g. ``'671.03B'``."""
+    return _fixed(Fraction(int(n), 10**9), digits) + "B"
+
+
+def parse_bytes(text: str) -> int:
+    """Parse ``"80GiB"``, ``"80 GB"``, ``"1234"`` into bytes (exact; decimals allowed)."""
+    t = text.strip().replace(" ", "")
+    for unit in sorted(UNITS, key=len, reverse=True):
+        if t.endswith(unit) and unit != "B":
+            num = t[: -len(unit)]
+            break
+    else:
+        unit, num = "B", t[:-1] if t.endswith("B") else t
+    try:
+        value = Fraction(num) * UNITS[unit]
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"cannot read a memory size from {text!r} (e.g. 80GiB, 80GB)") from None
+    if value <= 0 or value.denominator != 1:
+        raise ValueError(f"memory size {text!r} must be a positive whole number of bytes")
+    return int(value)
