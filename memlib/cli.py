@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"memlib: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `memlib estimate | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,45 @@
+# Build infrastructure for memlib and its Jupyter Book report.
+# Needs only python3 (and make). `make pdf` also needs texlive: see `make pdf-deps`.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.stamp
+JB_FLAGS ?= -W -n --keep-going
+
+.PHONY: venv book test pdf pdf-deps bench clean
+
+venv: $(STAMP)
+
+# Reinstalls only when the pins or the package metadata change. pip itself is not upgraded
+# (nothing unpinned enters the venv).
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q \
+		-r requirements.txt -c constraints.txt -e .
+	touch $@
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . $(JB_FLAGS)
+	@echo "HTML: _build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# PDF via xelatex (see _config.yml `latex:`); run `make pdf-deps` once per machine first.
+pdf: $(STAMP)
+	$(BIN)/jupyter-book build . --builder pdflatex
+	@echo "PDF: _build/latex/report.pdf"
+
+pdf-deps:
+	apt-get update
+	apt-get install -y --no-install-recommends latexmk texlive-latex-recommended \
+		texlive-latex-extra texlive-fonts-recommended texlive-xetex fonts-freefont-otf tex-gyre
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/cli_cold_start.py
+
+clean:
+	rm -rf _build .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
