@@ -80,12 +80,12 @@ def activated_params(m: ModelConfig, *, embedding: bool = True) -> Breakdown:
 
 
 def mtp_params(m: ModelConfig) -> Breakdown:
-    """The MTP modules' own parameters (embedding and head are shared with the main model)."""
-    if not m.num_nextn_predict_layers:
-        return Breakdown()
+    """The MTP modules' own parameters (embedding and head are shared with the main model).
+
+    Module ``j`` is typed like decoder layer ``l + j``, exactly as the last pipeline stage holds it."""
     return Breakdown([
-        (t.key, t.numel * (1 if m.num_nextn_predict_layers == 1 else sym("n_mtp")))
-        for t in mtp_tensors(m) if t.kind != "buffer"
+        (t.key, t.numel)
+        for j in range(m.num_nextn_predict_layers) for t in mtp_tensors(m, j) if t.kind != "buffer"
     ])
 
 

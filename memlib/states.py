@@ -109,7 +109,7 @@ def states_formula(zero: int, rec: Recipe | None = None) -> Breakdown:
     """Model-state bytes on one device as a formula in P_ne, P_e (and B_w, B_g, B_o if no recipe).
 
     >>> states_formula(1).total
-    B_o*(ceiling(P_{ne}/(CP*DP)) + ceiling(P_{e}/EDP)) + B_g*(P_{e} + P_{ne}) + B_w*(P_{e} + P_{ne})
+    B_g*(P_{e} + P_{ne}) + B_o*(ceiling(P_{e}/EDP) + ceiling(P_{ne}/(CP*DP))) + B_w*(P_{e} + P_{ne})
     """
     z = ZeroStage(zero)
     full, shard = P_ne + P_e, sharded_count()

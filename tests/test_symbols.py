@@ -1,0 +1,98 @@
+"""The notation registry, and the docstring examples of every memlib module (run as doctests)."""
+from __future__ import annotations
+
+import doctest
+import importlib
+from dataclasses import fields
+
+import pytest
+import sympy as sp
+
+from memlib.config import ModelConfig, TrainingConfig
+from memlib.symbols import REGISTRY, SYMBOLS, by_field, model_symbols, sym
+
+
+def test_keys_unique():
+    keys = [n.key for n in REGISTRY]
+    assert len(keys) == len(set(keys))
+    assert list(SYMBOLS) == keys
+
+
+def test_symbols_and_latex_unique():
+    assert len({n.symbol for n in REGISTRY}) == len(REGISTRY)
+    assert len({n.latex for n in REGISTRY}) == len(REGISTRY)
+
+
+def test_model_fields_are_model_config_fields():
+    names = {f.name for f in fields(ModelConfig)}
+    ms = model_symbols()
+    assert ms and all(n.kind == "model" for n in ms)
+    for n in ms:
+        assert n.field in names, n.key
+        assert by_field(n.field) is n
+    # every numeric Hugging Face size of the model has a symbol
+    assert {n.field for n in ms} >= {
+        "hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads",
+        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank",
+        "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "num_hidden_layers",
+        "first_k_dense_replace", "vocab_size"}
+
+
+def test_parallel_fields_are_training_config_fields():
+    names = {f.name for f in fields(TrainingConfig)}
+    for n in REGISTRY:
+        if n.kind == "parallel" and n.field is not None:
+            assert n.field in names, n.key
+    with pytest.raises(KeyError):
+        by_field("no_such_field")
+
+
+def test_assumptions():
+    nonneg = {"k_dense", "n_mtp", "L_dense", "L_moe", "P", "P_ne", "P_e", "B_w", "B_g", "B_o"}
+    for n in REGISTRY:
+        s = n.symbol
+        assert isinstance(s, sp.Symbol)
+        assert s.is_integer, n.key
+        assert s.is_nonnegative, n.key
+        if n.key in nonneg:
+            assert s.is_positive is None, n.key   # may be zero
+        else:
+            assert s.is_positive, n.key
+    assert sym("h").is_positive and sym("k_dense").is_nonnegative
+
+
+def test_d_h_and_d_v_distinct():
+    assert sym("d_h") != sym("d_v")
+    assert sym("d_h").name != sym("d_v").name
+    assert SYMBOLS["d_h"].field == "qk_nope_head_dim"
+    assert SYMBOLS["d_v"].field == "v_head_dim"
+    assert sp.expand(sym("d_h") - sym("d_v")) != 0
+
+
+def test_latex_and_meaning_non_empty():
+    for n in REGISTRY:
+        assert n.latex.strip() and n.meaning.strip() and n.unit.strip(), n.key
+        assert n.kind in {"model", "parallel", "stage", "precision"}
+        # the SymPy name is the LaTeX spelling, so sympy.latex prints the paper's notation
+        assert n.symbol.name == n.latex
+
+
+def test_sym_unknown_key():
+    with pytest.raises(KeyError):
+        sym("nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# doctests
+# ---------------------------------------------------------------------------------------------
+MODULES = ["memlib.config", "memlib.symbols", "memlib.breakdown", "memlib.units", "memlib.params",
+           "memlib.partition", "memlib.states", "memlib.memory"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    mod = importlib.import_module(name)
+    res = doctest.testmod(mod, verbose=False, report=False,
+                          optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted > 0, f"{name} has no examples"
+    assert res.failed == 0, f"{res.failed} of {res.attempted} examples failed in {name}"
