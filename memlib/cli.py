@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from fractions import Fraction
 
 from .config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
 from .params import activated_params, buffer_params, by_block, model_params, mtp_params, values
 from .states import RECIPES
-from .units import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count, parse_bytes
 
 __all__ = ["main"]
 
@@ -58,6 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--zero", type=int, default=d.zero, choices=(0, 1, 2, 3), help="ZeRO stage")
     pe.add_argument("--precision", default=d.precision, help=f"precision recipe: {', '.join(RECIPES)}")
     pe.add_argument("--profile", default=d.profile, help="partition convention: paper or megatron")
+    pe.add_argument("--micro-batch", type=int, default=d.micro_batch, help=f"b, sequences per micro-batch (default {d.micro_batch})")
+    pe.add_argument("--seq-len", type=int, default=d.seq_len, help=f"s, tokens per sequence (default {d.seq_len})")
+    pe.add_argument("--recompute", default=d.recompute,
+                    help="none, selective, deepseek, full, full-block:K, or a comma list of modules "
+                         "(core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, shared_experts)")
+    pe.add_argument("--schedule", default=d.schedule, help="gpipe, 1f1b, interleaved or dualpipe (default 1f1b)")
+    pe.add_argument("--num-microbatches", type=int, default=None,
+                    help="M per step (default: enough to fill the pipeline)")
+    pe.add_argument("--vpp", type=int, default=1, help="V, model chunks per device (interleaved schedule)")
+    pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
+    pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
+    pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
+    pe.add_argument("--comm-buffers", default=None, help="communication buffers, e.g. 2GiB (overrides the preset)")
+    pe.add_argument("--fragmentation", default=None, help="fraction of allocated memory, e.g. 0.1 (overrides the preset)")
     pe.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pe.add_argument("--json", action="store_true", help="machine-readable output")
     return p
@@ -89,39 +104,75 @@ def _params(args) -> int:
     return 0
 
 
+def _size(name: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={text!r}: {exc}") from None
+
+
+def _fraction(name: str, text: str | None):
+    if text is None:
+        return None
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(f"{name}={text!r} must be a number such as 0.1") from None
+
+
 def _estimate(args) -> int:
     from .memory import estimate  # sympy-heavy; imported after argument checks
+    from .overhead import overheads
 
     train = TrainingConfig(dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp,
                            sp=args.sp, layout=args.layout, zero=args.zero, precision=args.precision,
-                           profile=args.profile)
-    if args.precision not in RECIPES:
-        raise ConfigError(f"precision={args.precision!r} must be one of {', '.join(RECIPES)}")
-    est = estimate(args.model, train)
+                           profile=args.profile, micro_batch=args.micro_batch, seq_len=args.seq_len,
+                           recompute=args.recompute, schedule=args.schedule,
+                           num_microbatches=args.num_microbatches, vpp=args.vpp)
+    ovh = overheads(args.overhead, cuda_context=_size("cuda_context", args.cuda_context),
+                    comm_buffers=_size("comm_buffers", args.comm_buffers),
+                    fragmentation=_fraction("fragmentation", args.fragmentation))
+    est = estimate(args.model, train, ovh, _size("gpu_memory", args.gpu_memory))
     data = est.to_dict()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     u = args.unit
-    rec = RECIPES[train.precision]
+    rec = est.recipe
     print(f"{est.model.name} · {train.label()} · DP{train.dp} EDP{train.edp} · {train.world_size} devices · "
           f"ZeRO-{train.zero} · precision {rec.name} ({rec.weights}/{rec.gradients}/{rec.optimizer_bytes} bytes) · "
           f"profile {train.profile}")
-    head = ("stage", "layers", "params/device", f"weights {u}", f"grads {u}", f"optimizer {u}", f"total {u}")
+    print(f"b={train.micro_batch} s={train.seq_len} · recompute {train.recompute} · schedule {train.schedule}"
+          + (f" (V={train.vpp})" if train.vpp > 1 else "")
+          + (f" · M={train.num_microbatches}" if train.num_microbatches else ""))
+    head = ("stage", "layers", "params/device", "weights", "grads", "optimizer", "states",
+            "activations", "in flight", "overhead", "total")
     rows = []
     for s in data["stages"]:
         lay = s["layers"]
-        layers = f"{lay[0]}-{lay[-1]}" if len(lay) > 1 else (str(lay[0]) if lay else "-")
+        layers = f"{lay[0]}-{lay[-1]}" if len(lay) > 1 and lay == list(range(lay[0], lay[-1] + 1)) else (
+            ",".join(map(str, lay)) if lay else "-")
         b = s["bytes"]
+        f = lambda n: fmt_bytes(n, u, with_unit=False)  # noqa: E731
         rows.append((str(s["stage"]), layers, fmt_count(s["parameters"]),
-                     *(fmt_bytes(b[k], u, with_unit=False)
-                       for k in ("parameters", "gradients", "optimizer_states", "total"))))
+                     f(b["parameters"]), f(b["gradients"]), f(b["optimizer_states"]),
+                     f(b["parameters"] + b["gradients"] + b["optimizer_states"]),
+                     f(b["activations"]), str(s["activations"]["microbatches_in_flight"]),
+                     f(b["overhead"]), f(b["total"]) + ("" if "fits" not in s else (" ok" if s["fits"] else " OOM"))))
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print(f"({u} per device; states = weights + grads + optimizer; total = states + activations + overhead)")
     print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     for r in rows:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     pk = data["peak"]
     print(f"peak: stage {pk['stage']}, {fmt_bytes(pk['bytes'], u)} ({fmt_count(pk['bytes'])} bytes) per device")
+    if "fits" in data:
+        verdict = "fits" if data["fits"] else "does NOT fit"
+        print(f"capacity {fmt_bytes(data['capacity'], u)}: {verdict} on every stage" if data["fits"]
+              else f"capacity {fmt_bytes(data['capacity'], u)}: {verdict} (OOM on stages "
+                   f"{', '.join(str(s['stage']) for s in data['stages'] if not s['fits'])})")
     return 0
 
 

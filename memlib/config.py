@@ -15,7 +15,7 @@ True
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -169,13 +169,22 @@ class TrainingConfig:
     layout: Optional[tuple[int, ...]] = None  #: decoder layers per stage; None: the default rule
     zero: int = 0                    #: ZeRO stage 0..3 (1: optimizer states, 2: +gradients, 3: +parameters)
     precision: str = "paper"         #: precision recipe name (see memlib.states.RECIPES)
-    profile: str = "paper"           #: partition convention: "paper" or "megatron"
+    profile: str = "paper"           #: implementation convention: "paper", "megatron", ...
+    micro_batch: int = 1             #: b, sequences per micro-batch
+    seq_len: int = 4096              #: s, tokens per sequence
+    recompute: str = "none"          #: policy name or comma list of modules (memlib.activations)
+    schedule: str = "1f1b"           #: gpipe, 1f1b, interleaved, dualpipe (memlib.schedule)
+    num_microbatches: Optional[int] = None  #: M per step; None: enough to fill the pipeline
+    vpp: int = 1                     #: V, model chunks per device (interleaved schedule)
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "ep", "etp", "cp"):
+        for name in ("dp", "tp", "pp", "ep", "etp", "cp", "micro_batch", "seq_len", "vpp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
+        m = self.num_microbatches
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ConfigError(f"num_microbatches={m!r} must be a positive integer")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"zero={self.zero!r} must be one of 0, 1, 2, 3")
         if self.layout is not None:

@@ -1,7 +1,9 @@
 """Per-device memory: everything one device of each pipeline stage holds, as named terms.
 
-So far: parameters, gradients and optimizer states (model states).  Every stage gets its own
-breakdown; the *peak* is the stage whose device needs the most.
+Allocated memory is parameters + gradients + optimizer states + activations (the micro-batches in
+flight under the schedule, plus what the schedule and recomputation add at their peak); overheads
+(CUDA context, communication buffers, fragmentation) are reported apart.  The *peak* is the stage
+whose device needs the most.
 
 >>> from memlib.config import PAPER_TRAINING
 >>> est = estimate("deepseek-v3", PAPER_TRAINING)
@@ -9,57 +11,166 @@ breakdown; the *peak* is the stage whose device needs the most.
 6250364928
 >>> est.stages[1].bytes["parameters"]
 12500729856
+>>> est.stages[1].activations["per_microbatch"]
+24671158272
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
 
+from .activations import Policy, ledger_bytes, parse_policy, training_values
+from .ledgers import act_profile
 from .breakdown import Breakdown
-from .config import ModelConfig, TrainingConfig
+from .config import ConfigError, ModelConfig, TrainingConfig
+from .overhead import Overheads
 from .params import by_block
-from .partition import Partition, Stage
-from .states import model_states, optimizer_states
+from .partition import Chunk, Partition, Stage
+from .schedule import check_schedule, in_flight
+from .states import model_states, optimizer_states, recipe
 
-__all__ = ["StageMemory", "Estimate", "estimate"]
+__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED"]
+
+#: the byte terms that are tensors PyTorch allocates
+ALLOCATED = ("parameters", "gradients", "optimizer_states", "activations")
 
 
 @dataclass(frozen=True)
 class StageMemory:
-    """One device of one pipeline stage."""
+    """One device of one pipeline stage (rank)."""
 
     stage: Stage
     params: Breakdown            #: parameters stored on the device, per tensor (symbolic)
     parameters: int              #: their exact count
-    bytes: dict[str, int]        #: named byte terms: parameters, gradients, optimizer_states
+    bytes: dict[str, int]        #: parameters, gradients, optimizer_states, activations, overhead
     optimizer: dict[str, int]    #: optimizer-state bytes per state (master copy, moments)
     components: dict[str, int]   #: stored parameters per block (attention, routed_experts, ...)
+    activations: dict            #: per_microbatch, microbatches_in_flight, extras, by_entry, chunks
+    overheads: dict[str, int]    #: cuda_context, comm_buffers, fragmentation
+
+    @property
+    def allocated(self) -> int:
+        return sum(self.bytes[k] for k in ALLOCATED)
 
     @property
     def total(self) -> int:
-        return sum(self.bytes.values())
+        return self.allocated + self.bytes["overhead"]
 
 
 class Estimate:
     """The memory of every stage of a model under a training configuration."""
 
-    def __init__(self, model: ModelConfig | str, train: TrainingConfig):
+    def __init__(self, model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,
+                 capacity: int | None = None):
         self.partition = Partition(model, train)
         self.model = self.partition.model
         self.train = train
+        self.recipe = recipe(train.precision)
+        check_schedule(train)
+        self.act_profile = act_profile(train.profile)
+        self.policy: Policy = parse_policy(train.recompute)
+        unknown = sorted(self.policy.modules - self.act_profile.modules)
+        if unknown:
+            raise ConfigError(f"recompute={train.recompute!r}: module {unknown[0]} is not known to the "
+                              f"{train.profile} profile ({', '.join(sorted(self.act_profile.modules))})")
+        t = train
+        if t.seq_len % t.cp:
+            raise ConfigError(f"seq_len={t.seq_len} must be divisible by cp={t.cp} (context parallelism splits the sequence)")
+        if t.sp and t.tp > 1 and t.seq_len % (t.cp * t.tp):
+            raise ConfigError(f"seq_len={t.seq_len} must be divisible by cp*tp={t.cp * t.tp} "
+                              f"(sequence parallelism splits each CP shard over the TP ranks)")
+        self.overhead = overhead if overhead is not None else Overheads()
+        self.capacity = capacity
+        self.values = {**self.partition.values, **training_values(train)}
 
+    # -- activations ------------------------------------------------------------------------------
+    def _layer(self, kind: str, policy: Policy | None) -> dict[str, int]:
+        key = (kind, policy)
+        cache = self.__dict__.setdefault("_layer_cache", {})
+        if key not in cache:
+            ledger = self.act_profile.layer(self.model, kind)
+            cache[key] = ledger_bytes(ledger, self.train, self.recipe, policy).evaluate(self.values)
+        return cache[key]
+
+    def _extra(self, name: str, ledger) -> dict[str, int]:
+        cache = self.__dict__.setdefault("_extra_cache", {})
+        if name not in cache:
+            cache[name] = ledger_bytes(ledger, self.train, self.recipe).evaluate(self.values)
+        return cache[name]
+
+    def chunk_activations(self, chunk: Chunk) -> tuple[dict[str, int], int]:
+        """Bytes per entry of one micro-batch through ``chunk``, and the working set a recomputed
+        layer re-materialises during its backward (0 without full recomputation)."""
+        m, pol = self.model, self.policy
+        by_entry: dict[str, int] = {}
+
+        def add(d: dict[str, int], times: int = 1):
+            for k, x in d.items():
+                by_entry[k] = by_entry.get(k, 0) + times * x
+
+        if chunk.first:
+            add(self._extra("embedding", self.act_profile.embedding(m)))
+        working = 0
+        for pos, i in enumerate(chunk.layers):
+            kind = m.layer_kinds[i]
+            recomputed = pol.full and (pol.block_layers is None or pos < pol.block_layers)
+            if pol.full and not recomputed:
+                add(self._layer(kind, None))
+                continue
+            add(self._layer(kind, pol))
+            if recomputed:
+                working = max(working, sum(self._layer(kind, None).values()) - sum(self._layer(kind, pol).values()))
+        if chunk.last:
+            add(self._extra("head", self.act_profile.head(m)))
+            if self.partition.profile.include_mtp:
+                for j in range(m.num_nextn_predict_layers):
+                    add(self._extra(f"mtp{j}", self.act_profile.mtp(m, j)))
+        return by_entry, working
+
+    def _activations(self, st: Stage) -> dict:
+        counts, extra_chunk = in_flight(self.train, st)
+        chunks, by_entry, working = [], {}, 0
+        for c, n in zip(st.chunks, counts):
+            entries, w = self.chunk_activations(c)
+            per_mb = sum(entries.values())
+            chunks.append({"stage": c.index, "layers": list(c.layers), "per_microbatch": per_mb, "in_flight": n})
+            for k, x in entries.items():
+                by_entry[k] = by_entry.get(k, 0) + x
+            working = max(working, w)
+        # DualPipe's overlapped forward-and-backward step holds one more micro-batch of a chunk
+        schedule_extra = max(c["per_microbatch"] for c in chunks) if extra_chunk == -2 else 0
+        in_flight_bytes = sum(c["per_microbatch"] * c["in_flight"] for c in chunks)
+        return {
+            "per_microbatch": sum(by_entry.values()),
+            "microbatches_in_flight": sum(counts) + (1 if extra_chunk == -2 else 0),
+            "schedule_extra": schedule_extra,
+            "recompute_working_set": working,
+            "by_entry": by_entry,
+            "chunks": chunks,
+            "total": in_flight_bytes + schedule_extra + working,
+        }
+
+    # -- stages -----------------------------------------------------------------------------------
     @cached_property
     def stages(self) -> list[StageMemory]:
         part, out = self.partition, []
         for st in part.stages:
             params = part.params(st)
+            b = model_states(part, st).evaluate()
+            act = self._activations(st)
+            b["activations"] = act.pop("total")
+            allocated = sum(b[k] for k in ALLOCATED)
+            ovh = self.overhead.terms(allocated)
+            b["overhead"] = sum(ovh.values())
             out.append(StageMemory(
                 stage=st,
                 params=params,
                 parameters=params.evaluate_total(part.values),
-                bytes=model_states(part, st).evaluate(),
+                bytes=b,
                 optimizer=optimizer_states(part, st).evaluate(),
                 components=by_block(params).evaluate(part.values),
+                activations=act,
+                overheads=ovh,
             ))
         return out
 
@@ -68,27 +179,39 @@ class Estimate:
         """The stage whose device needs the most bytes (the first such, on a tie)."""
         return max(self.stages, key=lambda s: (s.total, -s.stage.index))
 
+    def fits(self, stage: StageMemory) -> bool | None:
+        return None if self.capacity is None else stage.total <= self.capacity
+
     def to_dict(self) -> dict:
         """The CLI's JSON contract (see ``memlib estimate --json``)."""
-        cfg = {**self.train.values(), "layout": list(self.partition.layout)}
-        return {
-            "model": self.model.name,
-            "config": cfg,
-            "stages": [
-                {
-                    "stage": s.stage.index,
-                    "layers": list(s.stage.layers),
-                    "parameters": s.parameters,
-                    "components": s.components,
-                    "bytes": {**s.bytes, "total": s.total},
-                    "optimizer_states": s.optimizer,
-                }
-                for s in self.stages
-            ],
-            "peak": {"stage": self.peak.stage.index, "bytes": self.peak.total},
-        }
+        cfg = {**self.train.values(), "layout": list(self.partition.layout),
+               "overhead": {"cuda_context": self.overhead.cuda_context, "comm_buffers": self.overhead.comm_buffers,
+                            "fragmentation": str(self.overhead.fragmentation)}}
+        stages = []
+        for s in self.stages:
+            d = {
+                "stage": s.stage.index,
+                "layers": list(s.stage.layers),
+                "parameters": s.parameters,
+                "components": s.components,
+                "bytes": {**s.bytes, "total": s.total},
+                "allocated": s.allocated,
+                "optimizer_states": s.optimizer,
+                "activations": s.activations,
+                "overheads": s.overheads,
+            }
+            if self.capacity is not None:
+                d["fits"] = self.fits(s)
+            stages.append(d)
+        out = {"model": self.model.name, "config": cfg, "stages": stages,
+               "peak": {"stage": self.peak.stage.index, "bytes": self.peak.total}}
+        if self.capacity is not None:
+            out["capacity"] = self.capacity
+            out["fits"] = all(self.fits(s) for s in self.stages)
+        return out
 
 
-def estimate(model: ModelConfig | str, train: TrainingConfig) -> Estimate:
+def estimate(model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,
+             capacity: int | None = None) -> Estimate:
     """Per-stage, per-device memory of ``model`` trained under ``train``."""
-    return Estimate(model, train)
+    return Estimate(model, train, overhead, capacity)

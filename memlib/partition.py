@@ -38,7 +38,7 @@ from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
 __all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout",
-           "parallel_values", "shard_divisor", "SHARDING"]
+           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
@@ -113,27 +113,83 @@ def default_layout(num_layers: int, pp: int) -> tuple[int, ...]:
     return (per,) * (pp - 1) + (last,)
 
 
+#: pipeline schedules and how many model chunks each device holds
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
+
+
 def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
-    """The layout given in ``train`` (checked) or the default one."""
-    if train.layout is None:
-        return default_layout(m.num_hidden_layers, train.pp)
-    lay = train.layout
+    """Decoder layers per *model stage*, checked, or the default.
+
+    There are PP model stages, or PP V with the interleaved schedule: there the layout may list
+    all PP V virtual stages, or PP entries each divisible by V (every chunk of rank r then gets
+    ``layout[r] / V`` layers)."""
+    t = train
+    n_virtual = t.pp * t.vpp
+    if t.layout is None:
+        return default_layout(m.num_hidden_layers, n_virtual)
+    lay = t.layout
     text = ",".join(map(str, lay))
-    if len(lay) != train.pp:
-        raise ConfigError(f"layout={text} has {len(lay)} stages but pp={train.pp}")
+    if t.vpp > 1 and len(lay) == t.pp:
+        bad = [x for x in lay if x % t.vpp]
+        if bad:
+            raise ConfigError(f"layout={text}: vpp={t.vpp} must divide every stage's layer count ({bad[0]} does not)")
+        lay = tuple(lay[r] // t.vpp for _ in range(t.vpp) for r in range(t.pp))
+    elif len(lay) != n_virtual:
+        what = f"pp*vpp={n_virtual}" if t.vpp > 1 else f"pp={t.pp}"
+        raise ConfigError(f"layout={text} has {len(lay)} stages but {what}")
     if sum(lay) != m.num_hidden_layers:
         raise ConfigError(f"layout={text} sums to {sum(lay)} but num_hidden_layers={m.num_hidden_layers}")
     return lay
 
 
 @dataclass(frozen=True)
+class Chunk:
+    """A model stage (virtual stage with the interleaved schedule): consecutive decoder layers."""
+
+    index: int
+    layers: tuple[int, ...]
+    first: bool     #: holds the embedding
+    last: bool      #: holds the final norm, the head (and the MTP modules)
+
+
+@dataclass(frozen=True)
 class Stage:
-    """One pipeline stage: its index and the decoder layers it holds."""
+    """One pipeline rank (a device of the stage): the model chunks it holds.
+
+    With 1F1B and GPipe a rank holds one chunk, model stage ``index``; with the interleaved schedule
+    V chunks (virtual stages r, PP + r, ...); with DualPipe two (stages r and PP - 1 - r)."""
 
     index: int
     layers: tuple[int, ...]
     first: bool
     last: bool
+    chunks: tuple[Chunk, ...] = ()
+
+
+def build_stages(layout: tuple[int, ...], train: TrainingConfig) -> list[Stage]:
+    """Model chunks from ``layout``, assigned to the PP ranks by the schedule."""
+    if train.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule={train.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    p, v = train.pp, train.vpp
+    if train.schedule == "interleaved" and v < 2:
+        raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
+    if train.schedule != "interleaved" and v != 1:
+        raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={train.schedule})")
+    if train.schedule == "dualpipe" and p % 2:
+        raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
+    starts = [sum(layout[:i]) for i in range(len(layout))]
+    n = len(layout)
+    chunks = [Chunk(i, tuple(range(s0, s0 + k)), i == 0, i == n - 1) for i, (s0, k) in enumerate(zip(starts, layout))]
+    if train.schedule == "interleaved":
+        per_rank = [tuple(chunks[c * p + r] for c in range(v)) for r in range(p)]
+    elif train.schedule == "dualpipe":
+        per_rank = [(chunks[min(r, p - 1 - r)], chunks[p - 1 - min(r, p - 1 - r)]) for r in range(p)]
+    else:
+        per_rank = [(chunks[r],) for r in range(p)]
+    return [
+        Stage(r, tuple(i for c in cs for i in c.layers), any(c.first for c in cs), any(c.last for c in cs), cs)
+        for r, cs in enumerate(per_rank)
+    ]
 
 
 def _field_text(expr: sp.Expr) -> str:
@@ -153,11 +209,7 @@ class Partition:
         self.profile = PROFILES[train.profile]
         m = self.model
         self.layout = resolve_layout(m, train)
-        starts = [sum(self.layout[:i]) for i in range(len(self.layout))]
-        self.stages = [
-            Stage(i, tuple(range(s, s + n)), i == 0, i == train.pp - 1)
-            for i, (s, n) in enumerate(zip(starts, self.layout))
-        ]
+        self.stages = build_stages(self.layout, train)
         self._check()
         self.values = {**model_values(m), **parallel_values(train)}
 
@@ -184,22 +236,24 @@ class Partition:
                     raise ConfigError(f"tp={t.tp} must divide {_field_text(tensor.tp_dim)}={size} "
                                       f"({tensor.key} is split by TP under the {t.profile} profile)")
 
-    def tensors(self, stage: Stage) -> list[tuple[Tensor, int]]:
-        """The tensors stored on ``stage`` with how many times each occurs (its layer count)."""
+    def tensors(self, stage: Stage | Chunk) -> list[tuple[Tensor, int]]:
+        """The tensors stored on ``stage`` (all its chunks) with how many times each occurs."""
+        chunks = stage.chunks if isinstance(stage, Stage) else (stage,)
         m = self.model
         out: list[tuple[Tensor, int]] = []
-        if stage.first:
-            out += [(t, 1) for t in embedding_tensors()]
-        kinds = [m.layer_kinds[i] for i in stage.layers]
-        for kind in ("dense", "moe"):
-            n = kinds.count(kind)
-            if n:
-                out += [(t, n) for t in decoder_layer_tensors(m, kind)]
-        if stage.last:
-            out += [(t, 1) for t in head_tensors(m)]
-            if self.profile.include_mtp:
-                for j in range(m.num_nextn_predict_layers):
-                    out += [(t, 1) for t in mtp_tensors(m, j)]
+        for chunk in chunks:
+            if chunk.first:
+                out += [(t, 1) for t in embedding_tensors()]
+            kinds = [m.layer_kinds[i] for i in chunk.layers]
+            for kind in ("dense", "moe"):
+                n = kinds.count(kind)
+                if n:
+                    out += [(t, n) for t in decoder_layer_tensors(m, kind)]
+            if chunk.last:
+                out += [(t, 1) for t in head_tensors(m)]
+                if self.profile.include_mtp:
+                    for j in range(m.num_nextn_predict_layers):
+                        out += [(t, 1) for t in mtp_tensors(m, j)]
         return out
 
     def sharding(self, tensor: Tensor) -> str:
@@ -236,7 +290,8 @@ class Partition:
                 if t.key.removeprefix("mtp.").split(".")[0] in blocks}
 
     def replication(self, tensor: Tensor) -> int:
-        """How many copies of ``tensor`` all ranks together hold (ZeRO 0)."""
+        """How many copies of ``tensor`` all ranks together hold (ZeRO 0); DualPipe keeps every
+        model stage on two ranks."""
         t = self.train
-        ranks_per_stage = t.dp * t.tp * t.cp
+        ranks_per_stage = t.dp * t.tp * t.cp * (2 if t.schedule == "dualpipe" else 1)
         return ranks_per_stage // int(shard_divisor(self.sharding(tensor)).xreplace(self.values))

@@ -45,6 +45,8 @@ class Recipe:
     gradients: int                             #: gradient (accumulation) buffer
     optimizer: tuple[tuple[str, int], ...]     #: (state, bytes) for master copy and moments
     source: str = ""
+    activations: int = 2                       #: bytes per saved activation element (bf16/fp16)
+    fp8_activations: bool = False              #: Linear inputs cached in FP8 (DeepSeek-V3 report §3.3)
 
     @property
     def optimizer_bytes(self) -> int:
@@ -70,7 +72,15 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "Megatron-LM distributed optimizer table: 20 bytes, or 4 + 16/d"),
     Recipe("fp32", "fp32 weights, gradients and Adam moments (no master copy)",
            4, 4, (("exp_avg", 4), ("exp_avg_sq", 4)),
-           "Megatron-LM distributed optimizer table: 16 bytes, or 8 + 8/d"),
+           "Megatron-LM distributed optimizer table: 16 bytes, or 8 + 8/d", activations=4),
+    Recipe("deepseek-v3", "bf16 weights, fp32 gradients and master weights, bf16 AdamW moments, "
+           "Linear inputs cached in FP8",
+           2, 4, (("master_weights", 4), ("exp_avg", 2), ("exp_avg_sq", 2)),
+           "the DeepSeek-V3 report (arXiv 2412.19437) §3.2.3 and §3.3", fp8_activations=True),
+    Recipe("megatron-fp8-param", "fp8 weights (--fp8-param-gather), fp32 main gradients, fp32 master "
+           "weights and AdamW moments",
+           1, 4, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
+           "Megatron-Core --fp8-param-gather: the bf16 weight copy is replaced by an fp8 one"),
 )}
 
 

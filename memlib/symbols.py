@@ -72,6 +72,11 @@ REGISTRY: tuple[Notation, ...] = (
     _n("ETP", "ETP", "expert tensor-parallel size", "ranks", "etp", "parallel"),
     _n("CP", "CP", "context-parallel size", "ranks", "cp", "parallel"),
     _n("EDP", "EDP", "expert data-parallel size, DP TP CP / (EP ETP)", "ranks", None, "parallel"),
+    # --- one training step ----------------------------------------------------------------------
+    _n("b", "b", "micro-batch size", "sequences", "micro_batch", "training"),
+    _n("s", "s", "sequence length", "tokens", "seq_len", "training"),
+    _n("M", "M", "micro-batches per step and pipeline", "micro-batches", "num_microbatches", "training"),
+    _n("V", "V", "virtual pipeline stages (model chunks) per device", "chunks", "vpp", "training"),
     # --- one pipeline stage ---------------------------------------------------------------------
     _n("L_dense", "L^{dense}_{st}", "dense decoder layers on the stage", "layers", None, "stage", nonneg=True),
     _n("L_moe", "L^{MoE}_{st}", "MoE decoder layers on the stage", "layers", None, "stage", nonneg=True),

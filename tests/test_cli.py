@@ -125,8 +125,14 @@ def test_estimate_json_contract():
     assert [s["layers"] for s in d["stages"]][:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert d["stages"][15]["layers"] == [60]
     assert d["stages"][1]["parameters"] == 6_250_364_928
-    assert d["stages"][1]["bytes"]["total"] == 87_505_108_992
-    assert d["peak"] == {"stage": 1, "bytes": 87_505_108_992}
+    assert model_states(d["stages"][1]["bytes"]) == 87_505_108_992
+    assert d["stages"][1]["activations"]["per_microbatch"] == 24_671_158_272   # the paper's §5, b = 1
+    assert d["peak"]["bytes"] == max(s["bytes"]["total"] for s in d["stages"])
+
+
+def model_states(b: dict) -> int:
+    """Parameters + gradients + optimizer states (the paper's Table 8 quantity)."""
+    return b["parameters"] + b["gradients"] + b["optimizer_states"]
 
 
 def test_estimate_defaults_are_the_paper():
@@ -138,7 +144,7 @@ def test_estimate_defaults_are_the_paper():
 def test_estimate_zero(zero, total):
     d = run_json(*PAPER_ARGS, "--zero", zero, runner=call)
     assert d["config"]["zero"] == zero
-    assert d["peak"] == {"stage": 1, "bytes": total}
+    assert model_states(d["stages"][1]["bytes"]) == total
 
 
 def test_estimate_readable_table():
@@ -171,8 +177,7 @@ def test_config_json_path(tmp_path):
     # per device, worked by hand in test_partition.py
     assert [s["parameters"] for s in d["stages"]] == [1024, 604]
     assert [s["layers"] for s in d["stages"]] == [[0, 1], [2]]
-    assert d["stages"][0]["bytes"]["total"] == 14 * 1024
-    assert d["peak"] == {"stage": 0, "bytes": 14 * 1024}
+    assert model_states(d["stages"][0]["bytes"]) == 14 * 1024
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_d_h_and_d_v_distinct():
 def test_latex_and_meaning_non_empty():
     for n in REGISTRY:
         assert n.latex.strip() and n.meaning.strip() and n.unit.strip(), n.key
-        assert n.kind in {"model", "parallel", "stage", "precision"}
+        assert n.kind in {"model", "parallel", "training", "stage", "precision"}
         # the SymPy name is the LaTeX spelling, so sympy.latex prints the paper's notation
         assert n.symbol.name == n.latex
 

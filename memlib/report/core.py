@@ -108,7 +108,7 @@ def glue_figure(key: str, fig) -> None:
     plt.close(fig)
 
 
-def notation_rows(kinds: Sequence[str] = ("model", "parallel", "stage", "precision"), values: dict | None = None):
+def notation_rows(kinds: Sequence[str] = ("model", "parallel", "training", "stage", "precision"), values: dict | None = None):
     """Rows (symbol, meaning, unit, config field[, value]) of the notation registry."""
     rows = []
     for n in REGISTRY:
@@ -122,7 +122,7 @@ def notation_rows(kinds: Sequence[str] = ("model", "parallel", "stage", "precisi
     return rows
 
 
-def notation_table(kinds: Sequence[str] = ("model", "parallel", "stage", "precision"), values: dict | None = None) -> str:
+def notation_table(kinds: Sequence[str] = ("model", "parallel", "training", "stage", "precision"), values: dict | None = None) -> str:
     """The notation table as Markdown, rendered from the registry."""
     headers = ["symbol", "meaning", "unit", "config field"] + (["value"] if values is not None else [])
     return md_table(headers, notation_rows(kinds, values), "llll" + ("r" if values is not None else ""))

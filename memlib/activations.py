@@ -1,0 +1,179 @@
+"""Activations: a ledger of the tensors each layer saves for its backward pass.
+
+Every :class:`Saved` entry names one tensor ("softmax output", "c^KV latent", ...) with a symbolic
+element count per micro-batch, a dtype, the parallel dimensions that divide it and the recompute
+modules that drop it.  A layer's activation memory is the sum of its entries; a recompute policy
+is a filter on the entries; an implementation is a *profile*, a ledger variant:
+
+``paper``
+    arXiv 2502.07846 §5, term by term (MLA: 4bsh + 2bs(d_c'+d_c) + 4bs(d_h+d_h^R)n_h + 2bs d_h n_h
+    + 5bn_h s^2 + 2bs d_h n_h + bsh; the MoE formula with E_token = bsN_r/N).  Dense layers, the
+    embedding and the head, which the paper does not analyse, follow the same conventions.
+``megatron``
+    Megatron-Core with Transformer Engine.
+
+The profiles themselves live in :mod:`memlib.ledgers`; this module holds the machinery.
+
+Parallel divisors: ``TP`` (split by tensor parallelism), ``SP`` (split over the TP ranks when
+sequence parallelism is on), ``CP`` (split by context parallelism: every token-indexed tensor),
+``ETP`` (an expert's width split by expert tensor parallelism).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+import sympy as sp
+
+from .breakdown import Breakdown
+from .config import ConfigError, TrainingConfig
+from .states import Recipe
+from .symbols import sym
+
+__all__ = [
+    "Saved", "MODULES", "POLICIES", "Policy", "parse_policy", "entry_bytes", "ledger_bytes",
+    "training_values", "DTYPE_BYTES", "saved", "renamed",
+]
+
+b, s = sym("b"), sym("s")
+h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
+n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
+d_cq, d_c = sym("d_cq"), sym("d_c")
+N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
+TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
+
+#: bytes per element of the fixed dtypes; ``act`` is the recipe's activation dtype
+DTYPE_BYTES = {"mask": 1, "int64": 8, "fp32": 4}
+
+#: recompute modules (Megatron-Core's --recompute-modules names)
+MODULES = {
+    "core_attn": "the attention core: scores, softmax, dropout (Korthikanti's selective recompute)",
+    "layernorm": "RMSNorm outputs, recomputed from their inputs",
+    "mla_up_proj": "MLA up-projection outputs (queries, keys, values), recomputed from the latents",
+    "mlp": "the dense FFN's internals",
+    "moe_act": "the experts' activation-function outputs",
+    "moe": "the MoE block's internals (router, dispatch, experts)",
+    "shared_experts": "the shared experts' internals",
+}
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor saved for backward."""
+
+    key: str                          #: unique within its ledger, e.g. ``"attention.softmax_out"``
+    name: str                         #: what it is, in words
+    elements: sp.Expr                 #: elements per micro-batch before any parallel split
+    dtype: str = "act"                #: ``act`` (the recipe's), ``mask``, ``fp32``, ``int64``
+    shard: frozenset = frozenset()    #: divisors among TP, SP, CP, ETP
+    modules: frozenset = frozenset()  #: recompute modules that drop it
+    keep_full: bool = False           #: kept under full recomputation (a checkpointed input)
+    linear_input: bool = False        #: input of a Linear: cached in FP8 by an fp8 recipe
+    fp8_exception: str = ""           #: format used instead of FP8 (e.g. ``E5M6``), if any
+    note: str = ""                    #: where the term comes from, or what is uncertain
+
+    @property
+    def block(self) -> str:
+        return self.key.split(".")[0]
+
+
+def saved(key, name, elements, dtype="act", shard=(), modules=(), **kw) -> Saved:
+    """Shorthand constructor of a :class:`Saved` entry."""
+    return Saved(key, name, sp.sympify(elements), dtype, frozenset(shard), frozenset(modules), **kw)
+
+
+def renamed(e: Saved, key: str) -> Saved:
+    """``e`` under another key (e.g. prefixed with ``mtp.``)."""
+    return replace(e, key=key)
+
+
+# ------------------------------------------------------------------------------------------------
+# recompute policies
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Policy:
+    """What is recomputed: a set of modules, or full recomputation of (some) layers."""
+
+    name: str
+    modules: frozenset = frozenset()
+    full: bool = False
+    block_layers: int | None = None   #: full-block:K, only the first K layers of each chunk
+
+    def drops(self, e: Saved) -> bool:
+        """Whether ``e`` is dropped (recomputed) in a layer this policy recomputes."""
+        if self.full:
+            return not e.keep_full
+        return bool(e.modules & self.modules)
+
+
+POLICIES = {
+    "none": Policy("none"),
+    "selective": Policy("selective", frozenset({"core_attn"})),
+    "deepseek": Policy("deepseek", frozenset({"layernorm", "mla_up_proj"})),
+    "full": Policy("full", full=True),
+}
+
+
+def parse_policy(text: str) -> Policy:
+    """``none``, ``selective``, ``deepseek``, ``full``, ``full-block:K`` or a comma list of modules.
+
+    >>> parse_policy("core_attn,layernorm").modules == {"core_attn", "layernorm"}
+    True
+    """
+    t = text.strip()
+    if t in POLICIES:
+        return POLICIES[t]
+    if t.startswith("full-block:"):
+        k = t.split(":", 1)[1]
+        if not k.isdigit() or int(k) < 1:
+            raise ConfigError(f"recompute={text!r}: full-block:K needs a positive integer K")
+        return Policy(t, full=True, block_layers=int(k))
+    mods = [m.strip() for m in t.split(",") if m.strip()]
+    unknown = [m for m in mods if m not in MODULES]
+    if unknown or not mods:
+        raise ConfigError(
+            f"recompute={text!r} must be one of {', '.join(POLICIES)}, full-block:K, or a comma list of "
+            f"modules from {', '.join(MODULES)}")
+    return Policy(",".join(mods), frozenset(mods))
+
+
+# ------------------------------------------------------------------------------------------------
+# bytes of an entry
+# ------------------------------------------------------------------------------------------------
+def _dtype_bytes(e: Saved, recipe: Recipe | None) -> sp.Expr:
+    act = 2 if recipe is None else recipe.activations
+    if e.dtype != "act":
+        return sp.Integer(DTYPE_BYTES[e.dtype])
+    if recipe is not None and recipe.fp8_activations and e.linear_input:
+        if e.fp8_exception == "E5M6":
+            return sp.Rational(3, 2)          # 12 bits per element
+        return sp.Integer(1) + sp.Rational(4, 128)   # FP8 + one fp32 scale per 1x128 tile
+    return sp.Integer(act)
+
+
+def entry_bytes(e: Saved, train: TrainingConfig | None = None, recipe: Recipe | None = None) -> sp.Expr:
+    """Bytes of ``e`` on one device, symbolic in the model, b, s and the parallel sizes.
+
+    ``SP`` divides by TP only when ``train.sp`` (sequence parallelism) is on."""
+    div = sp.Integer(1)
+    for d in e.shard:
+        if d == "SP":
+            if train is None or train.sp:
+                div *= TP
+        else:
+            div *= {"TP": TP, "CP": CP, "ETP": ETP}[d]
+    return e.elements * _dtype_bytes(e, recipe) / div
+
+
+def ledger_bytes(entries: Iterable[Saved], train: TrainingConfig | None = None, recipe: Recipe | None = None,
+                 policy: Policy | None = None) -> Breakdown:
+    """Bytes per entry (dropped entries omitted), keyed by entry key."""
+    return Breakdown([(e.key, entry_bytes(e, train, recipe)) for e in entries
+                      if policy is None or not policy.drops(e)])
+
+
+def training_values(train: TrainingConfig) -> dict:
+    """Substitution for b and s."""
+    return {b: train.micro_batch, s: train.seq_len}
+
+

@@ -1,0 +1,217 @@
+"""Activation ledgers: what each implementation saves for backward, per layer and around it.
+
+A *profile* is a ledger variant (see :mod:`memlib.activations` for the machinery):
+
+``paper``
+    arXiv 2502.07846 §5, term by term: MLA 4bsh + 2bs(d_c'+d_c) + 4bs(d_h+d_h^R)n_h + 2bs d_h n_h
+    + 5bn_h s^2 + 2bs d_h n_h + bsh; MoE 4bsh/2 + 4bsN + 2bsN_r + (N/EP)(3E_token h + 8E_token h_E)
+    + N_s(3bsh + 8bsh_E) under SP, with E_token = bsN_r/N.  Dense layers, the embedding, the head
+    and the MTP modules, which the paper does not analyse, follow the same conventions.
+
+:func:`gpt_layer` reproduces Korthikanti et al. (arXiv 2205.05198) for a dense GPT layer, to show
+that the ledger is not tuned to one paper.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .activations import MODULES, Saved, renamed, saved as _S
+from .config import ConfigError, ModelConfig
+from .symbols import sym
+
+__all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_layer", "common_embedding",
+           "common_head"]
+
+b, s = sym("b"), sym("s")
+h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
+n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
+d_cq, d_c = sym("d_cq"), sym("d_c")
+N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
+EP = sym("EP")
+
+
+# ------------------------------------------------------------------------------------------------
+# the paper's ledger (arXiv 2502.07846 §5), generalised to dense layers, embedding and head
+# ------------------------------------------------------------------------------------------------
+def _paper_attention(m: ModelConfig) -> list[Saved]:
+    bs = b * s
+    out = [
+        _S("attention.norm_input", "RMSNorm input (the layer input)", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S("attention.norm_output", "RMSNorm output, input of the down-projections", bs * h, shard={"SP", "CP"},
+           modules={"layernorm"}, linear_input=True),
+    ]
+    if m.q_lora_rank is not None:
+        out.append(_S("attention.c_q", "query latent c^Q, input of W^UQ and W^QR", bs * d_cq, shard={"CP"},
+                      linear_input=True, note="replicated over TP: W^DQ is not split"))
+    out += [
+        _S("attention.c_kv", "key-value latent c^KV, input of W^UK and W^UV", bs * d_c, shard={"CP"},
+           linear_input=True, note="replicated over TP: W^DKV is not split"),
+        _S("attention.q", "queries q (no-RoPE and RoPE parts)", bs * n_h * (d_h + d_hR), shard={"TP", "CP"},
+           modules={"mla_up_proj"}),
+        _S("attention.k", "keys k (no-RoPE part and the shared RoPE key, per head)", bs * n_h * (d_h + d_hR),
+           shard={"TP", "CP"}, modules={"mla_up_proj"}),
+        _S("attention.v", "values v", bs * n_h * d_v, shard={"TP", "CP"}, modules={"mla_up_proj"},
+           note="the paper writes d_h; DeepSeek's configs call this v_head_dim"),
+        _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.context", "attention output, input of W^O", bs * n_h * d_v, shard={"TP", "CP"},
+           linear_input=True, fp8_exception="E5M6"),
+        _S("attention.out_dropout_mask", "dropout mask after W^O", bs * h, "mask", shard={"SP", "CP"}),
+    ]
+    return out
+
+
+def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, module: str,
+               label: str, input_mask: bool) -> list[Saved]:
+    """A SwiGLU FFN as the paper counts an expert: input (and its mask), gate, up, SiLU, product."""
+    out = []
+    if input_mask:
+        out += [
+            _S(f"{prefix}.input", f"{label} input", tokens * h, shard=shard_in, modules={module}, linear_input=True),
+            _S(f"{prefix}.input_mask", f"{label} input mask", tokens * h, "mask", shard=shard_in, modules={module},
+               note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask, as its transcription reads it"),
+        ]
+    out += [
+        _S(f"{prefix}.gate_out", f"{label} gate projection output (SwiGLU input)", tokens * width,
+           shard=shard_w, modules={module}),
+        _S(f"{prefix}.up_out", f"{label} up projection output (SwiGLU input)", tokens * width,
+           shard=shard_w, modules={module}),
+        _S(f"{prefix}.act_out", f"{label} SiLU output", tokens * width, shard=shard_w,
+           modules={module, "moe_act"} if prefix == "routed" else {module}),
+        _S(f"{prefix}.product", f"{label} SiLU(gate) * up, input of the down projection", tokens * width,
+           shard=shard_w, modules={module, "moe_act"} if prefix == "routed" else {module}, linear_input=True),
+    ]
+    return out
+
+
+def _paper_moe(m: ModelConfig) -> list[Saved]:
+    bs = b * s
+    routed_tokens = (N / EP) * (bs * N_r / N)      # local experts x E_token, E_token = b s N_r / N
+    out = [
+        _S("moe.norm_input", "RMSNorm input (the MoE block input)", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S("moe.norm_output", "RMSNorm output, input of the router and experts", bs * h, shard={"SP", "CP"},
+           modules={"layernorm"}, linear_input=True),
+        _S("moe.router_logits", "router logits", bs * N, shard={"CP"}, modules={"moe"}),
+        _S("moe.router_probs", "router probabilities", bs * N, shard={"CP"}, modules={"moe"}),
+        _S("moe.routing_map", "top-k routing map (which experts each token goes to)", bs * N_r, shard={"CP"},
+           keep_full=True, note="kept under full recomputation so that routing is reproduced exactly"),
+    ]
+    out += [e for e in _paper_ffn("routed", h_E, routed_tokens, shard_w={"CP", "ETP"}, shard_in={"CP"},
+                                  module="moe", label="routed experts'", input_mask=True)]
+    if m.n_shared_experts:
+        out += _paper_ffn("shared", N_s * h_E, bs, shard_w={"CP"}, shard_in={"CP"}, module="shared_experts",
+                          label="shared experts'", input_mask=True)
+    return [e if e.key.startswith("moe.") else renamed(e, "moe." + e.key) for e in out]
+
+
+def _paper_dense(m: ModelConfig) -> list[Saved]:
+    bs = b * s
+    out = [
+        _S("dense_ffn.norm_input", "RMSNorm input (the FFN block input)", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S("dense_ffn.norm_output", "RMSNorm output, input of the FFN", bs * h, shard={"SP", "CP"},
+           modules={"layernorm"}, linear_input=True),
+    ]
+    out += [renamed(e, "dense_ffn." + e.key.split(".", 1)[1])
+            for e in _paper_ffn("ffn", h_F, bs, shard_w={"TP", "CP"}, shard_in={"SP", "CP"}, module="mlp",
+                                label="dense FFN", input_mask=False)]
+    out.append(_S("dense_ffn.out_dropout_mask", "dropout mask after the FFN", bs * h, "mask", shard={"SP", "CP"},
+                  note="beyond the paper (it analyses MoE stages only); as Korthikanti's MLP dropout mask"))
+    return out
+
+
+def common_embedding() -> list[Saved]:
+    return [_S("embedding.token_ids", "input token ids (for the embedding's backward)", b * s, "int64",
+               shard={"CP"}, keep_full=True)]
+
+
+def common_head(prefix: str = "head") -> list[Saved]:
+    bs = b * s
+    return [
+        _S(f"{prefix}.norm_input", "final RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S(f"{prefix}.input", "final RMSNorm output, input of the output head", bs * h, shard={"SP", "CP"},
+           keep_full=True, linear_input=True),
+        _S(f"{prefix}.logits", "logits", bs * v, shard={"TP", "CP"}, keep_full=True),
+        _S(f"{prefix}.loss_softmax", "cross-entropy softmax of the logits, upcast to fp32", bs * v, "fp32",
+           shard={"TP", "CP"}, keep_full=True, note="vocab-parallel cross-entropy keeps fp32 probabilities"),
+    ]
+
+
+def _paper_mtp(m: ModelConfig, j: int) -> list[Saved]:
+    bs = b * s
+    kind = "moe" if m.is_moe_layer(m.num_hidden_layers + j) else "dense"
+    own = [
+        _S("mtp.token_ids", "shifted token ids of the MTP module", bs, "int64", shard={"CP"}, keep_full=True),
+        _S("mtp.enorm_input", "embedding of the shifted tokens, RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S("mtp.hnorm_input", "main model's final hidden state, RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S("mtp.eh_proj_input", "concatenated normalised inputs of the projection M", bs * 2 * h,
+           shard={"SP", "CP"}, keep_full=True, linear_input=True),
+    ]
+    block = [renamed(e, "mtp." + e.key) for e in paper_layer(m, kind)]
+    return own + block + common_head("mtp.head")
+
+
+def paper_layer(m: ModelConfig, kind: str) -> list[Saved]:
+    """The paper profile's ledger of one decoder layer of ``kind``."""
+    return _paper_attention(m) + (_paper_moe(m) if kind == "moe" else _paper_dense(m))
+
+
+@dataclass(frozen=True)
+class ActProfile:
+    """A ledger variant: what an implementation saves."""
+
+    name: str
+    description: str
+    layer: Callable[[ModelConfig, str], list[Saved]]
+    embedding: Callable[[ModelConfig], list[Saved]]
+    head: Callable[[ModelConfig], list[Saved]]
+    mtp: Callable[[ModelConfig, int], list[Saved]]
+    modules: frozenset = field(default_factory=lambda: frozenset(MODULES))
+
+
+ACT_PROFILES: dict[str, ActProfile] = {
+    "paper": ActProfile(
+        "paper", "arXiv 2502.07846 §5: eager attention with dropout, bf16, every intermediate kept",
+        paper_layer, lambda m: common_embedding(), lambda m: common_head(), _paper_mtp),
+}
+
+
+def act_profile(name: str) -> ActProfile:
+    """The activation profile called ``name``."""
+    try:
+        return ACT_PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"profile={name!r} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Korthikanti et al. (arXiv 2205.05198): a dense GPT layer with LayerNorm, GeLU MLP and dropout
+# ------------------------------------------------------------------------------------------------
+def gpt_layer() -> list[Saved]:
+    """One GPT layer as Korthikanti et al. count it (their §4.1): 34 sbh + 5 a s^2 b bytes with
+    f = 4h, a = n_h heads.  Used to show that the ledger reproduces their Table 2."""
+    sbh = s * b * h
+    return [
+        _S("attention.ln_input", "LayerNorm input (the layer input)", sbh, shard={"SP"}, keep_full=True),
+        _S("attention.qkv_input", "LayerNorm output, input of the QKV projection", sbh, shard={"SP"},
+           modules={"layernorm"}),
+        _S("attention.q", "queries (for QK^T)", sbh, shard={"TP"}),
+        _S("attention.k", "keys (for QK^T)", sbh, shard={"TP"}),
+        _S("attention.softmax_out", "softmax output", n_h * s * s * b, shard={"TP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_mask", "attention-dropout mask", n_h * s * s * b, "mask",
+           shard={"TP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_out", "attention-dropout output", n_h * s * s * b, shard={"TP"},
+           modules={"core_attn"}),
+        _S("attention.v", "values", sbh, shard={"TP"}),
+        _S("attention.proj_input", "attention output, input of the output projection", sbh, shard={"TP"}),
+        _S("attention.out_dropout_mask", "dropout mask after attention", sbh, "mask", shard={"SP"}),
+        _S("mlp.ln_input", "LayerNorm input", sbh, shard={"SP"}),
+        _S("mlp.fc1_input", "LayerNorm output, input of the first linear", sbh, shard={"SP"}, modules={"layernorm"}),
+        _S("mlp.gelu_input", "GeLU input", s * b * h_F, shard={"TP"}, modules={"mlp"}),
+        _S("mlp.gelu_output", "GeLU output, input of the second linear", s * b * h_F, shard={"TP"}, modules={"mlp"}),
+        _S("mlp.dropout_mask", "dropout mask after the MLP", sbh, "mask", shard={"SP"}),
+    ]
