@@ -38,6 +38,7 @@ pdf-deps:
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cli_cold_start.py
+	$(BIN)/python benchmarks/sweep.py
 
 clean:
 	rm -rf _build .pytest_cache

@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
     pp.add_argument("--json", action="store_true", help="machine-readable output")
 
+    pf = sub.add_parser("formula", help="print a named formula of the book (symbolic or LaTeX)")
+    pf.add_argument("name", nargs="?", default=None, help="formula name; omit to list them")
+    pf.add_argument("--model", default="deepseek-v3", help="model whose structure the formula follows")
+    pf.add_argument("--latex", action="store_true", help="print LaTeX")
+
     d = PAPER_TRAINING
     pe = sub.add_parser("estimate", help="per-stage memory per device",
                         description="Defaults are the paper's configuration: DeepSeek-V3, "
@@ -176,10 +181,25 @@ def _estimate(args) -> int:
     return 0
 
 
+def _formula(args) -> int:
+    import sympy as sp
+
+    from .formulas import FORMULAS, formula
+
+    if args.name is None:
+        width = max(map(len, FORMULAS))
+        for name in sorted(FORMULAS):
+            print(f"{name:<{width}}  {FORMULAS[name].description}")
+        return 0
+    expr = formula(args.name, args.model)
+    print(sp.latex(expr) if args.latex else sp.sstr(expr))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        return {"params": _params, "estimate": _estimate}[args.command](args)
+        return {"params": _params, "estimate": _estimate, "formula": _formula}[args.command](args)
     except ConfigError as exc:
         print(f"memlib: error: {exc}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from .partition import Chunk, Partition, Stage
 from .schedule import check_schedule, in_flight
 from .states import model_states, optimizer_states, recipe
 
-__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED"]
+__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula"]
 
 #: the byte terms that are tensors PyTorch allocates
 ALLOCATED = ("parameters", "gradients", "optimizer_states", "activations")
@@ -209,6 +209,49 @@ class Estimate:
             out["capacity"] = self.capacity
             out["fits"] = all(self.fits(s) for s in self.stages)
         return out
+
+
+def stage_formula(est: "Estimate", index: int, keep=("DP", "TP", "EP", "ETP", "CP", "b", "s")) -> Breakdown:
+    """Allocated bytes of one device of stage ``index`` as a formula in the symbols named by ``keep``
+    (everything else substituted): model states and in-flight activations under 1F1B/GPipe.
+
+    The layout, schedule, recompute policy and precision are those of ``est``; divisibility is the
+    caller's business (use it for sweeps over valid configurations, e.g. with ``lambdify``).
+    """
+    import sympy as sp
+
+    from .activations import entry_bytes
+    from .states import states_formula
+    from .symbols import sym
+
+    part, t = est.partition, est.train
+    st = part.stages[index]
+    if len(st.chunks) != 1 or est.policy.full and est.policy.block_layers is not None:
+        raise ConfigError("stage_formula covers one chunk per device (gpipe, 1f1b) and per-layer policies")
+    keep_syms = {sym(k) for k in keep}
+    fixed = {k: x for k, x in est.values.items() if k not in keep_syms}
+    params = part.params(st)
+    edp_keys = part.edp_keys(st)
+    p_ne = params.select(lambda k: k not in edp_keys).total
+    p_e = params.select(lambda k: k in edp_keys).total
+    EDP = sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP"))
+    states = states_formula(t.zero, est.recipe).map(
+        lambda e: e.xreplace({sym("P_ne"): p_ne, sym("P_e"): p_e, sym("EDP"): EDP}))
+    counts, _ = in_flight(t, st)
+    chunk = st.chunks[0]
+    m, ap = est.model, est.act_profile
+    ledgers = [e for i in chunk.layers for e in ap.layer(m, m.layer_kinds[i]) if not est.policy.drops(e)]
+    if chunk.first:
+        ledgers += ap.embedding(m)
+    if chunk.last:
+        ledgers += ap.head(m)
+    act = sum((entry_bytes(e, t, est.recipe) for e in ledgers), start=0) * counts[0]
+    working = sp.Integer(0)
+    if est.policy.full:
+        working = sp.Max(0, *(sum((entry_bytes(e, t, est.recipe) for e in ap.layer(m, k) if est.policy.drops(e)),
+                                  start=0) for k in {m.layer_kinds[i] for i in chunk.layers}))
+    out = Breakdown({**states, "activations": act, "recompute_working_set": working})
+    return out.map(lambda e: e.xreplace(fixed))
 
 
 def estimate(model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,
