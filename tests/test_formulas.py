@@ -1,0 +1,51 @@
+"""memlib formula: every named formula builds, equals memlib's own results, and the CLI prints it."""
+import subprocess
+import sys
+
+import pytest
+import sympy as sp
+
+from memlib.config import ConfigError, load_model
+from memlib.formulas import FORMULAS, formula
+from memlib.params import values
+from memlib.symbols import sym
+
+
+@pytest.mark.parametrize("name", sorted(FORMULAS))
+def test_every_formula_builds_symbolically(name):
+    e = formula(name)
+    assert isinstance(e, sp.Expr) and e.free_symbols, name
+
+
+def test_formulas_evaluate_to_the_papers_numbers():
+    v3 = values(load_model("deepseek-v3"))
+    assert formula("params.mla").xreplace(v3) == 187_107_328
+    assert formula("params.moe_layer").xreplace(v3) == 11_507_286_016
+    assert formula("params.total").xreplace(v3) == 671_026_404_352
+    assert formula("params.activated").xreplace(v3) == 37_552_282_624
+    paper = {**v3, sym("b"): 1, sym("s"): 4096, sym("TP"): 2, sym("CP"): 1, sym("EP"): 8, sym("ETP"): 1}
+    # four layers of stage 1 (the paper's Table 10 with b = 1)
+    assert 4 * (formula("activations.paper.mla") + formula("activations.paper.moe")).xreplace(paper) == 24_671_158_272
+    assert 4 * (formula("activations.paper.mla_full") + formula("activations.paper.moe_full")).xreplace(paper) == 235_143_168
+
+
+def test_formula_follows_the_model_structure():
+    # V2-Lite has no q compression: no d_c' in its MLA count
+    assert sym("d_cq") not in formula("params.mla", "deepseek-v2-lite").free_symbols
+    assert sym("d_cq") in formula("params.mla", "deepseek-v3").free_symbols
+
+
+def test_unknown_formula_is_a_config_error():
+    with pytest.raises(ConfigError, match="formula='nope' is unknown"):
+        formula("nope")
+
+
+def test_cli_formula():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "memlib", "formula", *a],  # noqa: E731
+                                    capture_output=True, text=True)
+    r = run("params.expert", "--latex")
+    assert r.returncode == 0 and r.stdout.strip() == "3 h h_{E}"
+    r = run()
+    assert r.returncode == 0 and "states.zero1" in r.stdout
+    r = run("nope")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
