@@ -1,0 +1,41 @@
+"""Building the book twice gives the same HTML text and the same figures, byte for byte.
+
+Builds a second copy into a temporary folder and compares it with ``_build/html`` (from
+``make book``).  It takes as long as a book build, so it runs only when ``MEMLIB_REQUIRE_BOOK=1``
+(CI) or ``MEMLIB_CHECK_REPRODUCIBLE=1``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+RUN = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1" or os.environ.get("MEMLIB_CHECK_REPRODUCIBLE") == "1"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and (rel.endswith(".html") or rel.startswith("_images/")) and not rel.startswith("_static/"):
+            out[rel] = p.read_bytes()
+    return out
+
+
+@pytest.mark.skipif(not RUN, reason="set MEMLIB_CHECK_REPRODUCIBLE=1 (CI sets MEMLIB_REQUIRE_BOOK=1) to build twice")
+def test_second_build_is_identical(tmp_path):
+    if not (HTML / "index.html").is_file():
+        pytest.fail("the book is not built (make book)")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    r = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(tmp_path), "-W", "-n", "--keep-going"],
+                       capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    first, second = _files(HTML), _files(tmp_path / "_build" / "html")
+    assert sorted(first) == sorted(second)
+    differ = [k for k in first if first[k] != second[k]]
+    assert differ == [], f"differ between two builds: {differ[:10]}"
