@@ -12,11 +12,12 @@ JB_FLAGS ?= -W -n --keep-going
 venv: $(STAMP)
 
 # Reinstalls only when the pins or the package metadata change. pip itself is not upgraded
-# (nothing unpinned enters the venv).
+# (nothing unpinned enters the venv). The measure extra brings torch, pinned by constraints.txt to
+# the CPU build (2.13.0+cpu, a local wheel on these machines): never a CUDA download.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q \
-		-r requirements.txt -c constraints.txt -e .
+		-r requirements.txt -c constraints.txt -e '.[measure]'
 	touch $@
 
 book: $(STAMP)

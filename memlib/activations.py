@@ -43,7 +43,7 @@ N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
 TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
 
 #: bytes per element of the fixed dtypes; ``act`` is the recipe's activation dtype
-DTYPE_BYTES = {"mask": 1, "int64": 8, "fp32": 4}
+DTYPE_BYTES = {"mask": 1, "int64": 8, "int32": 4, "fp32": 4}
 
 #: recompute modules (Megatron-Core's --recompute-modules names)
 MODULES = {
@@ -64,7 +64,7 @@ class Saved:
     key: str                          #: unique within its ledger, e.g. ``"attention.softmax_out"``
     name: str                         #: what it is, in words
     elements: sp.Expr                 #: elements per micro-batch before any parallel split
-    dtype: str = "act"                #: ``act`` (the recipe's), ``mask``, ``fp32``, ``int64``
+    dtype: str = "act"                #: ``act`` (the recipe's), ``mask``, ``fp32``, ``int64``, ``int32``
     shard: frozenset = frozenset()    #: divisors among TP, SP, CP, ETP
     modules: frozenset = frozenset()  #: recompute modules that drop it
     keep_full: bool = False           #: kept under full recomputation (a checkpointed input)

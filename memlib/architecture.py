@@ -22,7 +22,8 @@ from .symbols import sym
 
 __all__ = [
     "Tensor", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
-    "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "model_values",
+    "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
+    "model_values",
     "MLA_EQUATIONS", "BLOCKS",
 ]
 
@@ -165,6 +166,12 @@ def mtp_tensors(m: ModelConfig, j: int = 0) -> list[Tensor]:
         for t in decoder_layer_tensors(m, kind)
     ]
     return own[:3] + block + own[3:]
+
+
+def mtp_embedding_copy() -> list[Tensor]:
+    """The embedding copy a pipeline stage keeps for its MTP modules when it does not hold the
+    embedding itself (a copy of a shared parameter, not a parameter of its own)."""
+    return [Tensor("mtp.embedding_copy", "W^{E}_{MTP}", (v, h), "model.embed_tokens.weight", "embedding", tp_dim=v)]
 
 
 def model_values(m: ModelConfig) -> dict:

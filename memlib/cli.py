@@ -2,6 +2,7 @@
 
 ``memlib params``   parameter counts of a model (total, activated, MTP, per component).
 ``memlib estimate`` per-stage, per-device memory under a training configuration.
+``memlib measure``  measured against predicted activation bytes (needs ``pip install memlib[measure]``).
 
 Output with ``--json`` is a contract: keys are added by later versions, never renamed.  Bad input
 prints one line on stderr naming the field, its value and the rule, and exits with code 2.
@@ -80,6 +81,19 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--fragmentation", default=None, help="fraction of allocated memory, e.g. 0.1 (overrides the preset)")
     pe.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pe.add_argument("--json", action="store_true", help="machine-readable output")
+
+    pm = sub.add_parser("measure", help="measured against predicted activation bytes (needs memlib[measure])",
+                        description="Builds the model with transformers (random weights, bf16, CPU), runs one "
+                                    "training forward pass with labels and counts what autograd saves for "
+                                    "backward, per layer, beside the activation ledger's prediction; then "
+                                    "gradient and AdamW-state bytes after backward and one step.")
+    pm.add_argument("--model", required=True, help="preset name or path to a config.json (keep it small)")
+    pm.add_argument("--micro-batch", type=int, default=1, help="b, sequences per micro-batch (default 1)")
+    pm.add_argument("--seq-len", type=int, default=16, help="s, tokens per sequence (default 16)")
+    pm.add_argument("--profile", default="hf-eager", help="activation ledger to compare with (default hf-eager)")
+    pm.add_argument("--seed", type=int, default=0, help="seed of the random weights and tokens (default 0)")
+    pm.add_argument("--no-step", dest="step", action="store_false", help="skip backward and the optimizer step")
+    pm.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
@@ -181,6 +195,34 @@ def _estimate(args) -> int:
     return 0
 
 
+def _measure(args) -> int:
+    from .measure import compare, require  # torch and transformers only when asked for
+
+    require()
+    for name in ("micro_batch", "seq_len"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"{name}={getattr(args, name)} must be a positive integer")
+    r = compare(args.model, args.micro_batch, args.seq_len, args.profile, seed=args.seed, step=args.step)
+    if args.json:
+        print(json.dumps({k: x for k, x in r.items() if k != "storages"}, indent=2))
+        return 0
+    print(f"{r['model']} · profile {r['profile']} · b={r['micro_batch']} s={r['seq_len']} · seed {r['seed']} "
+          f"(bytes saved for backward, measured with autograd hooks)")
+    rows = [(x["region"], f"{x['predicted']:,}", f"{x['measured']:,}", f"{x['difference']:+,}") for x in r["regions"]]
+    a = r["activations"]
+    rows.append(("total", f"{a['predicted']:,}", f"{a['measured']:,}", f"{a['difference']:+,}"))
+    for k in ("gradients", "optimizer_states"):
+        if k in r:
+            rows.append((k, f"{r[k]['predicted']:,}", f"{r[k]['measured']:,}", f"{r[k]['difference']:+,}"))
+    head = ("", "predicted", "measured", "difference")
+    widths = [max(len(x[i]) for x in rows + [head]) for i in range(4)]
+    print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(head)))
+    for x in rows:
+        print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(x)))
+    print("exact" if r["exact"] else "NOT exact")
+    return 0
+
+
 def _formula(args) -> int:
     import sympy as sp
 
@@ -199,7 +241,8 @@ def _formula(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        return {"params": _params, "estimate": _estimate, "formula": _formula}[args.command](args)
+        return {"params": _params, "estimate": _estimate, "formula": _formula,
+                "measure": _measure}[args.command](args)
     except ConfigError as exc:
         print(f"memlib: error: {exc}", file=sys.stderr)
         return 2

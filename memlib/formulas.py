@@ -4,7 +4,7 @@ Each entry builds a SymPy expression from memlib's own functions (nothing is res
 model whose *structure* comes from a preset (sizes stay symbols).  A reader can take the exact
 expression into their own work: ``memlib formula params.mla --latex``.
 
->>> sorted(FORMULAS)[:3]
+>>> sorted(FORMULAS)[3:6]
 ['activations.paper.mla', 'activations.paper.mla_full', 'activations.paper.moe']
 """
 from __future__ import annotations

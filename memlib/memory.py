@@ -21,6 +21,7 @@ from functools import cached_property
 
 from .activations import Policy, ledger_bytes, parse_policy, training_values
 from .ledgers import act_profile
+from . import ledgers_hf  # noqa: F401  (registers the hf-eager activation profile)
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig
 from .overhead import Overheads
@@ -49,6 +50,11 @@ class StageMemory:
     overheads: dict[str, int]    #: cuda_context, comm_buffers, fragmentation
 
     @property
+    def model_states(self) -> int:
+        """Parameters + gradients + optimizer states (the paper's Table 8 quantity)."""
+        return self.bytes["parameters"] + self.bytes["gradients"] + self.bytes["optimizer_states"]
+
+    @property
     def allocated(self) -> int:
         return sum(self.bytes[k] for k in ALLOCATED)
 
@@ -69,6 +75,9 @@ class Estimate:
         check_schedule(train)
         self.act_profile = act_profile(train.profile)
         self.policy: Policy = parse_policy(train.recompute)
+        if self.recipe.recompute and not self.policy.full:
+            # a recipe that recomputes by itself (deepseek-v3: the SwiGLU output) adds its modules
+            self.policy = Policy(self.policy.name, self.policy.modules | self.recipe.recompute)
         unknown = sorted(self.policy.modules - self.act_profile.modules)
         if unknown:
             raise ConfigError(f"recompute={train.recompute!r}: module {unknown[0]} is not known to the "
@@ -92,11 +101,11 @@ class Estimate:
             cache[key] = ledger_bytes(ledger, self.train, self.recipe, policy).evaluate(self.values)
         return cache[key]
 
-    def _extra(self, name: str, ledger) -> dict[str, int]:
+    def _extra(self, name: str, ledger, policy: Policy | None = None) -> dict[str, int]:
         cache = self.__dict__.setdefault("_extra_cache", {})
-        if name not in cache:
-            cache[name] = ledger_bytes(ledger, self.train, self.recipe).evaluate(self.values)
-        return cache[name]
+        if (name, policy) not in cache:
+            cache[(name, policy)] = ledger_bytes(ledger, self.train, self.recipe, policy).evaluate(self.values)
+        return cache[(name, policy)]
 
     def chunk_activations(self, chunk: Chunk) -> tuple[dict[str, int], int]:
         """Bytes per entry of one micro-batch through ``chunk``, and the working set a recomputed
@@ -111,20 +120,23 @@ class Estimate:
         if chunk.first:
             add(self._extra("embedding", self.act_profile.embedding(m)))
         working = 0
+        # what a layer keeps when it is not fully recomputed: everything but the recipe's own recompute
+        base = Policy("recipe", self.recipe.recompute) if self.recipe.recompute else None
         for pos, i in enumerate(chunk.layers):
             kind = m.layer_kinds[i]
             recomputed = pol.full and (pol.block_layers is None or pos < pol.block_layers)
             if pol.full and not recomputed:
-                add(self._layer(kind, None))
+                add(self._layer(kind, base))
                 continue
             add(self._layer(kind, pol))
             if recomputed:
-                working = max(working, sum(self._layer(kind, None).values()) - sum(self._layer(kind, pol).values()))
+                working = max(working, sum(self._layer(kind, base).values()) - sum(self._layer(kind, pol).values()))
         if chunk.last:
             add(self._extra("head", self.act_profile.head(m)))
             if self.partition.profile.include_mtp:
                 for j in range(m.num_nextn_predict_layers):
-                    add(self._extra(f"mtp{j}", self.act_profile.mtp(m, j)))
+                    # the MTP block is a decoder layer: the same recompute policy applies to it
+                    add(self._extra(f"mtp{j}", self.act_profile.mtp(m, j), pol))
         return by_entry, working
 
     def _activations(self, st: Stage) -> dict:

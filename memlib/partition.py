@@ -30,7 +30,7 @@ from math import ceil
 import sympy as sp
 
 from .architecture import (
-    Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, mtp_tensors,
+    Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, mtp_embedding_copy, mtp_tensors,
 )
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig, load_model
@@ -38,7 +38,8 @@ from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
 __all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout",
-           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
+           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages",
+           "check_chunking"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
@@ -80,6 +81,8 @@ PROFILES = {
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
                         include_mtp=True),
+    "hf-eager": Profile("hf-eager", "transformers' DeepseekV3ForCausalLM (eager attention): tensors split as "
+                        "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
 
 
@@ -117,6 +120,19 @@ def default_layout(num_layers: int, pp: int) -> tuple[int, ...]:
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 
 
+def check_chunking(train: TrainingConfig) -> None:
+    """Rules on the schedule and the model chunks per device (checked before any layout)."""
+    if train.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule={train.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    p, v = train.pp, train.vpp
+    if train.schedule == "interleaved" and v < 2:
+        raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
+    if train.schedule != "interleaved" and v != 1:
+        raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={train.schedule})")
+    if train.schedule == "dualpipe" and p % 2:
+        raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
+
+
 def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
     """Decoder layers per *model stage*, checked, or the default.
 
@@ -124,9 +140,19 @@ def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
     all PP V virtual stages, or PP entries each divisible by V (every chunk of rank r then gets
     ``layout[r] / V`` layers)."""
     t = train
+    check_chunking(t)
     n_virtual = t.pp * t.vpp
     if t.layout is None:
-        return default_layout(m.num_hidden_layers, n_virtual)
+        if t.vpp == 1:
+            return default_layout(m.num_hidden_layers, n_virtual)
+        try:
+            return default_layout(m.num_hidden_layers, n_virtual)
+        except ConfigError:
+            per = ceil(m.num_hidden_layers / n_virtual)
+            raise ConfigError(
+                f"pp*vpp={n_virtual} (pp={t.pp}, vpp={t.vpp}) with num_hidden_layers={m.num_hidden_layers}: the "
+                f"default layout (ceil(l/(pp*vpp))={per} layers per virtual stage, the remainder on the last) "
+                f"leaves virtual stage {n_virtual - 1} empty; give --layout") from None
     lay = t.layout
     text = ",".join(map(str, lay))
     if t.vpp > 1 and len(lay) == t.pp:
@@ -168,15 +194,8 @@ class Stage:
 
 def build_stages(layout: tuple[int, ...], train: TrainingConfig) -> list[Stage]:
     """Model chunks from ``layout``, assigned to the PP ranks by the schedule."""
-    if train.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule={train.schedule!r} must be one of {', '.join(SCHEDULES)}")
+    check_chunking(train)
     p, v = train.pp, train.vpp
-    if train.schedule == "interleaved" and v < 2:
-        raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
-    if train.schedule != "interleaved" and v != 1:
-        raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={train.schedule})")
-    if train.schedule == "dualpipe" and p % 2:
-        raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
     starts = [sum(layout[:i]) for i in range(len(layout))]
     n = len(layout)
     chunks = [Chunk(i, tuple(range(s0, s0 + k)), i == 0, i == n - 1) for i, (s0, k) in enumerate(zip(starts, layout))]
@@ -251,9 +270,14 @@ class Partition:
                     out += [(t, n) for t in decoder_layer_tensors(m, kind)]
             if chunk.last:
                 out += [(t, 1) for t in head_tensors(m)]
-                if self.profile.include_mtp:
+                if self.profile.include_mtp and m.num_nextn_predict_layers:
                     for j in range(m.num_nextn_predict_layers):
                         out += [(t, 1) for t in mtp_tensors(m, j)]
+                    if not any(c.first for c in chunks):
+                        # the MTP modules embed the shifted tokens: a stage without the embedding keeps
+                        # its own copy (Megatron-Core builds one where mtp_process; DualPipe's placement
+                        # of the first and last stages on one rank is what saves it in DeepSeek-V3)
+                        out += [(t, 1) for t in mtp_embedding_copy()]
         return out
 
     def sharding(self, tensor: Tensor) -> str:

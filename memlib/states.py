@@ -47,6 +47,9 @@ class Recipe:
     source: str = ""
     activations: int = 2                       #: bytes per saved activation element (bf16/fp16)
     fp8_activations: bool = False              #: Linear inputs cached in FP8 (DeepSeek-V3 report §3.3)
+    #: recompute modules the recipe drops by itself, whatever the recompute policy (DeepSeek-V3 caches
+    #: the MoE SwiGLU input in FP8 and recomputes its output: ``moe_act``)
+    recompute: frozenset = frozenset()
 
     @property
     def optimizer_bytes(self) -> int:
@@ -76,7 +79,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("deepseek-v3", "bf16 weights, fp32 gradients and master weights, bf16 AdamW moments, "
            "Linear inputs cached in FP8",
            2, 4, (("master_weights", 4), ("exp_avg", 2), ("exp_avg_sq", 2)),
-           "the DeepSeek-V3 report (arXiv 2412.19437) §3.2.3 and §3.3", fp8_activations=True),
+           "the DeepSeek-V3 report (arXiv 2412.19437) §3.2.3 and §3.3", fp8_activations=True,
+           recompute=frozenset({"moe_act"})),
     Recipe("megatron-fp8-param", "fp8 weights (--fp8-param-gather), fp32 main gradients, fp32 master "
            "weights and AdamW moments",
            1, 4, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),

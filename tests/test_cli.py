@@ -318,3 +318,136 @@ def test_parse_bytes_rejects(text):
     with pytest.raises(ValueError):
         parse_bytes(text)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# estimate: activations, schedules, overheads, capacity (the options added with the activations)
+# ---------------------------------------------------------------------------------------------
+def test_estimate_json_activations_and_overheads():
+    d = run_json(*PAPER_ARGS, runner=call)
+    assert "fits" not in d and "capacity" not in d
+    for s in d["stages"]:
+        assert "fits" not in s
+        a = s["activations"]
+        assert {"per_microbatch", "microbatches_in_flight", "by_entry", "chunks", "schedule_extra",
+                "recompute_working_set"} <= set(a)
+        assert type(a["per_microbatch"]) is int and type(a["microbatches_in_flight"]) is int
+        assert sum(a["by_entry"].values()) == a["per_microbatch"]
+        b = s["bytes"]
+        assert {"activations", "overhead"} <= set(b)
+        assert b["activations"] == sum(c["per_microbatch"] * c["in_flight"] for c in a["chunks"]) \
+            + a["schedule_extra"] + a["recompute_working_set"]
+        assert b["overhead"] == sum(s["overheads"].values())
+        assert s["allocated"] == b["parameters"] + b["gradients"] + b["optimizer_states"] + b["activations"]
+        assert b["total"] == s["allocated"] + b["overhead"]
+    s1 = d["stages"][1]["activations"]
+    assert (s1["per_microbatch"], s1["microbatches_in_flight"]) == (24_671_158_272, 15)
+    assert [s["activations"]["microbatches_in_flight"] for s in d["stages"]] == list(range(16, 0, -1))
+    assert d["config"]["overhead"] == {"cuda_context": 300 * 2**20, "comm_buffers": 858_993_460,
+                                       "fragmentation": "1/20"}
+    assert {k: d["config"][k] for k in ("micro_batch", "seq_len", "recompute", "schedule", "num_microbatches",
+                                        "vpp", "sp")} == {
+        "micro_batch": 1, "seq_len": 4096, "recompute": "none", "schedule": "1f1b", "num_microbatches": None,
+        "vpp": 1, "sp": True}
+
+
+def test_estimate_gpu_memory_adds_fits():
+    d = run_json(*PAPER_ARGS, "--gpu-memory", "80GiB", runner=call)
+    assert d["capacity"] == 80 * 2**30 and d["fits"] is False
+    assert [s["fits"] for s in d["stages"]] == [False] * 15 + [True]
+    assert d["peak"] == {"stage": 1, "bytes": 481_624_673_486}
+    d = run_json(*PAPER_ARGS, "--gpu-memory", "80GiB", "--recompute", "full", "--zero", "1", runner=call)
+    assert d["fits"] is True and all(s["fits"] for s in d["stages"])
+    assert d["peak"] == {"stage": 1, "bytes": 56_893_303_195}
+    d = run_json(*PAPER_ARGS, "--gpu-memory", "80GB", "--recompute", "full", "--zero", "1", runner=call)
+    assert d["capacity"] == 80 * 10**9 and d["fits"] is True
+
+
+def test_estimate_readable_fits_and_oom():
+    r = call(*PAPER_ARGS, "--gpu-memory", "80GiB")
+    assert r.returncode == 0 and r.stderr == ""
+    assert "in flight" in r.stdout
+    assert "OOM" in r.stdout and "does NOT fit" in r.stdout and "OOM on stages 0, 1," in r.stdout
+    r = call(*PAPER_ARGS, "--gpu-memory", "80GiB", "--recompute", "full", "--zero", "1")
+    assert " ok" in r.stdout and "fits on every stage" in r.stdout and "OOM" not in r.stdout
+    r = call(*PAPER_ARGS)
+    assert "capacity" not in r.stdout and " ok" not in r.stdout and "OOM" not in r.stdout
+    r = call(*PAPER_ARGS, "--schedule", "interleaved", "--vpp", "2", "--pp", "4", "--num-microbatches", "8")
+    assert "(V=2)" in r.stdout and "M=8" in r.stdout
+
+
+def test_estimate_new_options_reach_the_config():
+    d = run_json(*PAPER_ARGS, "--micro-batch", "2", "--seq-len", "2048", "--recompute", "selective",
+                 "--schedule", "gpipe", "--num-microbatches", "32", "--no-sp", runner=call)
+    c = d["config"]
+    assert (c["micro_batch"], c["seq_len"], c["recompute"], c["schedule"], c["num_microbatches"], c["sp"]) == (
+        2, 2048, "selective", "gpipe", 32, False)
+    assert all(s["activations"]["microbatches_in_flight"] == 32 for s in d["stages"])
+    d = run_json(*PAPER_ARGS, "--schedule", "dualpipe", "--recompute", "full", runner=call)
+    assert all(s["activations"]["microbatches_in_flight"] == 17 for s in d["stages"])
+    d = run_json(*PAPER_ARGS, "--pp", "4", "--schedule", "interleaved", "--vpp", "2", runner=call)
+    assert d["config"]["vpp"] == 2 and len(d["config"]["layout"]) == 8
+    assert all(len(s["activations"]["chunks"]) == 2 for s in d["stages"])
+
+
+@pytest.mark.parametrize("mb", ["2", "4"])
+def test_estimate_micro_batch_is_linear(mb):
+    d = run_json(*PAPER_ARGS, "--micro-batch", mb, runner=call)
+    assert d["stages"][1]["activations"]["per_microbatch"] == int(mb) * 24_671_158_272
+
+
+def test_estimate_overhead_options():
+    d = run_json(*PAPER_ARGS, "--overhead", "high", runner=call)
+    assert d["config"]["overhead"] == {"cuda_context": 2 * 2**30, "comm_buffers": 2 * 2**30, "fragmentation": "3/10"}
+    d = run_json(*PAPER_ARGS, "--overhead", "none", runner=call)
+    assert all(s["bytes"]["overhead"] == 0 and s["bytes"]["total"] == s["allocated"] for s in d["stages"])
+    d = run_json(*PAPER_ARGS, "--overhead", "none", "--cuda-context", "500MiB", "--comm-buffers", "1GB",
+                 "--fragmentation", "0.1", runner=call)
+    assert d["config"]["overhead"] == {"cuda_context": 500 * 2**20, "comm_buffers": 10**9, "fragmentation": "1/10"}
+    from math import ceil
+    for s in d["stages"]:
+        assert s["overheads"] == {"cuda_context": 500 * 2**20, "comm_buffers": 10**9,
+                                  "fragmentation": ceil(s["allocated"] / 10)}
+
+
+ACT_ERRORS = [
+    (("--seq-len", "4095"), ["seq_len=4095", "cp*tp=2"]),
+    (("--seq-len", "4098", "--cp", "4"), ["seq_len=4098", "cp=4"]),
+    (("--micro-batch", "0"), ["micro_batch=0", "positive integer"]),
+    (("--seq-len", "0"), ["seq_len=0", "positive integer"]),
+    (("--gpu-memory", "80XB"), ["gpu_memory='80XB'"]),
+    (("--gpu-memory", "lots"), ["gpu_memory='lots'"]),
+    (("--fragmentation", "abc"), ["fragmentation='abc'", "0.1"]),
+    (("--fragmentation", "1.5"), ["fragmentation=3/2", "[0, 1)"]),
+    (("--fragmentation", "1/0"), ["fragmentation='1/0'"]),
+    (("--cuda-context=-1GB",), ["cuda_context='-1GB'"]),
+    (("--comm-buffers", "2 XB"), ["comm_buffers='2 XB'"]),
+    (("--schedule", "interleaved", "--vpp", "4"), ["pp*vpp=64", "pp=16", "vpp=4", "num_hidden_layers=61",
+                                                  "virtual stage 63 empty"]),
+    (("--schedule", "interleaved", "--vpp", "3", "--layout", ",".join(["4"] * 15 + ["1"])),
+     ["vpp=3 must divide every stage's layer count (4 does not)"]),
+    (("--overhead", "medium"), ["overhead='medium'", "low", "high", "none"]),
+    (("--schedule", "zb1p"), ["schedule='zb1p'", "gpipe", "1f1b", "interleaved", "dualpipe"]),
+    (("--recompute", "attention"), ["recompute='attention'", "core_attn"]),
+    (("--recompute", "core_attn,foo"), ["recompute='core_attn,foo'"]),
+    (("--recompute", "full-block:0"), ["full-block:0", "positive integer K"]),
+    (("--schedule", "gpipe"), ["schedule=gpipe", "num_microbatches"]),
+    (("--schedule", "interleaved"), ["schedule=interleaved needs vpp >= 2"]),
+    (("--vpp", "2"), ["vpp=2 needs schedule=interleaved"]),
+    (("--pp", "4", "--schedule", "interleaved", "--vpp", "2", "--num-microbatches", "6"),
+     ["num_microbatches=6", "multiple of pp=4"]),
+    (("--schedule", "dualpipe", "--num-microbatches", "30"), ["num_microbatches=30", "2*pp=32"]),
+    (("--schedule", "dualpipe", "--num-microbatches", "33"), ["num_microbatches=33", "even"]),
+    (("--num-microbatches", "0"), ["num_microbatches=0", "positive integer"]),
+    (("--vpp", "0"), ["vpp=0", "positive integer"]),
+]
+
+
+@pytest.mark.parametrize("args,needles", ACT_ERRORS, ids=[" ".join(a) for a, _ in ACT_ERRORS])
+def test_estimate_activation_errors(args, needles):
+    check_error(call(*PAPER_ARGS, *args, "--json"), *needles)
+
+
+def test_estimate_activation_error_through_python_m():
+    check_error(run(*PAPER_ARGS, "--recompute", "full-block:0"), "full-block:0", "positive integer K")
+    check_error(run(*PAPER_ARGS, "--seq-len", "4095"), "seq_len=4095")

@@ -116,9 +116,10 @@ def test_megatron_profile_differences(v3, paper):
     assert any(k.startswith("mtp.") for k in last)
     mtp_dev = last.select(lambda k: k.startswith("mtp.")).evaluate_total(meg.values)
     moe_layer_dev = meg.params(st).evaluate_total(meg.values) // 4
-    h = 7168
+    h, v = 7168, 129280
     # enorm + hnorm + shared-head norm (replicated) + eh_proj (2h x h, TP-split) + one MoE block
-    assert mtp_dev == 3 * h + 2 * h * h // 2 + moe_layer_dev
+    # + the embedding copy the last stage keeps for the MTP input (v x h, vocab-parallel)
+    assert mtp_dev == 3 * h + 2 * h * h // 2 + moe_layer_dev + v * h // 2
     # the rest of stage 15 matches the paper profile apart from W^QR and the shared expert
     assert last.evaluate_total(meg.values) - mtp_dev == 2_025_937_920 - (w_qr + shared) // 2
     # Megatron: only routed experts shard their states over EDP; the paper: the whole MoE block
@@ -130,7 +131,11 @@ def test_megatron_stages_add_up_to_model_plus_mtp(v3):
     meg = Partition(v3, PAPER_TRAINING.with_(profile="megatron"))
     un = sum(meg.params_unsharded(s).evaluate_total(meg.values) for s in meg.stages)
     m = values(v3)
-    assert un == model_params(v3).evaluate_total(m) + mtp_params(v3).evaluate_total(m)
+    embedding_copy = 129280 * 7168     # the last stage's copy of the embedding for the MTP input
+    assert un == model_params(v3).evaluate_total(m) + mtp_params(v3).evaluate_total(m) + embedding_copy
+    # DualPipe puts the first and last stages on one rank: no copy there
+    dual = Partition(v3, PAPER_TRAINING.with_(profile="megatron", schedule="dualpipe"))
+    assert not any(k == "mtp.embedding_copy" for st in dual.stages for k in dual.params(st))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,9 +174,9 @@ def test_tiny_tp2_megatron():
     #   dense layer 208 + 16 + 192 = 416; MoE layer 208 + 16 + 32 + 48 + 192 = 496
     assert per_device(p) == [40 + 416 + 496, 496 + 8 + 40]
     # with an MTP module on the last stage: enorm 8 + hnorm 8 + eh_proj 128/2 + MoE block 496
-    # + shared-head norm 8
+    # + shared-head norm 8 + the embedding copy for the MTP input 80/2
     p = Partition(T.tiny(num_nextn_predict_layers=1), TrainingConfig(dp=2, tp=2, pp=2, ep=2, profile="megatron"))
-    assert per_device(p) == [952, 544 + 8 + 8 + 64 + 496 + 8]
+    assert per_device(p) == [952, 544 + 8 + 8 + 64 + 496 + 8 + 40]
 
 
 def test_tiny_tp_only():
@@ -362,6 +367,8 @@ def test_parts_add_to_totals(name, train):
     expect = model_params(m).evaluate_total(values(m))
     if p.profile.include_mtp:
         expect += mtp_params(m).evaluate_total(values(m))
+        if m.num_nextn_predict_layers and len(p.stages) > 1:
+            expect += m.vocab_size * m.hidden_size     # the last stage's embedding copy for MTP
     assert unsharded == expect
     # every decoder layer sits on exactly one stage
     assert sorted(i for st in p.stages for i in st.layers) == list(range(m.num_hidden_layers))

@@ -85,8 +85,11 @@ def test_sym_unknown_key():
 # ---------------------------------------------------------------------------------------------
 # doctests
 # ---------------------------------------------------------------------------------------------
+# every module with examples in its docstrings (memlib.measure needs torch: tested in test_measure.py)
 MODULES = ["memlib.config", "memlib.symbols", "memlib.breakdown", "memlib.units", "memlib.params",
-           "memlib.partition", "memlib.states", "memlib.memory"]
+           "memlib.partition", "memlib.states", "memlib.activations", "memlib.schedule", "memlib.memory",
+           "memlib.formulas", "memlib.report.parameters", "memlib.report.zero", "memlib.report.activations",
+           "memlib.report.overheads", "memlib.report.together"]
 
 
 @pytest.mark.parametrize("name", MODULES)

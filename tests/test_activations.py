@@ -1,0 +1,491 @@
+"""Activations: the ledger of saved tensors, recompute policies, profiles.
+
+The paper's §5 formulas (MLA and MoE, no recomputation and full recomputation, Table 10 and the
+per-micro-batch bytes of stage 1), Korthikanti et al.'s Table 2 with :func:`gpt_layer`, every
+policy, and properties (stronger recomputation, more TP under SP, more CP never raise activations).
+"""
+from __future__ import annotations
+
+from itertools import chain, combinations
+
+import pytest
+import sympy as sp
+
+from memlib.activations import (
+    DTYPE_BYTES, MODULES, POLICIES, Policy, entry_bytes, ledger_bytes, parse_policy, saved, training_values,
+)
+from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
+from memlib.ledgers import ACT_PROFILES, act_profile, gpt_layer, paper_layer
+from memlib.memory import estimate
+from memlib.params import values as model_values
+from memlib.states import recipe
+from memlib.symbols import sym
+
+import tiny as T
+
+b, s = sym("b"), sym("s")
+h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
+n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
+d_cq, d_c = sym("d_cq"), sym("d_c")
+N, N_s, N_r = sym("N"), sym("N_s"), sym("N_r")
+TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
+
+NO_PAR = TrainingConfig(sp=False)       # TP = CP = 1 substituted below; SP off
+SP_ON = TrainingConfig(tp=2, sp=True)
+
+
+@pytest.fixture(scope="module")
+def v3():
+    return load_model("deepseek-v3")
+
+
+def block(entries, name):
+    return [e for e in entries if e.block == name]
+
+
+def total(entries, train=None, policy=None, subs=None):
+    """Symbolic bytes of ``entries`` (recipe ``paper``: 2-byte activations), optionally substituted."""
+    t = ledger_bytes(entries, train, recipe("paper"), policy).total
+    return sp.expand(t.xreplace(subs) if subs else t)
+
+
+def same(a, b_):
+    return sp.simplify(sp.expand(a) - sp.expand(b_)) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper, §5.1: MLA
+# ---------------------------------------------------------------------------------------------
+def test_mla_no_parallelism_is_the_papers_formula(v3):
+    mla = block(paper_layer(v3, "moe"), "attention")
+    got = total(mla, NO_PAR, subs={TP: 1, CP: 1, d_v: d_h})
+    paper = (4 * b * s * h + 2 * b * s * (d_cq + d_c) + 4 * b * s * (d_h + d_hR) * n_h + 2 * b * s * d_h * n_h
+             + 5 * b * n_h * s**2 + 2 * b * s * d_h * n_h + b * s * h)
+    assert same(got, paper)
+
+
+def test_mla_tp2_sp2_is_the_papers_formula(v3):
+    mla = block(paper_layer(v3, "moe"), "attention")
+    got = total(mla, SP_ON, subs={TP: 2, CP: 1})
+    paper = (4 * b * s * h / 2 + 2 * b * s * (d_cq + d_c) + 4 * b * s * (d_h + d_hR) * n_h / 2
+             + 2 * b * s * d_v * n_h / 2 + 5 * b * n_h * s**2 / 2 + 2 * b * s * d_v * n_h / 2 + b * s * h / 2)
+    assert same(got, paper)
+
+
+def test_mla_general_tp_cp(v3):
+    """The latents are replicated over TP; everything is split by CP; SP splits the h-wide tensors."""
+    mla = block(paper_layer(v3, "moe"), "attention")
+    got = total(mla, SP_ON)
+    general = (4 * b * s * h / TP + 2 * b * s * (d_cq + d_c) + 4 * b * s * (d_h + d_hR) * n_h / TP
+               + 2 * b * s * d_v * n_h / TP + 5 * b * n_h * s**2 / TP + 2 * b * s * d_v * n_h / TP
+               + b * s * h / TP) / CP
+    assert same(got, general)
+    # without SP the h-wide tensors are whole on every TP rank
+    got = total(mla, NO_PAR)
+    general = general.subs(CP, 1) + (4 + 1) * b * s * h * (1 - 1 / TP)
+    assert same(got.subs(CP, 1), general)
+
+
+def test_mla_without_q_lora_has_no_query_latent():
+    m = load_model("deepseek-v2-lite")
+    mla = block(paper_layer(m, "moe"), "attention")
+    assert "attention.c_q" not in {e.key for e in mla}
+    got = total(mla, SP_ON, subs={TP: 2, CP: 1})
+    with_q = total(block(paper_layer(load_model("deepseek-v3"), "moe"), "attention"), SP_ON, subs={TP: 2, CP: 1})
+    assert same(with_q - got, 2 * b * s * d_cq)
+
+
+def test_mla_full_recompute_keeps_bsh(v3):
+    mla = block(paper_layer(v3, "moe"), "attention")
+    assert same(total(mla, SP_ON, parse_policy("full"), {TP: 2, CP: 1}), b * s * h)
+    # only the layer input survives, and it is the SP-sharded 2bsh
+    kept = ledger_bytes(mla, SP_ON, None, parse_policy("full"))
+    assert list(kept) == ["attention.norm_input"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper, §5.2: MoE
+# ---------------------------------------------------------------------------------------------
+def test_moe_general_formula(v3):
+    moe = block(paper_layer(v3, "moe"), "moe")
+    got = total(moe, SP_ON, subs={CP: 1})
+    general = (4 * b * s * h / TP + 4 * b * s * N + 2 * b * s * N_r
+               + (N / EP) * (b * s * N_r / N) * (3 * h + 8 * h_E / ETP)
+               + 3 * b * s * h + 8 * b * s * N_s * h_E)
+    assert same(got, general)
+
+
+def test_moe_is_the_papers_formula_for_v3(v3):
+    """SP2@EP8@ETP1 with one shared expert: N/EP = 32 local experts."""
+    moe = block(paper_layer(v3, "moe"), "moe")
+    got = total(moe, SP_ON, subs={CP: 1, TP: 2, ETP: 1, N_s: 1, EP: N / 32})
+    paper = (5 * b * s * h + 4 * b * s * N + 2 * b * s * N_r + (b * s * N_r / N) * (96 * h + 256 * h_E)
+             + 8 * b * s * h_E)
+    assert same(got, paper)
+    # and with E_token written out as the paper's sum of parts
+    e_token = b * s * N_r / N
+    parts = 4 * b * s * h / 2 + 4 * b * s * N + 2 * b * s * N_r + 32 * (3 * e_token * h + 8 * e_token * h_E) \
+        + 1 * (3 * b * s * h + 8 * b * s * h_E)
+    assert same(got, parts)
+
+
+def test_moe_full_recompute_keeps_bsh_and_routing_map(v3):
+    moe = block(paper_layer(v3, "moe"), "moe")
+    assert same(total(moe, SP_ON, parse_policy("full"), {TP: 2, CP: 1}), b * s * h + 2 * b * s * N_r)
+    # no SP: DD's 2bsh + 2bsN_r
+    assert same(total(moe, NO_PAR, parse_policy("full"), {TP: 2, CP: 1}), 2 * b * s * h + 2 * b * s * N_r)
+
+
+def test_ep_and_etp_only_touch_the_routed_experts(v3):
+    for e in paper_layer(v3, "moe"):
+        free = entry_bytes(e, SP_ON).free_symbols
+        if e.key.startswith("moe.routed."):
+            assert EP in free, e.key                                  # N/EP local experts
+            assert (ETP in free) == (not e.key.endswith(("input", "input_mask"))), e.key
+        else:
+            assert EP not in free and ETP not in free, e.key
+
+
+# ---------------------------------------------------------------------------------------------
+# Table 10 and the numbers of stage 1
+# ---------------------------------------------------------------------------------------------
+V3_SUBS = {TP: 2, CP: 1, EP: 8, ETP: 1}
+
+
+def test_table10_four_layer_totals(v3):
+    layer = paper_layer(v3, "moe")
+    mla, moe = block(layer, "attention"), block(layer, "moe")
+    subs = {TP: 2, CP: 1, ETP: 1, N_s: 1, EP: N / 32}
+    mla4 = 4 * total(mla, SP_ON, subs=subs)
+    moe4 = 4 * total(moe, SP_ON, subs=subs)
+    assert same(mla4.subs(d_v, d_h), 10 * b * s * h + 8 * b * s * (d_cq + d_c) + 16 * b * s * d_h * n_h
+                + 8 * b * s * d_hR * n_h + 10 * b * n_h * s**2)
+    assert same(moe4, 20 * b * s * h + 16 * b * s * N + 8 * b * s * N_r
+                + 4 * b * s * N_r / N * (96 * h + 256 * h_E) + 32 * b * s * h_E)
+    full = parse_policy("full")
+    assert same(4 * total(mla, SP_ON, full, subs), 4 * b * s * h)
+    assert same(4 * total(moe, SP_ON, full, subs), 4 * b * s * h + 8 * b * s * N_r)
+    assert same(4 * total(layer, SP_ON, full, subs), 8 * b * s * h + 8 * b * s * N_r)
+
+
+def test_table10_numbers(v3):
+    vals = {**model_values(v3), **V3_SUBS, b: 1, s: 4096}
+    layer = paper_layer(v3, "moe")
+    assert 4 * ledger_bytes(block(layer, "attention"), SP_ON).evaluate_total(vals) == 23_177_723_904
+    assert 4 * ledger_bytes(block(layer, "moe"), SP_ON).evaluate_total(vals) == 1_493_434_368
+    assert 4 * ledger_bytes(layer, SP_ON).evaluate_total(vals) == 24_671_158_272
+    assert 4 * ledger_bytes(layer, SP_ON, policy=parse_policy("full")).evaluate_total(vals) == 235_143_168
+
+
+@pytest.fixture(scope="module")
+def paper_est():
+    return estimate("deepseek-v3", PAPER_TRAINING)
+
+
+def test_stage1_per_microbatch(paper_est):
+    st = paper_est.stages[1]
+    assert st.stage.layers == (4, 5, 6, 7)
+    a = st.activations
+    assert a["per_microbatch"] == 24_671_158_272
+    by = a["by_entry"]
+    assert sum(x for k, x in by.items() if k.startswith("attention.")) == 23_177_723_904
+    assert sum(x for k, x in by.items() if k.startswith("moe.")) == 1_493_434_368
+    # the s^2 term dominates: 10 b n_h s^2 = 21,474,836,480 bytes
+    assert sum(by[k] for k in ("attention.softmax_out", "attention.softmax_dropout_mask",
+                               "attention.softmax_dropout_out")) == 10 * 128 * 4096**2
+
+
+def test_stage1_full_recompute():
+    est = estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="full"))
+    assert est.stages[1].activations["per_microbatch"] == 235_143_168
+    assert est.stages[1].activations["by_entry"] == {
+        "attention.norm_input": 4 * 4096 * 7168, "moe.norm_input": 4 * 4096 * 7168,
+        "moe.routing_map": 4 * 2 * 4096 * 8}
+
+
+@pytest.mark.parametrize("policy", ["none", "full"])
+def test_linear_in_micro_batch(policy):
+    per = {mb: estimate("deepseek-v3", PAPER_TRAINING.with_(micro_batch=mb, recompute=policy))
+           .stages[1].activations["per_microbatch"] for mb in (1, 2, 4)}
+    assert per[2] == 2 * per[1] and per[4] == 4 * per[1]
+    assert per[1] == {"none": 24_671_158_272, "full": 235_143_168}[policy]
+
+
+def test_training_values():
+    assert training_values(TrainingConfig(micro_batch=3, seq_len=128)) == {b: 3, s: 128}
+
+
+# ---------------------------------------------------------------------------------------------
+# Korthikanti et al., Table 2, with gpt_layer (h_F = 4h, n_h = a)
+# ---------------------------------------------------------------------------------------------
+a, t = n_h, TP
+KORTHIKANTI = {h_F: 4 * h}
+
+
+def gpt(train, policy="none", tp=None):
+    subs = dict(KORTHIKANTI)
+    if tp is not None:
+        subs[TP] = tp
+    return total(gpt_layer(), train, parse_policy(policy), subs)
+
+
+def test_korthikanti_no_parallelism():
+    assert same(gpt(NO_PAR, tp=1), s * b * h * (34 + 5 * a * s / h))
+    # SP on but TP = 1 is the same
+    assert same(gpt(SP_ON, tp=1), s * b * h * (34 + 5 * a * s / h))
+
+
+def test_korthikanti_tp():
+    assert same(gpt(NO_PAR), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+
+
+def test_korthikanti_tp_sp():
+    assert same(gpt(SP_ON), s * b * h * (34 / t + 5 * a * s / (h * t)))
+
+
+def test_korthikanti_tp_selective():
+    assert same(gpt(NO_PAR, "selective"), s * b * h * (10 + 24 / t))
+
+
+def test_korthikanti_tp_sp_selective():
+    assert same(gpt(SP_ON, "selective"), 34 * s * b * h / t)
+
+
+def test_korthikanti_full():
+    assert same(gpt(NO_PAR, "full"), 2 * s * b * h)
+    assert same(gpt(SP_ON, "full"), 2 * s * b * h / t)     # the kept input is SP-sharded
+
+
+def test_korthikanti_decomposition():
+    """Attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh (peers.md §1.4)."""
+    led = gpt_layer()
+    ln_inputs = [e for e in led if e.key in ("attention.ln_input", "mlp.ln_input")]
+    attn = [e for e in led if e.block == "attention" and e not in ln_inputs]
+    mlp = [e for e in led if e.block == "mlp" and e not in ln_inputs]
+    assert same(total(ln_inputs, NO_PAR, subs={TP: 1}), 4 * s * b * h)
+    assert same(total(attn, NO_PAR, subs={TP: 1}), 11 * s * b * h + 5 * a * s**2 * b)
+    assert same(total(mlp, NO_PAR, subs={TP: 1, **KORTHIKANTI}), 19 * s * b * h)
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes
+# ---------------------------------------------------------------------------------------------
+def test_entry_bytes_dtypes():
+    x = sym("h")
+    assert {k: DTYPE_BYTES[k] for k in ("mask", "int64", "fp32")} == {"mask": 1, "int64": 8, "fp32": 4}
+    assert entry_bytes(saved("k", "n", x, "mask")) == x
+    assert entry_bytes(saved("k", "n", x, "int64")) == 8 * x
+    assert entry_bytes(saved("k", "n", x, "fp32")) == 4 * x
+    assert entry_bytes(saved("k", "n", x)) == 2 * x                           # no recipe: bf16
+    assert entry_bytes(saved("k", "n", x), recipe=recipe("fp32")) == 4 * x
+    lin = saved("k", "n", x, linear_input=True)
+    assert entry_bytes(lin, recipe=recipe("paper")) == 2 * x                   # no FP8 caching
+    assert entry_bytes(lin, recipe=recipe("deepseek-v3")) == sp.Rational(33, 32) * x   # 1 byte + a 4-byte scale per 128
+    e5m6 = saved("k", "n", x, linear_input=True, fp8_exception="E5M6")
+    assert entry_bytes(e5m6, recipe=recipe("deepseek-v3")) == sp.Rational(3, 2) * x
+
+
+def test_entry_bytes_divisors():
+    x = sym("h")
+    e = saved("k", "n", x, shard={"TP", "CP", "ETP"})
+    assert entry_bytes(e) == 2 * x / (TP * CP * ETP)
+    e = saved("k", "n", x, shard={"SP", "CP"})
+    assert entry_bytes(e, TrainingConfig(sp=True)) == 2 * x / (TP * CP)
+    assert entry_bytes(e, TrainingConfig(sp=False)) == 2 * x / CP
+    assert entry_bytes(e) == 2 * x / (TP * CP)                                # no config: SP on
+
+
+def test_ledger_keys_are_unique(v3):
+    for name, prof in ACT_PROFILES.items():
+        for m in (v3, T.tiny(), load_model("deepseek-v2-lite")):
+            for kind in ("dense", "moe"):
+                keys = [e.key for e in prof.layer(m, kind)]
+                assert len(keys) == len(set(keys)), (name, kind)
+            for j in range(m.num_nextn_predict_layers):
+                keys = [e.key for e in prof.mtp(m, j)]
+                assert len(keys) == len(set(keys)), (name, "mtp")
+
+
+# ---------------------------------------------------------------------------------------------
+# policies
+# ---------------------------------------------------------------------------------------------
+def test_named_policies():
+    assert set(POLICIES) == {"none", "selective", "deepseek", "full"}
+    assert parse_policy("none") == Policy("none") and not parse_policy("none").modules
+    assert parse_policy("selective").modules == {"core_attn"}
+    assert parse_policy("deepseek").modules == {"layernorm", "mla_up_proj"}
+    assert parse_policy("full").full and parse_policy("full").block_layers is None
+    assert parse_policy(" full ") == POLICIES["full"]
+    p = parse_policy("full-block:3")
+    assert p.full and p.block_layers == 3 and p.name == "full-block:3"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_single_module_policy(module):
+    p = parse_policy(module)
+    assert p.modules == {module} and not p.full
+
+
+def test_module_list_policy():
+    p = parse_policy(" core_attn , layernorm,moe ")
+    assert p.modules == {"core_attn", "layernorm", "moe"} and not p.full
+    assert p.name == "core_attn,layernorm,moe"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("bogus", "recompute='bogus'"), ("core_attn,bogus", "core_attn,bogus"), ("", "recompute=''"),
+    (",", "recompute=','"), ("full-block:0", "positive integer K"), ("full-block:-1", "positive integer K"),
+    ("full-block:x", "positive integer K"), ("full-block:", "positive integer K"), ("Full", "Full"),
+])
+def test_bad_policies(text, needle):
+    with pytest.raises(ConfigError) as exc:
+        parse_policy(text)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_policy_drops():
+    e = saved("k", "n", h, modules={"mlp"})
+    kept = saved("k2", "n", h, keep_full=True, modules={"layernorm"})
+    assert parse_policy("mlp").drops(e) and not parse_policy("core_attn").drops(e)
+    assert parse_policy("full").drops(e) and not parse_policy("full").drops(kept)
+    assert parse_policy("layernorm").drops(kept)
+    assert not parse_policy("none").drops(e)
+
+
+def test_deepseek_policy_drops_norm_outputs_and_up_projections(v3):
+    dropped = {e.key for e in paper_layer(v3, "moe") if POLICIES["deepseek"].drops(e)}
+    assert dropped == {"attention.norm_output", "attention.q", "attention.k", "attention.v", "moe.norm_output"}
+    dropped = {e.key for e in paper_layer(v3, "dense") if POLICIES["deepseek"].drops(e)}
+    assert dropped == {"attention.norm_output", "attention.q", "attention.k", "attention.v",
+                       "dense_ffn.norm_output"}
+
+
+def test_selective_drops_exactly_the_attention_core(v3):
+    dropped = {e.key for e in paper_layer(v3, "moe") if POLICIES["selective"].drops(e)}
+    assert dropped == {"attention.softmax_out", "attention.softmax_dropout_mask", "attention.softmax_dropout_out"}
+
+
+def test_module_unknown_to_the_profile_is_an_error(monkeypatch):
+    from dataclasses import replace
+
+    import memlib.ledgers as L
+
+    monkeypatch.setitem(L.ACT_PROFILES, "paper", replace(L.ACT_PROFILES["paper"], modules=frozenset({"core_attn"})))
+    with pytest.raises(ConfigError, match="module layernorm is not known to the paper profile"):
+        estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="core_attn,layernorm"))
+    estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="core_attn"))      # known: fine
+
+
+def test_unknown_activation_profile():
+    with pytest.raises(ConfigError, match="profile='nope'"):
+        act_profile("nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# properties: stronger recomputation, more TP under SP, more CP never raise activations
+# ---------------------------------------------------------------------------------------------
+def _subsets(xs):
+    xs = sorted(xs)
+    return [frozenset(c) for c in chain.from_iterable(combinations(xs, k) for k in range(len(xs) + 1))]
+
+
+MODELS = {"deepseek-v3": lambda: load_model("deepseek-v3"), "tiny": T.tiny}
+PROFILE_NAMES = sorted(ACT_PROFILES)
+
+
+def _layer_values(profile, m, kind, train, par):
+    vals = {**model_values(m), **par, b: 1, s: 4096}
+    return [(e, entry_bytes(e, train, recipe("paper")).xreplace(vals)) for e in ACT_PROFILES[profile].layer(m, kind)]
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_stronger_recompute_never_raises_a_layer(profile, model):
+    m = MODELS[model]()
+    par = {TP: 2, CP: 1, EP: 2, ETP: 1}
+    mods = ACT_PROFILES[profile].modules
+    for kind in ("dense", "moe"):
+        ents = _layer_values(profile, m, kind, SP_ON, par)
+
+        def bytes_of(pol):
+            return sum(x for e, x in ents if not pol.drops(e))
+
+        by_set = {ms: bytes_of(Policy("x", ms)) for ms in _subsets(mods)}
+        full = bytes_of(POLICIES["full"])
+        none = by_set[frozenset()]
+        assert bytes_of(POLICIES["selective"]) <= none and bytes_of(POLICIES["deepseek"]) <= none
+        for ms, x in by_set.items():
+            assert full <= x <= none
+            for extra in mods - ms:
+                assert by_set[ms | {extra}] <= x, (kind, ms, extra)
+        assert full < none
+        # every module a profile names drops something in some layer of the kind that has it
+    assert all(any(Policy("x", frozenset({mod})).drops(e) for kind in ("dense", "moe")
+                   for e in ACT_PROFILES[profile].layer(m, kind)) for mod in mods)
+
+
+POLICY_CHAIN = ["none", "selective", "core_attn,layernorm", "core_attn,layernorm,mla_up_proj",
+                "core_attn,layernorm,mla_up_proj,moe,mlp,shared_experts,moe_act"]
+
+
+def _tiny_train(**kw):
+    base = dict(dp=2, tp=2, pp=2, ep=2, seq_len=64)
+    return TrainingConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_stronger_recompute_never_raises_per_microbatch(profile, model):
+    if model == "tiny":
+        m, train = T.tiny(), _tiny_train(profile=profile)
+    else:
+        m, train = load_model("deepseek-v3"), PAPER_TRAINING.with_(profile=profile)
+    known = ACT_PROFILES[profile].modules
+    # each policy of the chain, limited to the modules the profile knows (estimate rejects others)
+    chain_ = list(dict.fromkeys(
+        p if p in POLICIES else (",".join(x for x in p.split(",") if x in known) or "none") for p in POLICY_CHAIN))
+    extra = ["full", "full-block:1", "full-block:2"] + (["deepseek"] if POLICIES["deepseek"].modules <= known else [])
+    per = {pol: [st.activations["per_microbatch"] for st in estimate(m, train.with_(recompute=pol)).stages]
+           for pol in chain_ + extra}
+    for weaker, stronger in zip(chain_, chain_[1:]):
+        assert all(x <= y for x, y in zip(per[stronger], per[weaker])), (weaker, stronger)
+    if "deepseek" in per:
+        assert all(x <= y for x, y in zip(per["deepseek"], per["none"]))
+    for pol, xs in per.items():
+        assert all(f <= x for f, x in zip(per["full"], xs)), pol
+    assert all(f <= k2 <= k1 <= n for f, k2, k1, n in
+               zip(per["full"], per["full-block:2"], per["full-block:1"], per["none"]))
+    assert any(f < n for f, n in zip(per["full"], per["none"]))
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+@pytest.mark.parametrize("policy", ["none", "selective", "deepseek", "full"])
+def test_more_tp_under_sp_never_raises(v3, profile, policy):
+    pol = parse_policy(policy)
+    for kind in ("dense", "moe"):
+        led = ACT_PROFILES[profile].layer(v3, kind)
+        sym_total = ledger_bytes(led, SP_ON, recipe("paper"), pol).total
+        vals = {**model_values(v3), CP: 1, EP: 8, ETP: 1, b: 1, s: 4096}
+        xs = [sym_total.xreplace({**vals, TP: tp}) for tp in (1, 2, 4, 8, 16, 32, 64, 128)]
+        assert all(y <= x for x, y in zip(xs, xs[1:])), (kind, xs)
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+@pytest.mark.parametrize("sp_on", [True, False])
+def test_more_cp_never_raises(v3, profile, sp_on):
+    train = TrainingConfig(tp=2, sp=sp_on)
+    for kind in ("dense", "moe"):
+        led = ACT_PROFILES[profile].layer(v3, kind)
+        sym_total = ledger_bytes(led, train, recipe("paper")).total
+        vals = {**model_values(v3), TP: 2, EP: 8, ETP: 1, b: 1, s: 4096}
+        xs = [sym_total.xreplace({**vals, CP: cp}) for cp in (1, 2, 4, 8, 16)]
+        assert all(y <= x for x, y in zip(xs, xs[1:])), (kind, xs)
+        if profile in ("paper", "megatron"):          # these split every token-indexed tensor by CP
+            assert all(y < x for x, y in zip(xs, xs[1:])), (kind, xs)
+
+
+def test_more_tp_and_cp_through_estimate():
+    m = T.tiny()
+    per = lambda **kw: estimate(m, _tiny_train(**kw)).stages[0].activations["per_microbatch"]  # noqa: E731
+    assert per(tp=1, dp=2) > per(tp=2, dp=1)
+    assert per(cp=1) > per(cp=2, dp=1) > per(cp=4, dp=1)

@@ -1,0 +1,269 @@
+"""Per-device memory: how activations, model states and overheads assemble into a total, and fits.
+
+Every byte term is a named integer; the total is their sum; activations are per micro-batch times
+the micro-batches in flight (per chunk) plus what the schedule and recomputation add at the peak.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from math import ceil
+
+import pytest
+
+from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig
+from memlib.memory import ALLOCATED, estimate
+from memlib.overhead import OVERHEAD_PRESETS, Overheads, overheads
+from memlib.partition import Partition
+from memlib.states import model_states
+
+import tiny as T
+
+GIB, MIB = 2**30, 2**20
+
+TINY8 = T.tiny(num_hidden_layers=8)
+TINY_BASE = dict(dp=2, tp=2, pp=2, ep=2, seq_len=64)
+
+CONFIGS = [
+    ("paper 1f1b none", "deepseek-v3", PAPER_TRAINING),
+    ("paper 1f1b full zero1", "deepseek-v3", PAPER_TRAINING.with_(recompute="full", zero=1)),
+    ("paper gpipe selective", "deepseek-v3", PAPER_TRAINING.with_(schedule="gpipe", num_microbatches=20,
+                                                                 recompute="selective")),
+    ("paper interleaved full-block:2", "deepseek-v3", PAPER_TRAINING.with_(schedule="interleaved", pp=4, vpp=2,
+                                                                          recompute="full-block:2")),
+    ("paper dualpipe full", "deepseek-v3", PAPER_TRAINING.with_(schedule="dualpipe", recompute="full")),
+    ("paper dualpipe deepseek b2", "deepseek-v3", PAPER_TRAINING.with_(schedule="dualpipe", recompute="deepseek",
+                                                                      micro_batch=2, num_microbatches=32)),
+    ("tiny 1f1b", TINY8, TrainingConfig(**TINY_BASE)),
+    ("tiny interleaved full", TINY8, TrainingConfig(**TINY_BASE, schedule="interleaved", vpp=2, recompute="full")),
+    ("tiny dualpipe", TINY8, TrainingConfig(**TINY_BASE, schedule="dualpipe", layout=(3, 5))),
+    ("tiny cp2 no sp", TINY8, TrainingConfig(**{**TINY_BASE, "dp": 1}, cp=2, sp=False, recompute="mlp,moe")),
+]
+IDS = [c[0] for c in CONFIGS]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=IDS)
+def est(request):
+    _, model, train = request.param
+    return estimate(model, train, capacity=80 * GIB)
+
+
+# ---------------------------------------------------------------------------------------------
+# assembly
+# ---------------------------------------------------------------------------------------------
+def test_activation_bytes_are_chunks_times_in_flight(est):
+    for s in est.stages:
+        a = s.activations
+        assert s.bytes["activations"] == (sum(c["per_microbatch"] * c["in_flight"] for c in a["chunks"])
+                                          + a["schedule_extra"] + a["recompute_working_set"])
+        assert [c["stage"] for c in a["chunks"]] == [c.index for c in s.stage.chunks]
+        assert sum(c["per_microbatch"] for c in a["chunks"]) == a["per_microbatch"]
+        assert sorted(i for c in a["chunks"] for i in c["layers"]) == sorted(s.stage.layers)
+        if len(a["chunks"]) == 1:
+            assert a["schedule_extra"] == 0
+            assert s.bytes["activations"] == a["per_microbatch"] * a["microbatches_in_flight"] + a["recompute_working_set"]
+        if est.train.schedule == "dualpipe":
+            assert a["microbatches_in_flight"] == est.train.pp + 1
+        else:
+            assert a["microbatches_in_flight"] == sum(c["in_flight"] for c in a["chunks"])
+
+
+def test_by_entry_sums_to_per_microbatch(est):
+    for s in est.stages:
+        a = s.activations
+        assert sum(a["by_entry"].values()) == a["per_microbatch"] > 0
+        assert all(type(x) is int and x > 0 for x in a["by_entry"].values())
+
+
+def test_working_set_only_with_full_recompute(est):
+    pol = est.policy
+    for s in est.stages:
+        w = s.activations["recompute_working_set"]
+        if pol.full and s.stage.layers:
+            assert w > 0
+        else:
+            assert w == 0
+
+
+def test_total_is_the_sum_of_named_terms(est):
+    for s in est.stages:
+        assert set(s.bytes) == {"parameters", "gradients", "optimizer_states", "activations", "overhead"}
+        assert all(type(x) is int for x in s.bytes.values())
+        assert s.allocated == sum(s.bytes[k] for k in ALLOCATED)
+        assert s.total == s.allocated + s.bytes["overhead"] == sum(s.bytes.values())
+        assert s.bytes["overhead"] == sum(s.overheads.values())
+        assert s.overheads == {"cuda_context": 300 * MIB, "comm_buffers": ceil(Fraction(8, 10) * GIB),
+                               "fragmentation": ceil(Fraction(5, 100) * s.allocated)}
+        states = model_states(est.partition, s.stage).evaluate()
+        assert {k: s.bytes[k] for k in states} == states
+    assert est.peak.total == max(s.total for s in est.stages)
+
+
+def test_fits(est):
+    for s in est.stages:
+        assert est.fits(s) is (s.total <= 80 * GIB)
+    d = est.to_dict()
+    assert d["capacity"] == 80 * GIB
+    assert d["fits"] is all(s["fits"] for s in d["stages"])
+    assert [s["fits"] for s in d["stages"]] == [est.fits(s) for s in est.stages]
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-worked: stage 1 of the paper's configuration
+# ---------------------------------------------------------------------------------------------
+def test_paper_stage1_no_recompute():
+    s = estimate("deepseek-v3", PAPER_TRAINING).stages[1]
+    a = s.activations
+    assert (a["per_microbatch"], a["microbatches_in_flight"]) == (24_671_158_272, 15)
+    assert s.bytes["activations"] == 15 * 24_671_158_272 == 370_067_374_080
+    assert s.bytes["parameters"] + s.bytes["gradients"] + s.bytes["optimizer_states"] == 87_505_108_992
+
+
+def test_paper_stage1_full_recompute_working_set():
+    s = estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="full")).stages[1]
+    a = s.activations
+    # the backward of a recomputed MoE layer re-materialises everything but what full keeps
+    assert a["recompute_working_set"] == 24_671_158_272 // 4 - 235_143_168 // 4 == 6_109_003_776
+    assert s.bytes["activations"] == 15 * 235_143_168 + 6_109_003_776 == 9_636_151_296
+
+
+def test_full_block_k_recomputes_the_first_k_layers_of_each_chunk():
+    none = estimate("deepseek-v3", PAPER_TRAINING).stages[1].activations["per_microbatch"] // 4
+    full = 235_143_168 // 4
+    for k in (1, 2, 3, 4, 5):
+        a = estimate("deepseek-v3", PAPER_TRAINING.with_(recompute=f"full-block:{k}")).stages[1].activations
+        r = min(k, 4)
+        assert a["per_microbatch"] == r * full + (4 - r) * none
+        assert a["recompute_working_set"] == none - full
+
+
+def test_paper_does_not_fit_80gib_without_recompute_but_does_with_full_and_zero1():
+    cap = 80 * GIB
+    bad = estimate("deepseek-v3", PAPER_TRAINING, capacity=cap)
+    assert bad.peak.stage.index == 1 and bad.peak.total == 481_624_673_486
+    assert not bad.fits(bad.peak) and bad.to_dict()["fits"] is False
+    assert [bad.fits(s) for s in bad.stages] == [False] * 15 + [True]     # stage 15: one layer, one micro-batch
+    good = estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="full", zero=1), capacity=cap)
+    assert good.peak.stage.index == 1 and good.peak.total == 56_893_303_195
+    assert good.to_dict()["fits"] is True
+    assert good.peak.bytes == {"parameters": 12_500_729_856, "gradients": 25_001_459_712,
+                               "optimizer_states": 5_928_075_264, "activations": 9_636_151_296,
+                               "overhead": 3_826_887_067}
+    assert good.peak.allocated == 53_066_416_128
+    assert good.peak.overheads == {"cuda_context": 314_572_800, "comm_buffers": 858_993_460,
+                                   "fragmentation": 2_653_320_807}
+    assert bad.peak.bytes["activations"] == 370_067_374_080 and bad.peak.bytes["overhead"] == 24_052_190_414
+
+
+def test_capacity_boundary():
+    e = estimate(TINY8, TrainingConfig(**TINY_BASE))
+    peak = e.peak.total
+    assert e.fits(e.peak) is None and "fits" not in e.to_dict() and "capacity" not in e.to_dict()
+    assert all("fits" not in s for s in e.to_dict()["stages"])
+    assert estimate(TINY8, TrainingConfig(**TINY_BASE), capacity=peak).to_dict()["fits"] is True
+    tight = estimate(TINY8, TrainingConfig(**TINY_BASE), capacity=peak - 1)
+    assert tight.to_dict()["fits"] is False and not tight.fits(tight.peak)
+
+
+# ---------------------------------------------------------------------------------------------
+# overheads
+# ---------------------------------------------------------------------------------------------
+def test_overhead_presets():
+    assert OVERHEAD_PRESETS["low"] == Overheads(300 * MIB, ceil(Fraction(8, 10) * GIB), Fraction(1, 20))
+    assert OVERHEAD_PRESETS["high"] == Overheads(2 * GIB, 2 * GIB, Fraction(3, 10))
+    assert OVERHEAD_PRESETS["none"].terms(10**12) == {"cuda_context": 0, "comm_buffers": 0, "fragmentation": 0}
+    assert overheads() == OVERHEAD_PRESETS["low"]
+    assert OVERHEAD_PRESETS["low"].terms(1000) == {"cuda_context": 314_572_800, "comm_buffers": 858_993_460,
+                                                   "fragmentation": 50}
+    assert OVERHEAD_PRESETS["high"].terms(1001) == {"cuda_context": 2 * GIB, "comm_buffers": 2 * GIB,
+                                                    "fragmentation": 301}        # ceil(300.3)
+
+
+def test_fragmentation_rounds_up():
+    o = overheads("none", fragmentation=Fraction(1, 3))
+    assert o.terms(10)["fragmentation"] == 4
+    assert o.terms(9)["fragmentation"] == 3
+    assert overheads("none", fragmentation="0.05").terms(21)["fragmentation"] == 2
+
+
+def test_overhead_overrides():
+    o = overheads("high", cuda_context=500 * MIB, fragmentation=0)
+    assert o == Overheads(500 * MIB, 2 * GIB, Fraction(0))
+    assert overheads("low", cuda_context=None) == OVERHEAD_PRESETS["low"]          # None: keep the preset
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(preset="medium"), "overhead='medium' must be one of low, high, none"),
+    (dict(fragmentation=1), "fragmentation=1 must be a fraction in [0, 1)"),
+    (dict(fragmentation=Fraction(-1, 10)), "fragmentation=-1/10"),
+    (dict(cuda_context=-1), "cuda_context=-1 must not be negative"),
+    (dict(comm_buffers=-5), "comm_buffers=-5 must not be negative"),
+])
+def test_overhead_errors(kw, needle):
+    preset = kw.pop("preset", "low")
+    with pytest.raises(ConfigError) as exc:
+        overheads(preset, **kw)
+    assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("preset", ["low", "high", "none"])
+def test_overheads_reach_the_estimate(preset):
+    o = OVERHEAD_PRESETS[preset]
+    e = estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="full"), overhead=o)
+    for s in e.stages:
+        assert s.overheads == o.terms(s.allocated)
+        assert s.total == s.allocated + o.cuda_context + o.comm_buffers + ceil(o.fragmentation * s.allocated)
+    d = e.to_dict()["config"]["overhead"]
+    assert d == {"cuda_context": o.cuda_context, "comm_buffers": o.comm_buffers,
+                 "fragmentation": str(o.fragmentation)}
+
+
+# ---------------------------------------------------------------------------------------------
+# errors raised by the estimate
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,needle", [
+    (dict(seq_len=4095), "seq_len=4095 must be divisible by cp*tp=2"),
+    (dict(seq_len=4098, cp=4, dp=8), "seq_len=4098 must be divisible by cp=4"),
+    (dict(seq_len=4100, cp=4, dp=8), "seq_len=4100 must be divisible by cp*tp=8"),
+    (dict(recompute="full-block:0"), "full-block:K needs a positive integer K"),
+    (dict(recompute="attention"), "recompute='attention'"),
+    (dict(schedule="pipedream"), "schedule='pipedream'"),
+])
+def test_estimate_errors(kw, needle):
+    with pytest.raises(ConfigError) as exc:
+        estimate("deepseek-v3", PAPER_TRAINING.with_(**kw))
+    assert needle in str(exc.value)
+
+
+def test_micro_batch_zero():
+    with pytest.raises(ConfigError, match="micro_batch=0 must be a positive integer"):
+        PAPER_TRAINING.with_(micro_batch=0)
+    with pytest.raises(ConfigError, match="seq_len=0"):
+        TrainingConfig(seq_len=0)
+
+
+def test_odd_seq_len_is_fine_without_sp_or_tp():
+    a = estimate("deepseek-v3", PAPER_TRAINING.with_(seq_len=4095, sp=False)).stages[1].activations
+    assert a["per_microbatch"] > 0
+    est = estimate(T.tiny(), TrainingConfig(seq_len=63))
+    assert est.stages[0].activations["per_microbatch"] > 0
+
+
+def test_sp_off_raises_activations():
+    on = estimate("deepseek-v3", PAPER_TRAINING).stages[1].activations["per_microbatch"]
+    off = estimate("deepseek-v3", PAPER_TRAINING.with_(sp=False)).stages[1].activations["per_microbatch"]
+    # per layer, 4bsh + bsh (MLA) and 4bsh (MoE) are no longer halved: 4 x 9bsh/2 bytes more
+    assert off - on == 4 * 9 * 4096 * 7168 // 2
+
+
+def test_estimate_cp_splits_activations():
+    a1 = estimate(TINY8, TrainingConfig(**{**TINY_BASE, "dp": 2})).stages[0].activations["by_entry"]
+    a2 = estimate(TINY8, TrainingConfig(**{**TINY_BASE, "dp": 1}, cp=2)).stages[0].activations["by_entry"]
+    assert a1.keys() == a2.keys()
+    assert all(a2[k] * 2 == a1[k] for k in a1)       # every token-indexed tensor is split by CP
+
+
+def test_partition_unchanged_by_activation_options():
+    base = Partition("deepseek-v3", PAPER_TRAINING)
+    other = Partition("deepseek-v3", PAPER_TRAINING.with_(recompute="full", micro_batch=4, seq_len=8192))
+    assert [base.params(s).evaluate_total(base.values) for s in base.stages] == \
+        [other.params(s).evaluate_total(other.values) for s in other.stages]
