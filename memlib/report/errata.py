@@ -18,18 +18,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fractions import Fraction
+
 from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
-from ..reference import PAPER
-from ..units import fmt_bytes, fmt_count
+from ..params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
+from ..partition import Partition
+from ..reference import DEEPSEEK_OFFICIAL, PAPER
+from ..units import _fixed, fmt_billions, fmt_bytes, fmt_count
 from . import static, zero
 from .core import md_table
 
-__all__ = ["Erratum", "RECONSTRUCTION", "errata", "errata_table", "KINDS"]
+__all__ = ["Erratum", "RECONSTRUCTION", "SECONDARY", "errata", "errata_table", "errata_counts", "kinds_table", "KINDS"]
 
 #: values the reference reconstruction (shared/reference/paper.md) derived itself, not printed by
 #: the paper; kept so the book can show where memlib differs from them
 RECONSTRUCTION = {
     "stage15_params": 2_025_930_752,   # "Stage 15: 2,025,930,752 params (3.77 GiB)", §3.4 [inferred]
+}
+
+#: statements of the transcription ("DD" in the reference) and of public summaries that the
+#: reference flags as wrong; kept verbatim so the errata chapter can put them beside exact values
+SECONDARY = {
+    "dd_replicated_share": "26%",          # "the replicated part is about 26% of MLA parameters"
+    "dd_full_moe": "2bsh + 2bsN_r",        # DD's implementation notes for the MoE block under full recompute
+    "summary_v2lite_activated": "21.38B",  # reference §8: V2-Lite "activated 21.38B including the embedding"
 }
 
 #: what kind of discrepancy an item is
@@ -39,6 +51,9 @@ KINDS = {
     "label": "mislabelled term",
     "convention": "a modelling convention, not an error",
     "omission": "a term left out",
+    "accounting": "a term counted differently from what an implementation stores",
+    "statement": "a rounded public statement",
+    "transcription": "an error of a secondary source",
 }
 
 
@@ -47,7 +62,7 @@ class Erratum:
     """One discrepancy: where, what is printed, what memlib computes, why."""
 
     id: str          #: stable identifier, e.g. ``"t8-none-total"``
-    chapter: str     #: ``"static"`` or ``"zero"``: the chapter that discusses it
+    chapter: str     #: the chapter that discusses it: parameters, static, zero, activations
     source: str      #: where the printed value is (``"paper, Table 6"``, ``"reference reconstruction"``)
     kind: str        #: a key of :data:`KINDS`
     printed: str     #: the value as printed (the paper's "GB" are GiB)
@@ -137,7 +152,113 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
             f"({fmt_count(deltas['final_norm'])} parameters, replicated), which sits on the last stage "
             f"with the output head."),
     ]
-    return items
+    return _parameter_items(m) + items + _activation_items(m, train)
+
+
+def _billions(n: int) -> str:
+    return f"{fmt_billions(n)} ({fmt_count(n)})"
+
+
+def _parameter_items(m: ModelConfig) -> list[Erratum]:
+    vals = values(m)
+    layers = per_layer_totals(m)
+    moe_layer = layer_params(m, "moe").evaluate_total(vals)
+    part = Partition(m, PAPER_TRAINING)
+    stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
+    t3 = {r["layers"]: r for r in PAPER["table3"]}
+    t4 = {r["stage"]: r for r in PAPER["table4"]}
+    mla_matrices = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
+                       if k.startswith("attention.W_"))
+    replicated = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
+                     if k in ("attention.W_DQ", "attention.W_DKV", "attention.W_QR", "attention.W_KR"))
+    share = _fixed(Fraction(100 * replicated, mla_matrices), 1) + "%"
+    lite = load_model("deepseek-v2-lite")
+    v2 = load_model("deepseek-v2")
+    lite_act = activated_params(lite).evaluate_total(values(lite))
+    v2_act = activated_params(v2).evaluate_total(values(v2))
+    off = DEEPSEEK_OFFICIAL["deepseek-v3"]
+    total = model_params(m).evaluate_total(vals)
+    act = activated_params(m).evaluate_total(vals)
+    act_ne = activated_params(m, embedding=False).evaluate_total(vals)
+    mtp = mtp_params(m).evaluate_total(vals)
+    mtp_block = layer_params(m, "moe").evaluate_total(vals)
+    return [
+        Erratum(
+            "t3-moe-layer-gb", "parameters", "paper, layer table", "unit", t3["3-59"]["memory_gb"],
+            f"{fmt_bytes(2 * moe_layer, 'GiB')} ({fmt_count(2 * moe_layer)} bytes)",
+            f"One MoE layer holds {fmt_count(moe_layer)} parameters, {fmt_bytes(2 * moe_layer, 'GiB', 3)} in bf16; "
+            f"the printed value is rounded up."),
+        Erratum(
+            "t4-stage0-params", "parameters", "paper, stage table", "rounding", t4["0"]["params"], _billions(stage0),
+            f"The printed count is the sum of the rounded per-layer counts ({t3['0']['params']} + two of "
+            f"{t3['1-2']['params']} + {t3['3-59']['params']}); the exact layers are "
+            f"{', '.join(fmt_count(x) for x in layers[:4])} (the first with the embedding added in the table)."),
+        Erratum(
+            "dd-replicated-share", "parameters", "the paper's transcription (DD)", "transcription",
+            SECONDARY["dd_replicated_share"], f"{share} ({fmt_count(replicated)} of {fmt_count(mla_matrices)})",
+            "The share of MLA matrix parameters that tensor parallelism leaves replicated (the down-projections "
+            "and W^QR) is the exact ratio shown; the transcription's figure is not."),
+        Erratum(
+            "ref-v2lite-activated", "parameters", "the project's reference notes", "transcription",
+            SECONDARY["summary_v2lite_activated"], _billions(lite_act),
+            f"The figure quoted for DeepSeek-V2-Lite is DeepSeek-V2's ({_billions(v2_act)}); V2-Lite's own count is "
+            f"the one shown, and DeepSeek states {DEEPSEEK_OFFICIAL['deepseek-v2-lite']['activated']}B."),
+        Erratum(
+            "ds-activated", "parameters", "DeepSeek-V3 model card and weights documentation", "statement",
+            f"{off['activated']}B and {off['activated_weights_doc']}B",
+            f"{_billions(act)} with the embedding; {_billions(act_ne)} without it",
+            "Both statements are roundings of the same count: with the embedding matrix counted whole "
+            "(a token reads one row of it) and without it."),
+        Erratum(
+            "ds-mtp", "parameters", "DeepSeek-V3 weights documentation", "statement", f"{off['mtp']}B",
+            f"{_billions(mtp)}; its decoder block alone {_billions(mtp_block)}",
+            "memlib counts the MTP module's own projection and three RMSNorms with its decoder block; the "
+            "stated figure matches the decoder block rounded, or the module rounded down."),
+        Erratum(
+            "ds-checkpoint", "parameters", "DeepSeek-V3 model card", "statement", f"{off['checkpoint']}B",
+            _billions(total + mtp + 2 * m.vocab_size * m.hidden_size),
+            "The checkpoint stores the main model, the MTP module and the MTP layer's own copies of the "
+            "embedding and head; the sum is shown (FP8 scale tensors and buffers not counted)."),
+    ]
+
+
+def _activation_items(m: ModelConfig, train: TrainingConfig) -> list[Erratum]:
+    b_, s_, n_r = train.micro_batch, train.seq_len, m.num_experts_per_tok
+    paper_tokens = b_ * s_ * n_r // train.ep
+    held_tokens = b_ * s_ * n_r * train.etp // (train.tp if train.sp else 1)
+    return [
+        Erratum(
+            "s5-routed-tokens", "activations", "paper, §5.2", "accounting",
+            f"(N/EP) E_token = b s N_r / EP = {fmt_count(paper_tokens)} routed token copies per device",
+            f"b s N_r ETP / TP = {fmt_count(held_tokens)} per device (balanced routing)",
+            "The paper's E_token counts the tokens of one micro-batch; expert parallelism is carved out of "
+            "data parallelism, so the all-to-all brings each device the tokens its experts receive from "
+            "every rank of the EP group, as many as it sends. EP does not divide the routed activations; "
+            "the paper profile keeps the paper's count, the megatron profile the stored one."),
+        Erratum(
+            "dd-full-moe", "activations", "the paper's transcription (DD)", "transcription",
+            SECONDARY["dd_full_moe"], f"b s h + 2 b s N_r with SP = TP = {train.tp}",
+            "The transcription's notes give the MoE block's full-recomputation term without sequence "
+            "parallelism; the paper's configuration halves the layer input."),
+        Erratum(
+            "s5-value-dim", "activations", "paper, §5.1", "convention", "2 b s d_h n_h (values, attention output)",
+            "2 b s d_v n_h", "The paper writes d_h for the value head dimension; DeepSeek's configs keep it "
+            "apart (v_head_dim). Both are the same in DeepSeek-V3, so no number changes."),
+    ]
+
+
+def errata_counts(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAPER_TRAINING) -> dict[str, str]:
+    """How many items there are, in all and of each kind (formatted for glue)."""
+    items = errata(model, train)
+    out = {"all": fmt_count(len(items))}
+    for k in KINDS:
+        out[k] = fmt_count(sum(1 for e in items if e.kind == k))
+    return out
+
+
+def kinds_table() -> str:
+    """The kinds of discrepancy, as a Markdown table."""
+    return md_table(["kind", "meaning"], [[k, v] for k, v in KINDS.items()], "ll")
 
 
 def errata_table(chapter: str | None = None, model: ModelConfig | str = "deepseek-v3",

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..architecture import (
-    BLOCKS, MLA_EQUATIONS, Tensor, attention_tensors, decoder_layer_tensors, dense_ffn_tensors,
+    BLOCKS, MLA_EQUATIONS, attention_tensors, decoder_layer_tensors, dense_ffn_tensors,
     embedding_tensors, head_tensors, moe_tensors, mtp_tensors,
 )
 from ..breakdown import Breakdown
@@ -374,8 +374,8 @@ def block_equations(m: ModelConfig | None = None) -> dict[str, tuple[str, str]]:
 def total_equations(m: ModelConfig | None = None) -> dict[str, tuple[str, str]]:
     """Model totals in terms of the per-layer blocks; checked against :func:`memlib.params`."""
     m = m or load_model(V3)
-    h, v, l, k = sym("h"), sym("v"), sym("l"), sym("k_dense")
-    N, N_r, N_s, h_E = sym("N"), sym("N_r"), sym("N_s"), sym("h_E")
+    h, l, k = sym("h"), sym("l"), sym("k_dense")
+    N, N_r, h_E = sym("N"), sym("N_r"), sym("h_E")
     P_mla, P_norm = sp.Symbol(r"P_{\mathrm{MLA}}"), sp.Symbol(r"P_{\mathrm{norm}}")
     P_ffn, P_moe = sp.Symbol(r"P_{\mathrm{FFN}}"), sp.Symbol(r"P_{\mathrm{MoE}}")
     moe_b, dense_b = layer_params(m, "moe"), layer_params(m, "dense")

@@ -169,7 +169,7 @@ def table8_values(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINI
         s = estimate(model, train.with_(zero=int(z))).stages[stage]
         for t in TERMS:
             out[t].append(s.bytes[t])
-        out["total"].append(s.total)
+        out["total"].append(s.model_states)
     return out
 
 
@@ -318,5 +318,5 @@ def problem_answers(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAI
     other = estimate(model, train.with_(zero=int(ZeroStage.OS), precision="megatron")).stages[stage]
     rec = RECIPES["megatron"]
     return {"recipe": rec.name, "B_o": rec.optimizer_bytes, "bytes_per_param": rec.total_bytes,
-            "paper_total": base.total, "total": other.total, "optimizer": other.bytes["optimizer_states"],
-            "delta": other.total - base.total}
+            "paper_total": base.model_states, "total": other.model_states, "optimizer": other.bytes["optimizer_states"],
+            "delta": other.model_states - base.model_states}

@@ -1,0 +1,261 @@
+"""Tables, numbers and figures of the validation chapter (``notebooks/10_validation.md``).
+
+Ground truth comes from :mod:`memlib.measure` (the ``measure`` extra: torch and transformers):
+parameter counts of the presets built on the meta device, and the bytes autograd saves for
+backward in one bf16 training forward pass of small models, against the ``hf-eager`` ledger of
+:mod:`memlib.ledgers_hf`.  Every number the chapter shows is computed here.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+from ..activations import training_values
+from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model, model_from_dict
+from ..ledgers import act_profile
+from ..params import values
+from ..partition import parallel_values
+from ..states import recipe
+from ..units import fmt_bytes, fmt_count
+from .core import PALETTE, latex, md_table
+
+__all__ = ["CONFIGS", "PRESETS", "versions", "results", "summary", "comparison_table", "comparison_figure",
+           "preset_checks", "preset_table", "layer_entries", "entry_table", "group_table", "group_values",
+           "GROUPS", "random_check"]
+
+#: a spread of small configs: (label, the config.json fields that differ from ``_BASE``, b, s)
+_BASE = {
+    "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16, "num_attention_heads": 4,
+    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "q_lora_rank": 16, "kv_lora_rank": 12,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "num_hidden_layers": 3,
+    "first_k_dense_replace": 1, "vocab_size": 64, "model_type": "deepseek_v3",
+}
+CONFIGS = (
+    ("V3-like, q LoRA", {}, 2, 16),
+    ("no q LoRA (as V2-Lite)", {"q_lora_rank": None}, 2, 16),
+    ("one sequence", {}, 1, 16),
+    ("one head, wide values", {"num_attention_heads": 1, "v_head_dim": 24}, 3, 8),
+    ("long sequence", {"num_hidden_layers": 2}, 1, 96),
+    ("many experts", {"n_routed_experts": 32, "num_experts_per_tok": 6, "n_shared_experts": 2}, 4, 8),
+    ("all dense", {"first_k_dense_replace": 3}, 2, 24),
+    ("no shared expert", {"n_shared_experts": 0, "first_k_dense_replace": 0}, 2, 12),
+)
+
+#: the presets whose parameters are checked at full size
+PRESETS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+
+
+def _model(label: str, changes: dict) -> ModelConfig:
+    return model_from_dict({**_BASE, **changes}, name=label)
+
+
+def versions() -> dict[str, str]:
+    """The installed torch and transformers versions (what the ledger was checked against)."""
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+@lru_cache(maxsize=None)
+def results() -> tuple[dict, ...]:
+    """:func:`memlib.measure.compare` for each of :data:`CONFIGS`, with backward and one AdamW step."""
+    from ..measure import compare
+
+    out = []
+    for label, changes, b, s in CONFIGS:
+        r = compare(_model(label, changes), b, s)
+        r["label"] = label
+        out.append(r)
+    return tuple(out)
+
+
+def summary() -> dict:
+    """How many configs, regions and bytes were compared, and how many differ."""
+    rs = results()
+    regions = [x for r in rs for x in r["regions"]]
+    return {
+        "configs": len(rs),
+        "regions": len(regions),
+        "mismatched_regions": sum(1 for x in regions if x["difference"]),
+        "exact_configs": sum(1 for r in rs if r["exact"]),
+        "measured_bytes": sum(r["activations"]["measured"] for r in rs),
+        "storages": sum(len(r["storages"]) for r in rs),
+        "max_abs_difference": max(abs(x["difference"]) for x in regions),
+    }
+
+
+def _kinds(m: ModelConfig) -> str:
+    return f"{m.layer_kinds.count('dense')}, {m.layer_kinds.count('moe')}"
+
+
+def comparison_table() -> str:
+    """One row per config: shape, activation bytes predicted and measured, gradients, AdamW state
+    (measured, with the difference from the prediction)."""
+    rows = []
+    for r, (label, changes, b, s) in zip(results(), CONFIGS):
+        m = _model(label, changes)
+        a, g, o = r["activations"], r["gradients"], r["optimizer_states"]
+        rows.append([label, _kinds(m), fmt_count(b), fmt_count(s), fmt_count(a["predicted"]), fmt_count(a["measured"]),
+                     f"{a['difference']:+,}", f"{fmt_count(g['measured'])} ({g['difference']:+,})",
+                     f"{fmt_count(o['measured'])} ({o['difference']:+,})"])
+    return md_table(["config", "dense, MoE", "$b$", "$s$", "predicted", "measured", "Δ", "gradients (Δ)",
+                     "AdamW (Δ)"], rows, "llrrrrrrr")
+
+
+def comparison_figure():
+    """Left: predicted against measured saved bytes, one point per region of every config.  Right:
+    the difference, measured minus predicted, per region."""
+    import math
+
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(8.6, 4.0), layout="constrained",
+                                  gridspec_kw={"width_ratios": [3, 2]})
+    markers = {"layer": "o", "embedding": "s", "final_norm": "v", "head": "^", "loss": "D"}
+    names = {"layer": "decoder layer", "embedding": "embedding, RoPE tables", "final_norm": "final RMSNorm",
+             "head": "head input", "loss": "loss"}
+    lo, hi = math.inf, 0
+    colours = PALETTE * 2
+    for i, (colour, r) in enumerate(zip(colours, results())):
+        for j, x in enumerate(r["regions"]):
+            kind = "layer" if x["region"].startswith("layer.") else x["region"]
+            p, q = x["predicted"], x["measured"]
+            lo, hi = min(lo, p, q), max(hi, p, q)
+            ax.scatter([p], [q], marker=markers[kind], color=colour, s=26, alpha=0.85, zorder=3)
+            ax2.scatter([i], [x["difference"]], marker=markers[kind], color=colour, s=26, alpha=0.85, zorder=3)
+    ax.plot([lo, hi], [lo, hi], color="#777777", lw=1, zorder=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted by the hf-eager ledger, bytes")
+    ax.set_ylabel("measured with autograd hooks, bytes")
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=r["label"]) for c, r in zip(colours, results())]
+    handles += [Line2D([], [], ls="", marker=m, color="#444444", label=names[k]) for k, m in markers.items()]
+    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper left")
+    ax2.axhline(0, color="#777777", lw=1, zorder=1)
+    ax2.set_xticks(range(len(results())), [r["label"] for r in results()], rotation=60, fontsize=7, ha="right")
+    ax2.set_ylabel("measured − predicted, bytes")
+    worst = max(abs(x["difference"]) for r in results() for x in r["regions"])
+    ax2.set_ylim(-max(1, 1.2 * worst), max(1, 1.2 * worst))
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# parameters
+# ------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def preset_checks() -> tuple[dict, ...]:
+    """:func:`memlib.measure.param_check` of every preset (built at full size on the meta device)."""
+    from ..measure import param_check
+
+    return tuple(param_check(p) for p in PRESETS)
+
+
+def preset_table() -> str:
+    rows = []
+    for r in preset_checks():
+        bad = sum(1 for t in r["tensors"] if not t["ok"])
+        rows.append([r["model"], f"`{r['class']}`", fmt_count(len(r["tensors"])), fmt_count(r["total"]["memlib"]),
+                     fmt_count(r["total"]["transformers"]),
+                     f"{r['total']['transformers'] - r['total']['memlib']:+,}", fmt_count(r["buffers"]["transformers"]),
+                     fmt_count(bad)])
+    return md_table(["preset", "transformers class", "tensors", "parameters, memlib", "parameters, transformers",
+                     "difference", "buffer elements", "tensors that differ"], rows, "llrrrrrr")
+
+
+# ------------------------------------------------------------------------------------------------
+# hf-eager against the paper, one layer
+# ------------------------------------------------------------------------------------------------
+#: entry groups for the side-by-side view, in data-flow order
+GROUPS = ("RMSNorms", "MLA latents and projections", "attention scores", "dropout masks", "router",
+          "routed experts", "shared experts", "dense FFN")
+
+
+def _group(key: str) -> str:
+    part, _, rest = key.partition(".")
+    if "norm" in rest and not rest.startswith(("routed", "shared")):
+        return "RMSNorms"
+    if "dropout_mask" in rest and "softmax" not in rest:
+        return "dropout masks"
+    if part == "attention":
+        return "attention scores" if any(w in rest for w in ("softmax", "probs")) else "MLA latents and projections"
+    if part == "dense_ffn":
+        return "dense FFN"
+    if rest.startswith("routed"):
+        return "routed experts"
+    if rest.startswith("shared"):
+        return "shared experts"
+    return "router"
+
+
+def _train(b: int, s: int, profile: str) -> TrainingConfig:
+    return TrainingConfig(micro_batch=b, seq_len=s, profile=profile)
+
+
+def layer_entries(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", profile: str = "hf-eager",
+                  b: int | None = None, s: int | None = None) -> list[dict]:
+    """The entries of one decoder layer: key, name, dtype, bytes formula (LaTeX, one device with no
+    parallelism) and exact bytes at ``b``, ``s`` (default: the paper's micro-batch and sequence)."""
+    from .. import ledgers_hf  # noqa: F401  (registers hf-eager)
+    from ..activations import entry_bytes
+
+    m = load_model(model)
+    b = PAPER_TRAINING.micro_batch if b is None else b
+    s = PAPER_TRAINING.seq_len if s is None else s
+    t = _train(b, s, profile)
+    rec = recipe(t.precision)
+    vals = {**values(m), **parallel_values(t), **training_values(t)}
+    par = parallel_values(t)
+    out = []
+    for e in act_profile(profile).layer(m, kind):
+        expr = entry_bytes(e, t, rec).xreplace(par)
+        out.append({"key": e.key, "name": e.name, "dtype": e.dtype, "group": _group(e.key),
+                    "formula": expr, "bytes": int(expr.xreplace(vals))})
+    return out
+
+
+def entry_table(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", profile: str = "hf-eager",
+                b: int | None = None, s: int | None = None) -> str:
+    rows = []
+    for e in layer_entries(model, kind, profile, b, s):
+        dtype = {"act": "bf16"}.get(e["dtype"], e["dtype"])
+        rows.append([f"`{e['key']}`", e["name"], dtype, f"${latex(e['formula'])}$", fmt_bytes(e["bytes"], "MiB")])
+    return md_table(["entry", "tensor", "dtype", "bytes", "MiB"], rows, "lllll")
+
+
+def group_values(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                 s: int | None = None) -> dict[str, dict[str, int]]:
+    """Bytes per group of one layer under the paper's ledger and hf-eager, and the totals."""
+    out: dict[str, dict[str, int]] = {}
+    for profile in ("paper", "hf-eager"):
+        for e in layer_entries(model, kind, profile, b, s):
+            out.setdefault(e["group"], {"paper": 0, "hf-eager": 0})[profile] += e["bytes"]
+    ordered = {g: out[g] for g in GROUPS if g in out}
+    ordered["total"] = {p: sum(v[p] for v in ordered.values()) for p in ("paper", "hf-eager")}
+    return ordered
+
+
+def group_table(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                s: int | None = None) -> str:
+    rows = []
+    for g, v in group_values(model, kind, b, s).items():
+        ratio = "—" if not v["paper"] else f"{float(Fraction(v['hf-eager'], v['paper'])):.2f}"
+        rows.append([f"**{g}**" if g == "total" else g, fmt_bytes(v["paper"], "MiB", with_unit=False),
+                     fmt_bytes(v["hf-eager"], "MiB", with_unit=False),
+                     f"{(v['hf-eager'] - v['paper']) / 2**20:+,.2f}", ratio])
+    return md_table(["entries", "paper, MiB", "hf-eager, MiB", "difference, MiB", "hf-eager / paper"], rows, "lrrrr")
+
+
+def random_check(n: int = 30, seed: int = 0) -> dict:
+    """``n`` random small configs, drawn from ``seed`` (the test suite draws a fresh seed each run)."""
+    import random
+
+    from ..measure import compare, random_config
+
+    rng = random.Random(seed)
+    exact = 0
+    for i in range(n):
+        m, b, s = random_config(rng)
+        exact += compare(m, b, s, seed=i, step=False)["exact"]
+    return {"configs": n, "exact": exact, "seed": seed}
