@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp
 JB_FLAGS ?= -W -n --keep-going
 
-.PHONY: venv book test pdf pdf-deps bench clean
+.PHONY: venv book test pdf pdf-deps bench readme-figure clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,11 @@ pdf-deps:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cli_cold_start.py
 	$(BIN)/python benchmarks/sweep.py
+	$(BIN)/python benchmarks/book_build.py
+
+# the README's figure (tests/test_readme.py checks that the committed one is current)
+readme-figure: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m memlib.report.readme
 
 clean:
 	rm -rf _build .pytest_cache
