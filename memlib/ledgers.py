@@ -44,13 +44,20 @@ EP = sym("EP")
 # ------------------------------------------------------------------------------------------------
 # the paper's ledger (arXiv 2502.07846 §5), generalised to dense layers, embedding and head
 # ------------------------------------------------------------------------------------------------
+def _paper_norm(block: str, input_name: str, output_name: str) -> list[Saved]:
+    """A block's pre-norm as the paper counts it: its input (the block input, kept under full
+    recomputation) and its output (the next Linear's input), both SP-split."""
+    bs = b * s
+    return [
+        _S(f"{block}.norm_input", input_name, bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S(f"{block}.norm_output", output_name, bs * h, shard={"SP", "CP"}, modules={"layernorm"},
+           linear_input=True),
+    ]
+
+
 def _paper_attention(m: ModelConfig) -> list[Saved]:
     bs = b * s
-    out = [
-        _S("attention.norm_input", "RMSNorm input (the layer input)", bs * h, shard={"SP", "CP"}, keep_full=True),
-        _S("attention.norm_output", "RMSNorm output, input of the down-projections", bs * h, shard={"SP", "CP"},
-           modules={"layernorm"}, linear_input=True),
-    ]
+    out = _paper_norm("attention", "RMSNorm input (the layer input)", "RMSNorm output, input of the down-projections")
     if m.q_lora_rank is not None:
         out.append(_S("attention.c_q", "query latent c^Q, input of W^UQ and W^QR", bs * d_cq, shard={"CP"},
                       linear_input=True, note="replicated over TP: W^DQ is not split"))
@@ -102,10 +109,8 @@ def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, modul
 def _paper_moe(m: ModelConfig) -> list[Saved]:
     bs = b * s
     routed_tokens = (N / EP) * (bs * N_r / N)      # local experts x E_token, E_token = b s N_r / N
-    out = [
-        _S("moe.norm_input", "RMSNorm input (the MoE block input)", bs * h, shard={"SP", "CP"}, keep_full=True),
-        _S("moe.norm_output", "RMSNorm output, input of the router and experts", bs * h, shard={"SP", "CP"},
-           modules={"layernorm"}, linear_input=True),
+    out = _paper_norm("moe", "RMSNorm input (the MoE block input)", "RMSNorm output, input of the router and experts")
+    out += [
         _S("moe.router_logits", "router logits", bs * N, shard={"CP"}, modules={"moe"}),
         _S("moe.router_probs", "router probabilities", bs * N, shard={"CP"}, modules={"moe"}),
         _S("moe.routing_map", "top-k routing map (which experts each token goes to)", bs * N_r, shard={"CP"},
@@ -121,11 +126,7 @@ def _paper_moe(m: ModelConfig) -> list[Saved]:
 
 def _paper_dense(m: ModelConfig) -> list[Saved]:
     bs = b * s
-    out = [
-        _S("dense_ffn.norm_input", "RMSNorm input (the FFN block input)", bs * h, shard={"SP", "CP"}, keep_full=True),
-        _S("dense_ffn.norm_output", "RMSNorm output, input of the FFN", bs * h, shard={"SP", "CP"},
-           modules={"layernorm"}, linear_input=True),
-    ]
+    out = _paper_norm("dense_ffn", "RMSNorm input (the FFN block input)", "RMSNorm output, input of the FFN")
     out += [renamed(e, "dense_ffn." + e.key.split(".", 1)[1])
             for e in _paper_ffn("ffn", h_F, bs, shard_w={"TP", "CP"}, shard_in={"SP", "CP"}, module="mlp",
                                 label="dense FFN", input_mask=False)]
