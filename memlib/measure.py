@@ -201,14 +201,14 @@ def _natural(name: str):
 MAX_MEASURED_PARAMS = 200_000_000
 
 
-def _check_small(m: ModelConfig) -> None:
+def _check_small(m: ModelConfig, device: str = "cpu") -> None:
     from .params import model_params, values
 
     n = model_params(m).evaluate_total(values(m))
     if "moe" in m.layer_kinds and (m.hidden_size % 8 or m.moe_intermediate_size % 8):
         raise ConfigError(f"hidden_size={m.hidden_size}, moe_intermediate_size={m.moe_intermediate_size}: "
                           f"transformers' grouped_mm experts need both to be multiples of 8 (16-byte strides in bf16)")
-    if n > MAX_MEASURED_PARAMS:
+    if n > MAX_MEASURED_PARAMS and device == "cpu":
         raise ConfigError(f"model={m.name} has {n} parameters, more than {MAX_MEASURED_PARAMS} that measure builds "
                           f"on the CPU; use a small config (the presets' parameters are checked on the meta device)")
 
@@ -235,6 +235,9 @@ class Measurement:
     gradients: int | None = None                #: bytes of .grad after backward
     optimizer_states: int | None = None         #: bytes of AdamW state after one step
     parameters: int | None = None               #: bytes of the parameters
+    #: on a CUDA device: the caching allocator's bytes before the forward pass, after it (with the
+    #: loss and logits still alive), its peak during it, and what it had reserved
+    allocator: dict | None = None
 
     @property
     def total(self) -> int:
@@ -247,18 +250,21 @@ def _storage_key(t):
 
 
 def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int, *, attn: str = "eager",
-                        seed: int = 0, step: bool = True) -> Measurement:
-    """Saved-for-backward bytes of one bf16 training forward pass (see the module docstring)."""
+                        seed: int = 0, step: bool = True, device: str = "cpu") -> Measurement:
+    """Saved-for-backward bytes of one bf16 training forward pass (see the module docstring).
+
+    ``device="cuda"`` runs it on a GPU and also records the caching allocator's counters."""
     torch, _ = require()
     from transformers import AutoModelForCausalLM
 
     m = load_model(model)
-    _check_small(m)
+    _check_small(m, device)
     cfg = hf_config(m, arch="v3", attn=attn, max_positions=max(seq_len, 2))
     torch.manual_seed(seed)
     with warnings.catch_warnings():       # no shared experts: empty Linears warn that init is a no-op
         warnings.simplefilter("ignore", UserWarning)
-        hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        with torch.device(device):      # built where it runs: no host copy of a large model
+            hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     hf.train()
     params = {_storage_key(p) for p in hf.parameters()} | {_storage_key(x) for x in hf.buffers()}
 
@@ -302,10 +308,21 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
         return p.tensor
 
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, m.vocab_size, (micro_batch, seq_len), generator=g)
+    ids = torch.randint(0, m.vocab_size, (micro_batch, seq_len), generator=g).to(device)
     labels = ids.clone()
+    cuda = str(device).startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         out = hf(input_ids=ids, labels=labels, use_cache=False)
+    allocator = None
+    if cuda:
+        torch.cuda.synchronize()
+        allocator = {"before": before, "after_forward": torch.cuda.memory_allocated(),
+                     "peak_forward": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+                     "logits": out.logits.untyped_storage().nbytes()}
     for hnd in hooks:
         hnd.remove()
     alive = [p for p in (r() for r in packed) if p is not None]
@@ -321,7 +338,7 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
     regions: dict[str, int] = {}
     for d in by_storage.values():
         regions[d["region"]] = regions.get(d["region"], 0) + d["bytes"]
-    meas = Measurement(m, micro_batch, seq_len, attn, regions, list(by_storage.values()))
+    meas = Measurement(m, micro_batch, seq_len, attn, regions, list(by_storage.values()), allocator=allocator)
     meas.parameters = sum(p.numel() * p.element_size() for p in hf.parameters())
     if step:
         out.loss.backward()
