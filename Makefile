@@ -21,7 +21,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	touch $@
 
 book: $(STAMP)
-	$(BIN)/jupyter-book build . $(JB_FLAGS)
+	$(BIN)/jupyter-book build . --all $(JB_FLAGS)
 	@echo "HTML: _build/html/index.html"
 
 test: $(STAMP)
@@ -29,7 +29,7 @@ test: $(STAMP)
 
 # PDF via xelatex (see _config.yml `latex:`); run `make pdf-deps` once per machine first.
 pdf: $(STAMP)
-	$(BIN)/jupyter-book build . --builder pdflatex
+	$(BIN)/jupyter-book build . --all --builder pdflatex
 	@echo "PDF: _build/latex/report.pdf"
 
 pdf-deps:

@@ -165,7 +165,7 @@ def ledger_table(model: ModelConfig | str, block: str, train: TrainingConfig = P
         rows.append([e.name, f"${sp.latex(e.elements)}$", _dtype_cell(e, train), _divisor_cell(e, train),
                      fmt_count(per_device), _dropped_by(e), e.note or "—"])
     headers = ["saved tensor", "elements", "bytes per element", "divided by",
-               f"bytes per device ({train.label()}, b={train.micro_batch}, s={train.seq_len})",
+               "bytes per device",
                "dropped by (recompute modules)", "note"]
     return md_table(headers, rows, "llllrll")
 
@@ -610,6 +610,7 @@ def summary(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING) ->
     return {
         "label": train.label(), "stage": str(stage), "moe_range": names["moe_range"],
         "layers": str(names["moe_layers"]), "seq_len": fmt_count(train.seq_len), "b_first": str(first),
+        "ledger_b": fmt_count(train.micro_batch),
         "micro_batches": ", ".join(map(str, PAPER_MICRO_BATCHES[:-1])) + f" and {PAPER_MICRO_BATCHES[-1]}",
         "tp": str(train.tp), "ep": str(train.ep), "etp": str(train.etp),
         "none_bytes": fmt_count(b1["none"]["total"]), "none_gib": fmt_bytes(b1["none"]["total"], "GiB"),

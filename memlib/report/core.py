@@ -11,13 +11,13 @@ from typing import Iterable, Sequence
 
 import sympy as sp
 
-from ..symbols import REGISTRY
+from ..symbols import REGISTRY, SYMBOLS
 from ..units import fmt_billions, fmt_bytes, fmt_count
 
 __all__ = [
     "glue", "glue_count", "glue_bytes", "glue_billions", "glue_math", "glue_md", "glue_table",
-    "glue_figure", "md_table", "latex", "notation_rows", "notation_table", "use_style", "PALETTE",
-    "new_figure",
+    "glue_figure", "md_table", "latex", "notation_rows", "notation_table", "notation_recap", "use_style",
+    "PALETTE", "new_figure",
 ]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -126,6 +126,45 @@ def notation_table(kinds: Sequence[str] = ("model", "parallel", "training", "sta
     """The notation table as Markdown, rendered from the registry."""
     headers = ["symbol", "meaning", "unit", "config field"] + (["value"] if values is not None else [])
     return md_table(headers, notation_rows(kinds, values), "llll" + ("r" if values is not None else ""))
+
+
+def _recap_value(n, model, train) -> str:
+    """The value of one registry entry under ``model`` and ``train`` (``—`` where it is per device)."""
+    if n.kind == "model" and model is not None:
+        x = getattr(model, n.field)
+        return "— (null)" if x is None else fmt_count(x)
+    if n.kind in ("parallel", "training") and train is not None:
+        x = train.edp if n.key == "EDP" else getattr(train, n.field)
+        return "— (schedule default)" if x is None else fmt_count(x)
+    if n.kind == "precision" and train is not None:
+        from ..states import recipe
+
+        rec = recipe(train.precision)
+        return fmt_count({"B_w": rec.weights, "B_g": rec.gradients, "B_o": rec.optimizer_bytes}[n.key])
+    return "per device"
+
+
+def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
+    """A chapter's notation recap: the registry entries ``keys`` (see :data:`memlib.symbols.SYMBOLS`)
+    as a Markdown table of symbol, meaning and unit and, when ``model`` or ``train`` is given, the
+    value in the chapter's configuration.
+
+    >>> print(notation_recap(["h", "DP"]))
+    | symbol | meaning | unit |
+    | :-- | :-- | :-- |
+    | $h$ | hidden dimension | elements |
+    | $DP$ | data-parallel size | ranks |
+    """
+    with_values = model is not None or train is not None
+    rows = []
+    for k in keys:
+        n = SYMBOLS[k]
+        row = [f"${sp.latex(n.symbol)}$", n.meaning, n.unit]
+        if with_values:
+            row.append(_recap_value(n, model, train))
+        rows.append(row)
+    headers = ["symbol", "meaning", "unit"] + (["value here"] if with_values else [])
+    return md_table(headers, rows, "lll" + ("r" if with_values else ""))
 
 
 def use_style() -> None:

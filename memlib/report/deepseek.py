@@ -26,7 +26,7 @@ from .core import PALETTE, md_table, new_figure
 
 __all__ = [
     "GPU", "CAPACITY", "V3_LAYOUT", "V3_TRAIN", "STEPS", "v3_estimate", "ablation", "ablation_table",
-    "ablation_figure", "stage_table", "stage_figure", "text_values", "layout_text", "problem",
+    "ablation_figure", "steps", "stage_table", "stage_figure", "text_values", "layout_text", "problem",
     "ledger_table",
 ]
 
@@ -46,21 +46,27 @@ V3_TRAIN = TrainingConfig(dp=128, tp=1, pp=16, ep=64, etp=1, schedule="dualpipe"
 
 #: the ablation: a naive baseline, then the report's techniques switched on one at a time
 #: (label, what changes, the configuration after the change)
-_BASE = V3_TRAIN.with_(schedule="1f1b", zero=0, precision="megatron", recompute="none")
-STEPS: tuple[tuple[str, str, TrainingConfig], ...] = (
-    ("naive baseline", "1F1B, ZeRO-0, fp32 master weights, gradients and AdamW moments, bf16 activations, "
-                       "no recomputation", _BASE),
-    ("+ DualPipe", "bidirectional schedule: every rank holds two model stages (rank 0: stages 0 and 15)",
-     _BASE.with_(schedule="dualpipe")),
-    ("+ ZeRO-1", "optimizer states sharded over the data-parallel ranks (EDP ranks for the routed experts)",
-     _BASE.with_(schedule="dualpipe", zero=1)),
-    ("+ BF16 moments", "AdamW moments in bf16 (master weights and gradients stay fp32)",
-     _BASE.with_(schedule="dualpipe", zero=1, precision="paper")),
-    ("+ FP8 activations", "Linear inputs cached in FP8 (attention output in E5M6), SwiGLU input in FP8 and "
-                          "its output recomputed", _BASE.with_(schedule="dualpipe", zero=1, precision="deepseek-v3")),
-    ("+ recompute norms and up-projections", "every RMSNorm output and the MLA up-projections recomputed "
-                                             "in backward: the DeepSeek-V3 configuration", V3_TRAIN),
-)
+def steps(train: TrainingConfig = V3_TRAIN) -> tuple[tuple[str, str, TrainingConfig], ...]:
+    """The ablation's steps for ``train``: a naive baseline with the same parallel sizes and layout,
+    then DualPipe, ZeRO-1, BF16 moments, FP8 activations and recomputation, ending at ``train``."""
+    base = train.with_(schedule="1f1b", zero=0, precision="megatron", recompute="none")
+    return (
+        ("naive baseline", "1F1B, ZeRO-0, fp32 master weights, gradients and AdamW moments, bf16 activations, "
+                           "no recomputation", base),
+        ("+ DualPipe", "bidirectional schedule: every rank holds two model stages (rank 0: the first and the last)",
+         base.with_(schedule="dualpipe")),
+        ("+ ZeRO-1", "optimizer states sharded over the data-parallel ranks (EDP ranks for the routed experts)",
+         base.with_(schedule="dualpipe", zero=1)),
+        ("+ BF16 moments", "AdamW moments in bf16 (master weights and gradients stay fp32)",
+         base.with_(schedule="dualpipe", zero=1, precision="paper")),
+        ("+ FP8 activations", "Linear inputs cached in FP8 (attention output in E5M6), SwiGLU input in FP8 and "
+                              "its output recomputed", base.with_(schedule="dualpipe", zero=1, precision="deepseek-v3")),
+        ("+ recompute norms and up-projections", "every RMSNorm output and the MLA up-projections recomputed "
+                                                 "in backward: the DeepSeek-V3 configuration", train),
+    )
+
+
+STEPS: tuple[tuple[str, str, TrainingConfig], ...] = steps(V3_TRAIN)
 
 _GIB = UNITS["GiB"]
 
@@ -92,13 +98,14 @@ def _states(st) -> int:
     return st.bytes["parameters"] + st.bytes["gradients"] + st.bytes["optimizer_states"]
 
 
-def ablation(model: ModelConfig | str = "deepseek-v3") -> list[dict]:
-    """One row per step: the peak device's states, activations, overhead and total, and the change."""
+def ablation(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN) -> list[dict]:
+    """One row per step of :func:`steps` for ``train``: the peak device's states, activations, overhead
+    and total, and the change."""
     rows, prev = [], None
-    for label, what, train in STEPS:
-        est = v3_estimate(model, train)
+    for label, what, step in steps(train):
+        est = v3_estimate(model, step)
         pk = est.peak
-        row = {"label": label, "what": what, "train": train, "stage": pk.stage.index,
+        row = {"label": label, "what": what, "train": step, "stage": pk.stage.index,
                "states": _states(pk), "activations": pk.bytes["activations"], "overhead": pk.bytes["overhead"],
                "allocated": pk.allocated, "total": pk.total, "fits": est.fits(pk),
                "change": None if prev is None else pk.total - prev}
@@ -111,19 +118,19 @@ def _signed(n: int) -> str:
     return ("−" if n < 0 else "+") + fmt_bytes(abs(n), "GiB")
 
 
-def ablation_table(model: ModelConfig | str = "deepseek-v3") -> str:
+def ablation_table(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN) -> str:
     rows = [(r["label"], r["what"], str(r["stage"]), fmt_bytes(r["states"]), fmt_bytes(r["activations"]),
              fmt_bytes(r["overhead"]), fmt_bytes(r["total"]), "—" if r["change"] is None else _signed(r["change"]),
              "yes" if r["fits"] else "no")
-            for r in ablation(model)]
+            for r in ablation(model, train)]
     return md_table(["step", "what changes", "peak rank", "model states", "activations", "overheads",
                      "total", "change", f"fits {fmt_bytes(CAPACITY, 'GB', 0)}"], rows, "llrrrrrrc")
 
 
-def ablation_figure(model: ModelConfig | str = "deepseek-v3"):
+def ablation_figure(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN):
     """The peak device of each step as stacked bars (states, activations, overheads), GiB, with the
     capacity line."""
-    rows = ablation(model)
+    rows = ablation(model, train)
     fig, ax = new_figure(7.2, 3.8)
     x = list(range(len(rows)))
     bottom = [0.0] * len(rows)
@@ -140,7 +147,7 @@ def ablation_figure(model: ModelConfig | str = "deepseek-v3"):
                 (-0.45, _gib(CAPACITY)), ha="left", va="bottom", fontsize=8, color=PALETTE[7])
     ax.set_xticks(x, [r["label"].replace(" and ", "\nand ").replace("+ FP8 ", "+ FP8\n").replace("+ BF16 ", "+ BF16\n")
                       for r in rows], fontsize=7)
-    ax.set_ylabel("peak device, GiB")
+    ax.set_ylabel("peak rank, GiB per device")
     ax.legend(fontsize=8, loc="upper right")
     return fig
 
@@ -209,21 +216,21 @@ def _layer_total(model, train: TrainingConfig, kind: str = "moe") -> int:
     return sum(ledger_bytes(led, train, est.recipe, est.policy).evaluate(est.values).values())
 
 
-def text_values(model: ModelConfig | str = "deepseek-v3") -> dict[str, str]:
+def text_values(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN) -> dict[str, str]:
     """Every number of the chapter's prose, formatted, keyed by its glue key."""
     m = load_model(model)
-    t = V3_TRAIN
+    t = train
     est = v3_estimate(m, t)
     pk = est.peak
     high = v3_estimate(m, t, OVERHEAD_PRESETS["high"]).peak
-    rows = ablation(m)
+    rows = ablation(m, t)
     base, final = rows[0], rows[-1]
     plain = t.with_(precision="paper", recompute="none")
     out = {
         "v3_gpus": fmt_count(t.world_size), "v3_gpu": GPU, "v3_pp": fmt_count(t.pp), "v3_ep": fmt_count(t.ep),
         "v3_dp": fmt_count(t.dp), "v3_edp": fmt_count(t.edp), "v3_tp": fmt_count(t.tp),
         "v3_b": fmt_count(t.micro_batch), "v3_s": fmt_count(t.seq_len), "v3_layers": fmt_count(m.num_hidden_layers),
-        "v3_dense": fmt_count(m.first_k_dense_replace), "v3_layout": layout_text(t.layout),
+        "v3_dense": fmt_count(m.first_k_dense_replace), "v3_layout": layout_text(est.partition.layout),
         "v3_label": t.label(), "v3_cap_gb": fmt_bytes(CAPACITY, "GB", 0), "v3_cap_gib": fmt_bytes(CAPACITY, "GiB", 1),
         "v3_bytes_per_param": fmt_count(RECIPES[t.precision].total_bytes),
         "v3_megatron_bytes_per_param": fmt_count(RECIPES["megatron"].total_bytes),
@@ -246,12 +253,12 @@ def text_values(model: ModelConfig | str = "deepseek-v3") -> dict[str, str]:
     return out
 
 
-def problem(model: ModelConfig | str = "deepseek-v3") -> dict[str, str]:
-    """Worked problem: the DeepSeek-V3 configuration with two sequences per micro-batch."""
-    t2 = V3_TRAIN.with_(micro_batch=2)
+def problem(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN) -> dict[str, str]:
+    """Worked problem: the configuration with twice the sequences per micro-batch."""
+    t2 = train.with_(micro_batch=2 * train.micro_batch)
     est = v3_estimate(model, t2)
     pk = est.peak
-    one = v3_estimate(model).peak
+    one = v3_estimate(model, train).peak
     return {"v3_p_b": fmt_count(t2.micro_batch), "v3_p_peak": fmt_bytes(pk.total), "v3_p_rank": fmt_count(pk.stage.index),
             "v3_p_acts": fmt_bytes(pk.bytes["activations"]), "v3_p_acts1": fmt_bytes(one.bytes["activations"]),
             "v3_p_verdict": "fits" if est.fits(pk) else "does not fit",

@@ -152,18 +152,18 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
             f"({fmt_count(deltas['final_norm'])} parameters, replicated), which sits on the last stage "
             f"with the output head."),
     ]
-    return _parameter_items(m) + items + _activation_items(m, train)
+    return _parameter_items(m, train) + items + _activation_items(m, train)
 
 
 def _billions(n: int) -> str:
     return f"{fmt_billions(n)} ({fmt_count(n)})"
 
 
-def _parameter_items(m: ModelConfig) -> list[Erratum]:
+def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> list[Erratum]:
     vals = values(m)
     layers = per_layer_totals(m)
     moe_layer = layer_params(m, "moe").evaluate_total(vals)
-    part = Partition(m, PAPER_TRAINING)
+    part = Partition(m, train)
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
     t3 = {r["layers"]: r for r in PAPER["table3"]}
     t4 = {r["stage"]: r for r in PAPER["table4"]}
@@ -264,6 +264,6 @@ def kinds_table() -> str:
 def errata_table(chapter: str | None = None, model: ModelConfig | str = "deepseek-v3",
                  train: TrainingConfig = PAPER_TRAINING) -> str:
     """The items (of one chapter, or all) as a Markdown table; printed "GB" values are GiB."""
-    rows = [[f"`{e.id}`", e.source, KINDS[e.kind], e.printed, e.computed, e.reason]
+    rows = [[e.id, e.source, KINDS[e.kind], e.printed, e.computed, e.reason]
             for e in errata(model, train) if chapter is None or e.chapter == chapter]
     return md_table(["id", "where", "kind", "printed (\"GB\" = GiB)", "memlib (exact)", "why"], rows, "llllll")

@@ -30,7 +30,7 @@ from ..architecture import (
     embedding_tensors, head_tensors, moe_tensors, mtp_tensors,
 )
 from ..breakdown import Breakdown
-from ..config import PAPER_TRAINING, ModelConfig, load_model
+from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
 from ..params import (
     activated_params, buffer_params, by_block, expert_params, layer_params, model_params, mtp_params,
     tensor_counts, values,
@@ -43,7 +43,7 @@ from ..units import UNITS, _fixed, fmt_billions, fmt_bytes, fmt_count
 from .core import PALETTE, glue, md_table
 
 __all__ = [
-    "MODELS", "MODEL_NAMES", "V3", "glue_facts", "v3_partition", "weight_bytes",
+    "MODELS", "MODEL_NAMES", "V3", "glue_facts", "partition", "v3_partition", "weight_bytes",
     # introduction
     "intro_facts", "library_table",
     # architecture
@@ -110,20 +110,36 @@ def _printed_billions(s: str) -> int:
     return int(Fraction(s.rstrip("B")) * 10**9)
 
 
+def partition(m: ModelConfig | str | None = None, train: TrainingConfig = PAPER_TRAINING) -> Partition:
+    """``m`` (DeepSeek-V3 by default) under ``train`` (the paper's PP16@TP2@EP8@ETP1, DP32)."""
+    return Partition(load_model(m or V3), train)
+
+
 def v3_partition() -> Partition:
     """DeepSeek-V3 under the paper's PP16@TP2@EP8@ETP1, DP32 configuration."""
-    return Partition(load_model(V3), PAPER_TRAINING)
+    return partition(V3, PAPER_TRAINING)
+
+
+def _name(m: ModelConfig) -> str:
+    return MODEL_NAMES.get(m.name, m.name)
+
+
+def _stated(off: dict, key: str) -> str:
+    """A figure DeepSeek states for the model, in billions, or a dash where it states none."""
+    x = off.get(key)
+    return "— (not stated)" if x is None else x + "B"
 
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 1: introduction
 # ---------------------------------------------------------------------------------------------
 
-def intro_facts() -> dict[str, str]:
-    """Units, the paper's headline per-device figure in GiB and GB, rounding examples."""
-    m = load_model(V3)
+def intro_facts(m: ModelConfig | str | None = None, train: TrainingConfig = PAPER_TRAINING) -> dict[str, str]:
+    """Units, the paper's headline per-device figure in GiB and GB, rounding examples (computed for
+    ``m`` under ``train``; the paper's printed values beside them are DeepSeek-V3's)."""
+    m = load_model(m or V3)
     vals = values(m)
-    part = v3_partition()
+    part = partition(m, train)
     busiest = max(part.stages, key=lambda s: part.params(s).evaluate_total(part.values))
     dev = part.params(busiest).evaluate_total(part.values)
     same = [s.index for s in part.stages
@@ -138,7 +154,7 @@ def intro_facts() -> dict[str, str]:
         "gib_in_gb": fmt_bytes(UNITS["GiB"], "GB", 4),
         "gib_excess": _pct(UNITS["GiB"] - UNITS["GB"], UNITS["GB"], 2),
         "bf16_bytes": str(RECIPES["paper"].weights),
-        "config": PAPER_TRAINING.label(),
+        "config": train.label(),
         "device_stages": _range(min(same), max(same)),
         "device_params": fmt_count(dev),
         "device_bytes": fmt_count(weight_bytes(dev)),
@@ -223,7 +239,7 @@ def layer_pattern_table(models: Iterable[str] = MODELS) -> str:
     return md_table(["model", "layers $l$", "dense", "MoE", "layer indices", "MTP modules"], rows, "lrrrlr")
 
 
-def attention_table(models: Sequence[str] = ("deepseek-v3", "deepseek-v2-lite")) -> str:
+def attention_table(models: Sequence[str | ModelConfig] = ("deepseek-v3", "deepseek-v2-lite")) -> str:
     """The MLA tensors of each model: symbolic shape = numeric shape, and the HF parameter."""
     ms = [load_model(n) for n in models]
     per = [{t.key: t for t in attention_tensors(m)} for m in ms]
@@ -240,7 +256,7 @@ def attention_table(models: Sequence[str] = ("deepseek-v3", "deepseek-v2-lite"))
             t = d.get(k)
             row.append("—" if t is None else f"{_shape_tex(t.shape)} = {_shape_num(t.shape, values(m))}")
         rows.append(row)
-    return md_table(["tensor", "Hugging Face parameter"] + [MODEL_NAMES.get(n, n) for n in models], rows, "llll")
+    return md_table(["tensor", "Hugging Face parameter"] + [_name(m) for m in ms], rows, "l" * (2 + len(ms)))
 
 
 def mla_equations() -> list[tuple[str, str]]:
@@ -279,9 +295,10 @@ def mtp_table(m: ModelConfig | None = None) -> str:
     return md_table(["tensor", "Hugging Face parameter", "shape", "parameters"], rows, "lllr")
 
 
-def architecture_facts() -> dict[str, str]:
-    """Numbers the architecture chapter quotes (DeepSeek-V3 unless the key names another model)."""
-    v3, lite, v2 = load_model(V3), load_model("deepseek-v2-lite"), load_model("deepseek-v2")
+def architecture_facts(m: ModelConfig | str | None = None) -> dict[str, str]:
+    """Numbers the architecture chapter quotes: of ``m`` (DeepSeek-V3 by default; keys without a model
+    prefix, and ``v3_*``), and of DeepSeek-V2 and V2-Lite (``v2_*``, ``lite_*``) for comparison."""
+    v3, lite, v2 = load_model(m or V3), load_model("deepseek-v2-lite"), load_model("deepseek-v2")
     vals3, valsl = values(v3), values(lite)
     qk = _count(sym("d_h") + sym("d_hR"), vals3)
     f = {
@@ -289,7 +306,7 @@ def architecture_facts() -> dict[str, str]:
         "d_v": fmt_count(v3.v_head_dim),
         "d_hR": fmt_count(v3.qk_rope_head_dim),
         "d_c": fmt_count(v3.kv_lora_rank),
-        "d_cq": fmt_count(v3.q_lora_rank),
+        "d_cq": "— (null)" if v3.q_lora_rank is None else fmt_count(v3.q_lora_rank),
         "h": fmt_count(v3.hidden_size),
         "n_h": fmt_count(v3.num_attention_heads),
         "l": fmt_count(v3.num_hidden_layers),
@@ -511,20 +528,20 @@ def stage_table(part: Partition | None = None) -> str:
     return md_table(headers, stage_table_rows(part), "lllrrrr"[: len(headers)])
 
 
-def totals_table(models: Iterable[str] = MODELS) -> str:
+def totals_table(models: Iterable[str | ModelConfig] = MODELS) -> str:
     """Total and activated parameters of each model, beside what DeepSeek states (billions)."""
     rows = []
     for n in models:
         m = load_model(n)
         vals = values(m)
-        off = DEEPSEEK_OFFICIAL.get(n, {})
+        off = DEEPSEEK_OFFICIAL.get(m.name, {})
         mtp = mtp_params(m).evaluate_total(vals)
         buf = buffer_params(m).evaluate_total(vals)
         rows.append([
-            MODEL_NAMES.get(n, n),
+            _name(m),
             fmt_count(model_params(m).evaluate_total(vals)),
             fmt_billions(model_params(m).evaluate_total(vals)),
-            off.get("total", "") + "B",
+            _stated(off, "total"),
             fmt_billions(activated_params(m).evaluate_total(vals)),
             fmt_billions(activated_params(m, embedding=False).evaluate_total(vals)),
             " / ".join(x + "B" for x in (off.get("activated"), off.get("activated_weights_doc")) if x),
@@ -536,9 +553,12 @@ def totals_table(models: Iterable[str] = MODELS) -> str:
                     rows, "lrrrrrrrr")
 
 
-def parameter_facts() -> dict[str, str]:
-    """Every number the parameters chapter quotes."""
-    m = load_model(V3)
+def parameter_facts(m: ModelConfig | str | None = None, train: TrainingConfig = PAPER_TRAINING) -> dict[str, str]:
+    """Every number the parameters chapter quotes, for ``m`` (DeepSeek-V3 by default) under ``train``.
+
+    Keys named ``v3_*`` are the chapter's model; ``paper_*`` are the paper's printed values and
+    ``*_official*`` what DeepSeek states for the model (DeepSeek-V3's in the book)."""
+    m = load_model(m or V3)
     vals = values(m)
     total = model_params(m).evaluate_total(vals)
     act = activated_params(m).evaluate_total(vals)
@@ -555,10 +575,11 @@ def parameter_facts() -> dict[str, str]:
     emb = blocks["embedding"]
     head = blocks["head"]
     stored_mtp = mtp_total + emb + head
-    part = v3_partition()
+    part = partition(m, train)
     st_counts = [part.params_unsharded(s).evaluate_total(part.values) for s in part.stages]
     biggest = max(st_counts)
-    off = DEEPSEEK_OFFICIAL[V3]
+    off = DEEPSEEK_OFFICIAL.get(m.name, {})
+    doc = off.get("activated_weights_doc")
     lite, v2 = load_model("deepseek-v2-lite"), load_model("deepseek-v2")
     vl, v2v = values(lite), values(v2)
     lite_act = activated_params(lite).evaluate_total(vl)
@@ -582,11 +603,11 @@ def parameter_facts() -> dict[str, str]:
         "v3_activated_b": fmt_billions(act),
         "v3_activated_ne": fmt_count(act_ne),
         "v3_activated_ne_b": fmt_billions(act_ne),
-        "v3_official_total": off["total"] + "B",
-        "v3_official_activated": off["activated"] + "B",
-        "v3_official_activated_doc": off["activated_weights_doc"] + "B",
+        "v3_official_total": _stated(off, "total"),
+        "v3_official_activated": _stated(off, "activated"),
+        "v3_official_activated_doc": _stated(off, "activated_weights_doc"),
         "v3_activated_share": _pct(act, total, 1),
-        "v3_activated_doc_gap": fmt_billions(_printed_billions(off["activated_weights_doc"]) - act_ne),
+        "v3_activated_doc_gap": "—" if doc is None else fmt_billions(_printed_billions(doc) - act_ne),
         "embedding": fmt_count(emb),
         "embedding_b": fmt_billions(emb),
         "embedding_gib": _gib(emb),
@@ -620,16 +641,16 @@ def parameter_facts() -> dict[str, str]:
         "stage_max_gib": _gib(biggest),
         "stage_max_n": fmt_count(st_counts.count(biggest)),
         "stage_last": fmt_count(st_counts[-1]),
-        "pp": fmt_count(PAPER_TRAINING.pp),
-        "config": PAPER_TRAINING.label(),
+        "pp": fmt_count(train.pp),
+        "config": train.label(),
         "mtp_own": fmt_count(mtp_total),
         "mtp_own_b": fmt_billions(mtp_total),
         "mtp_block_b": fmt_billions(mtp_block),
         "mtp_proj": fmt_count(mtp_proj),
-        "mtp_official": off["mtp"] + "B",
+        "mtp_official": _stated(off, "mtp"),
         "mtp_stored_b": fmt_billions(stored_mtp),
         "checkpoint_b": fmt_billions(total + stored_mtp),
-        "checkpoint_official": off["checkpoint"] + "B",
+        "checkpoint_official": _stated(off, "checkpoint"),
         "router_bias": fmt_count(buffer_params(m).evaluate_total(vals)),
         "router_bias_per_layer": fmt_count(m.n_routed_experts),
         "moe_layers": fmt_count(m.layer_kinds.count("moe")),
@@ -646,7 +667,7 @@ def parameter_facts() -> dict[str, str]:
         "tie_saving": fmt_count(head),
         "tie_saving_gib": _gib(head),
         "tie_saving_share": _pct(head, total, 2),
-        "bf16_bytes": str(RECIPES["paper"].weights),
+        "bf16_bytes": str(RECIPES[train.precision].weights),
     }
 
 

@@ -29,7 +29,7 @@ from .zero import stage_label
 __all__ = [
     "CAPACITY", "capacity_label", "TERMS", "TERM_LABELS", "POLICIES_SHOWN", "ZERO_STAGES", "OVERHEAD",
     "grid_values", "grid_figure", "fit_table", "no_recompute", "interleaved_layout", "schedule_configs",
-    "schedule_values", "schedule_table", "layout_text", "SCHEDULE_BASE", "schedule_figure", "problem_answers", "summary", "policy_name",
+    "schedule_values", "schedule_table", "layout_text", "SCHEDULE_BASE", "schedule_base", "schedule_figure", "problem_answers", "summary", "policy_name",
 ]
 
 #: an 80 GB device (H800 / H100 SXM), decimal bytes as the vendor counts them
@@ -157,7 +157,13 @@ def no_recompute(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAININ
 # --------------------------------------------------------------------------------------------
 # pipeline schedules
 # --------------------------------------------------------------------------------------------
-def interleaved_layout(model: ModelConfig | str, pp: int, vpp: int) -> tuple[int, ...]:
+def schedule_base(train: TrainingConfig = PAPER_TRAINING) -> TrainingConfig:
+    """``train`` with ZeRO-1 and full recomputation: the configuration the schedules are compared on."""
+    return train.with_(zero=int(ZeroStage.OS), recompute="full")
+
+
+def interleaved_layout(model: ModelConfig | str, pp: int, vpp: int,
+                       train: TrainingConfig = PAPER_TRAINING) -> tuple[int, ...]:
     """Decoder layers per virtual stage for the interleaved schedule: as even as possible, the
     lighter chunks on the first virtual stage (it also holds the embedding) and the last ones
     (the head).  Validated by building the partition."""
@@ -173,7 +179,7 @@ def interleaved_layout(model: ModelConfig | str, pp: int, vpp: int) -> tuple[int
         for i in range(n - light + 1, n):
             sizes[i] = base
     layout = tuple(sizes)
-    Partition(m, PAPER_TRAINING.with_(schedule="interleaved", vpp=vpp, layout=layout))
+    Partition(m, train.with_(pp=pp, schedule="interleaved", vpp=vpp, layout=layout))
     if sum(layout) != layers or min(layout) < 1:
         raise ValueError(f"layout {layout} does not cover the {layers} layers")
     return layout
@@ -197,7 +203,7 @@ def schedule_configs(model: ModelConfig | str, train: TrainingConfig) -> dict[st
     return {
         "gpipe": train.with_(schedule="gpipe", num_microbatches=m_gpipe),
         "1f1b": train.with_(schedule="1f1b"),
-        "interleaved": train.with_(schedule="interleaved", vpp=2, layout=interleaved_layout(model, train.pp, 2)),
+        "interleaved": train.with_(schedule="interleaved", vpp=2, layout=interleaved_layout(model, train.pp, 2, train)),
         "dualpipe": train.with_(schedule="dualpipe"),
     }
 

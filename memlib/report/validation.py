@@ -8,6 +8,7 @@ backward in one bf16 training forward pass of small models, against the ``hf-eag
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from functools import lru_cache
 
 from ..activations import training_values
@@ -17,11 +18,11 @@ from ..params import values
 from ..partition import parallel_values
 from ..states import recipe
 from ..units import fmt_bytes, fmt_count
-from .core import PALETTE, latex, md_table
+from .core import PALETTE, latex, md_table, new_figure
 
-__all__ = ["CONFIGS", "PRESETS", "versions", "results", "summary", "comparison_table", "comparison_figure",
+__all__ = ["GPU_RESULT", "gpu_result", "gpu_table", "CONFIGS", "PRESETS", "versions", "results", "summary", "comparison_table", "comparison_figure",
            "preset_checks", "preset_table", "layer_entries", "entry_table", "group_table", "group_values",
-           "GROUPS", "random_check"]
+           "GROUPS", "random_check", "problem_answers"]
 
 #: a spread of small configs: (label, the config.json fields that differ from ``_BASE``, b, s)
 _BASE = {
@@ -108,11 +109,11 @@ def comparison_figure():
     the difference, measured minus predicted, per region."""
     import math
 
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(8.6, 4.0), layout="constrained",
-                                  gridspec_kw={"width_ratios": [3, 2]})
+    fig, _ = new_figure(8.6, 4.0)
+    fig.clf()
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     markers = {"layer": "o", "embedding": "s", "final_norm": "v", "head": "^", "loss": "D"}
     names = {"layer": "decoder layer", "embedding": "embedding, RoPE tables", "final_norm": "final RMSNorm",
              "head": "head input", "loss": "loss"}
@@ -125,15 +126,15 @@ def comparison_figure():
             lo, hi = min(lo, p, q), max(hi, p, q)
             ax.scatter([p], [q], marker=markers[kind], color=colour, s=26, alpha=0.85, zorder=3)
             ax2.scatter([i], [x["difference"]], marker=markers[kind], color=colour, s=26, alpha=0.85, zorder=3)
-    ax.plot([lo, hi], [lo, hi], color="#777777", lw=1, zorder=1)
+    ax.plot([lo, hi], [lo, hi], color=PALETTE[7], alpha=0.5, lw=1, zorder=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted by the hf-eager ledger, bytes")
     ax.set_ylabel("measured with autograd hooks, bytes")
     handles = [Line2D([], [], ls="", marker="o", color=c, label=r["label"]) for c, r in zip(colours, results())]
-    handles += [Line2D([], [], ls="", marker=m, color="#444444", label=names[k]) for k, m in markers.items()]
+    handles += [Line2D([], [], ls="", marker=m, color=PALETTE[7], label=names[k]) for k, m in markers.items()]
     ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper left")
-    ax2.axhline(0, color="#777777", lw=1, zorder=1)
+    ax2.axhline(0, color=PALETTE[7], alpha=0.5, lw=1, zorder=1)
     ax2.set_xticks(range(len(results())), [r["label"] for r in results()], rotation=60, fontsize=7, ha="right")
     ax2.set_ylabel("measured − predicted, bytes")
     worst = max(abs(x["difference"]) for r in results() for x in r["regions"])
@@ -156,11 +157,12 @@ def preset_table() -> str:
     rows = []
     for r in preset_checks():
         bad = sum(1 for t in r["tensors"] if not t["ok"])
-        rows.append([r["model"], f"`{r['class']}`", fmt_count(len(r["tensors"])), fmt_count(r["total"]["memlib"]),
+        cls = r["class"].removesuffix("ForCausalLM")
+        rows.append([r["model"], f"`{cls}`", fmt_count(len(r["tensors"])), fmt_count(r["total"]["memlib"]),
                      fmt_count(r["total"]["transformers"]),
                      f"{r['total']['transformers'] - r['total']['memlib']:+,}", fmt_count(r["buffers"]["transformers"]),
                      fmt_count(bad)])
-    return md_table(["preset", "transformers class", "tensors", "parameters, memlib", "parameters, transformers",
+    return md_table(["preset", "transformers class (`…ForCausalLM`)", "tensors", "parameters, memlib", "parameters, transformers",
                      "difference", "buffer elements", "tensors that differ"], rows, "llrrrrrr")
 
 
@@ -259,3 +261,68 @@ def random_check(n: int = 30, seed: int = 0) -> dict:
         m, b, s = random_config(rng)
         exact += compare(m, b, s, seed=i, step=False)["exact"]
     return {"configs": n, "exact": exact, "seed": seed}
+
+
+def problem_answers(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                    s: int | None = None) -> dict[str, str]:
+    """The chapter's worked problems, formatted: (1) one layer at twice the sequence length under
+    both ledgers; (2) the group of entries where ``hf-eager`` keeps the most beyond the paper."""
+    b = PAPER_TRAINING.micro_batch if b is None else b
+    s = PAPER_TRAINING.seq_len if s is None else s
+    one = group_values(model, kind, b, s)
+    two = group_values(model, kind, b, 2 * s)
+    diffs = {g: v["hf-eager"] - v["paper"] for g, v in one.items() if g != "total"}
+    top = max(diffs, key=lambda g: diffs[g])
+    ratio = {p: Fraction(two["total"][p], one["total"][p]) for p in ("paper", "hf-eager")}
+    return {
+        "s2": fmt_count(2 * s),
+        "paper_s2": fmt_bytes(two["total"]["paper"], "GiB"),
+        "hf_s2": fmt_bytes(two["total"]["hf-eager"], "GiB"),
+        "paper_ratio": f"{float(ratio['paper']):.2f}",
+        "hf_ratio": f"{float(ratio['hf-eager']):.2f}",
+        "scores_paper_s2": fmt_bytes(two["attention scores"]["paper"], "GiB"),
+        "scores_hf_s2": fmt_bytes(two["attention scores"]["hf-eager"], "GiB"),
+        "top_group": top,
+        "top_paper": fmt_bytes(one[top]["paper"], "GiB"),
+        "top_hf": fmt_bytes(one[top]["hf-eager"], "GiB"),
+        "top_diff": fmt_bytes(diffs[top], "GiB"),
+        "total_diff": fmt_bytes(abs(one["total"]["hf-eager"] - one["total"]["paper"]), "GiB"),
+        "total_sign": "more" if one["total"]["hf-eager"] >= one["total"]["paper"] else "less",
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# the recorded GPU run (benchmarks/gpu_validation.py on an H200; committed as data)
+# ------------------------------------------------------------------------------------------------
+#: the measured result of ``benchmarks/gpu_validation.py`` on one H200, committed with the code
+GPU_RESULT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_validation_h200.json"
+
+
+def gpu_result() -> dict:
+    """The recorded GPU run, with a few derived values formatted for glue."""
+    import json
+
+    data = json.loads(GPU_RESULT.read_text())
+    rows = data["rows"]
+    big = max(rows, key=lambda r: r["saved"])
+    return {
+        "device": data["device"], "torch": data["torch"], "transformers": data["transformers"],
+        "configs": fmt_count(len(rows)), "exact": fmt_count(sum(r["exact"] for r in rows)),
+        "big": big["config"], "big_saved": fmt_bytes(big["saved"], "GiB"), "big_saved_exact": fmt_count(big["saved"]),
+        "big_logits": fmt_bytes(big["logits"], "MiB"),
+        "big_gap": fmt_bytes(abs(big["held_minus_saved"] - big["logits"]), "KiB"),
+        "big_transient": fmt_bytes(big["transient_above_held"], "GiB"),
+    }
+
+
+def gpu_table() -> str:
+    """One row per recorded configuration: predicted, saved, held after forward, peak, reserved (GiB)."""
+    import json
+
+    data = json.loads(GPU_RESULT.read_text())
+    rows = [[r["config"], fmt_count(r["micro_batch"]), fmt_count(r["seq_len"]), fmt_count(r["predicted"]),
+             fmt_count(r["saved"]), "yes" if r["exact"] else "no", fmt_bytes(r["held_after_forward"], "GiB"),
+             fmt_bytes(r["logits"], "GiB"), fmt_bytes(r["peak_above_before"], "GiB"), fmt_bytes(r["reserved"], "GiB")]
+            for r in data["rows"]]
+    return md_table(["config", "b", "s", "predicted (bytes)", "saved (bytes)", "exact", "held after forward",
+                     "logits", "peak in forward", "reserved"], rows, "lrrrrlrrrr")
