@@ -358,6 +358,9 @@ class ActProfile:
     head: Callable[[ModelConfig], list[Saved]]
     mtp: Callable[[ModelConfig, int], list[Saved]]
     modules: frozenset = field(default_factory=lambda: frozenset(MODULES))
+    #: parallel axes the implementation does not have (their size must be 1), e.g. transformers has
+    #: no tensor, context or expert parallelism
+    no_parallel: tuple[str, ...] = ()
 
 
 ACT_PROFILES: dict[str, ActProfile] = {

@@ -207,4 +207,5 @@ ACT_PROFILES["hf-eager"] = ActProfile(
     "hf-eager", "transformers 5.24.0 DeepseekV3ForCausalLM on torch 2.13.0: bf16, eager attention, grouped_mm "
     "experts, no dropout, loss included; exact to the byte against autograd",
     hf_eager_layer, hf_embedding, hf_head, _no_mtp,
-    modules=frozenset({"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"}))
+    modules=frozenset({"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"}),
+    no_parallel=("tp", "cp", "ep", "etp"))

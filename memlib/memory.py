@@ -74,6 +74,10 @@ class Estimate:
         self.recipe = recipe(train.precision)
         check_schedule(train)
         self.act_profile = act_profile(train.profile)
+        for axis in self.act_profile.no_parallel:
+            if getattr(train, axis) != 1:
+                raise ConfigError(f"{axis}={getattr(train, axis)} must be 1 under profile={train.profile} "
+                                  f"(that implementation has no such parallelism)")
         self.policy: Policy = parse_policy(train.recompute)
         if self.recipe.recompute and not self.policy.full:
             # a recipe that recomputes by itself (deepseek-v3: the SwiGLU output) adds its modules

@@ -267,3 +267,16 @@ def test_partition_unchanged_by_activation_options():
     other = Partition("deepseek-v3", PAPER_TRAINING.with_(recompute="full", micro_batch=4, seq_len=8192))
     assert [base.params(s).evaluate_total(base.values) for s in base.stages] == \
         [other.params(s).evaluate_total(other.values) for s in other.stages]
+
+
+@pytest.mark.parametrize("axis", ["tp", "cp", "ep", "etp"])
+def test_hf_eager_has_no_model_parallelism(axis):
+    # transformers runs on one device: a parallel size other than 1 is an error, not a number
+    from memlib.ledgers import ACT_PROFILES
+
+    if "hf-eager" not in ACT_PROFILES:
+        pytest.skip("hf-eager not registered")
+    base = dict(dp=4, tp=1, pp=1, ep=1, etp=1, cp=1, profile="hf-eager", seq_len=64)
+    train = TrainingConfig(**{**base, axis: 2})
+    with pytest.raises(ConfigError, match=rf"^{axis}=2 must be 1 under profile=hf-eager"):
+        estimate(T.tiny(), train)
