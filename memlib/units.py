@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "parse_bytes"]
+__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "fmt_decimal", "parse_bytes"]
 
 #: bytes per unit, exact
 UNITS: dict[str, int] = {
@@ -30,8 +30,8 @@ def to_unit(n_bytes: int, unit: str = "GiB") -> Fraction:
     return Fraction(int(n_bytes), UNITS[unit])
 
 
-def _fixed(x: Fraction, digits: int) -> str:
-    """Round half away from zero to ``digits`` decimals, exactly, and format."""
+def fmt_decimal(x: Fraction, digits: int) -> str:
+    """Round half away from zero to ``digits`` decimals, exactly, and format (display only)."""
     scale = 10**digits
     q = abs(x) * scale
     r = int(q) + (1 if q - int(q) >= Fraction(1, 2) else 0)
@@ -43,7 +43,7 @@ def _fixed(x: Fraction, digits: int) -> str:
 
 def fmt_bytes(n_bytes: int, unit: str = "GiB", digits: int = 2, with_unit: bool = True) -> str:
     """``n_bytes`` formatted in ``unit`` (``"GiB"`` or ``"GB"`` ...), rounded for display only."""
-    s = _fixed(to_unit(n_bytes, unit), digits)
+    s = fmt_decimal(to_unit(n_bytes, unit), digits)
     return f"{s} {unit}" if with_unit else s
 
 
@@ -54,7 +54,7 @@ def fmt_count(n: int) -> str:
 
 def fmt_billions(n: int, digits: int = 2) -> str:
     """A count in billions, e.g. ``'671.03B'``."""
-    return _fixed(Fraction(int(n), 10**9), digits) + "B"
+    return fmt_decimal(Fraction(int(n), 10**9), digits) + "B"
 
 
 def parse_bytes(text: str) -> int:

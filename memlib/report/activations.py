@@ -27,7 +27,7 @@ from ..ledgers import gpt_layer, paper_layer
 from ..memory import estimate
 from ..states import recipe
 from ..symbols import sym
-from ..units import _fixed, fmt_bytes, fmt_count
+from ..units import fmt_decimal, fmt_bytes, fmt_count
 from .core import PALETTE, md_table, new_figure
 from .static import stage_names
 
@@ -453,7 +453,7 @@ def crossover(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING) 
 
 def percent(part: int, whole: int, digits: int = 1) -> str:
     """``part`` as a percentage of ``whole`` (display only)."""
-    return _fixed(Fraction(part * 100, whole), digits) + " %"
+    return fmt_decimal(Fraction(part * 100, whole), digits) + " %"
 
 
 def microbatch_figure(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING, max_b: int = 8):
@@ -585,8 +585,8 @@ def problem_answers(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAI
     return {"seq_len": longer.seq_len, "per_microbatch": a["per_microbatch"], "in_flight": a["microbatches_in_flight"],
             "held": a["per_microbatch"] * a["microbatches_in_flight"], "working": a["recompute_working_set"],
             "total": new.bytes["activations"], "base_working": base["recompute_working_set"],
-            "working_ratio": _fixed(Fraction(a["recompute_working_set"], base["recompute_working_set"]), 2),
-            "held_ratio": _fixed(Fraction(a["per_microbatch"], base["per_microbatch"]), 2)}
+            "working_ratio": fmt_decimal(Fraction(a["recompute_working_set"], base["recompute_working_set"]), 2),
+            "held_ratio": fmt_decimal(Fraction(a["per_microbatch"], base["per_microbatch"]), 2)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -623,5 +623,5 @@ def summary(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING) ->
         **{f"{k}_total": fmt_bytes(r["total"], "GiB") for k, r in pol.items() if k in POLICIES},
         "list_total": fmt_bytes(pol[MODULE_LIST]["total"], "GiB"), "module_list": MODULE_LIST,
         "full_held": fmt_bytes(pol["full"]["held"], "GiB"), "full_working": fmt_bytes(pol["full"]["working"], "GiB"),
-        "ratio_none_full": _fixed(Fraction(b1["none"]["total"], b1["full"]["total"]), 0),
+        "ratio_none_full": fmt_decimal(Fraction(b1["none"]["total"], b1["full"]["total"]), 0),
     }

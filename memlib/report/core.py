@@ -7,18 +7,27 @@ a ready string, so the prose never formats or computes anything.  Keys use lette
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import Iterable, Sequence
 
 import sympy as sp
 
 from ..symbols import REGISTRY, SYMBOLS
-from ..units import fmt_billions, fmt_bytes, fmt_count
+from ..units import UNITS, fmt_billions, fmt_bytes, fmt_count
 
 __all__ = [
     "glue", "glue_count", "glue_bytes", "glue_billions", "glue_math", "glue_md", "glue_table",
     "glue_figure", "md_table", "latex", "notation_rows", "notation_table", "notation_recap", "use_style",
-    "PALETTE", "new_figure",
+    "PALETTE", "new_figure", "CAPACITY_80GB", "gib",
 ]
+
+#: an 80 GB device (H800, H100 SXM): decimal gigabytes, as the vendors count them
+CAPACITY_80GB = 80 * UNITS["GB"]
+
+
+def gib(n: int) -> float:
+    """Bytes in GiB as a float, for plotting only."""
+    return float(Fraction(int(n), UNITS["GiB"]))
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

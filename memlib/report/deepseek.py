@@ -15,14 +15,13 @@ placement (rank 0 holds stages 0 and 15).  Everything here is computed by
 """
 from __future__ import annotations
 
-from fractions import Fraction
 
 from ..config import ModelConfig, TrainingConfig, load_model
 from ..memory import Estimate, estimate
 from ..overhead import OVERHEAD_PRESETS, Overheads
 from ..states import RECIPES
-from ..units import UNITS, fmt_bytes, fmt_count
-from .core import PALETTE, md_table, new_figure
+from ..units import fmt_bytes, fmt_count
+from .core import CAPACITY_80GB, PALETTE, gib, md_table, new_figure
 
 __all__ = [
     "GPU", "CAPACITY", "V3_LAYOUT", "V3_TRAIN", "STEPS", "v3_estimate", "ablation", "ablation_table",
@@ -32,7 +31,7 @@ __all__ = [
 
 #: the device: H800, 80 GB of HBM3 (decimal gigabytes, as the vendor counts)
 GPU = "H800"
-CAPACITY = 80 * UNITS["GB"]
+CAPACITY = CAPACITY_80GB
 
 #: 61 layers over 16 stages: the three dense layers alone on stage 0 (with the embedding), four
 #: layers on stages 1-14, two on stage 15 (with the head and the MTP module); under DualPipe rank 0
@@ -68,12 +67,6 @@ def steps(train: TrainingConfig = V3_TRAIN) -> tuple[tuple[str, str, TrainingCon
 
 STEPS: tuple[tuple[str, str, TrainingConfig], ...] = steps(V3_TRAIN)
 
-_GIB = UNITS["GiB"]
-
-
-def _gib(n: int) -> float:
-    """For plotting only."""
-    return float(Fraction(int(n), _GIB))
 
 
 def v3_estimate(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = V3_TRAIN,
@@ -136,15 +129,15 @@ def ablation_figure(model: ModelConfig | str = "deepseek-v3", train: TrainingCon
     bottom = [0.0] * len(rows)
     for colour, key, name in zip(PALETTE, ("states", "activations", "overhead"),
                                  ("model states", "activations", "overheads (low preset)")):
-        hs = [_gib(r[key]) for r in rows]
+        hs = [gib(r[key]) for r in rows]
         ax.bar(x, hs, bottom=bottom, width=0.6, color=colour, label=name)
         bottom = [a + b for a, b in zip(bottom, hs)]
     for xi, r in zip(x, rows):
-        ax.annotate(fmt_bytes(r["total"], "GiB", 1), (xi, _gib(r["total"])), ha="center", va="bottom",
+        ax.annotate(fmt_bytes(r["total"], "GiB", 1), (xi, gib(r["total"])), ha="center", va="bottom",
                     fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.axhline(_gib(CAPACITY), color=PALETTE[7], lw=1.2, ls="--")
+    ax.axhline(gib(CAPACITY), color=PALETTE[7], lw=1.2, ls="--")
     ax.annotate(f"{GPU}: {fmt_bytes(CAPACITY, 'GB', 0)} = {fmt_bytes(CAPACITY, 'GiB', 1)}",
-                (-0.45, _gib(CAPACITY)), ha="left", va="bottom", fontsize=8, color=PALETTE[7])
+                (-0.45, gib(CAPACITY)), ha="left", va="bottom", fontsize=8, color=PALETTE[7])
     ax.set_xticks(x, [r["label"].replace(" and ", "\nand ").replace("+ FP8 ", "+ FP8\n").replace("+ BF16 ", "+ BF16\n")
                       for r in rows], fontsize=7)
     ax.set_ylabel("peak rank, GiB per device")
@@ -175,11 +168,11 @@ def stage_figure(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig
              ("activations", lambda st: st.bytes["activations"]), ("overheads", lambda st: st.bytes["overhead"]))
     bottom = [0.0] * len(x)
     for colour, (name, get) in zip(PALETTE, parts):
-        hs = [_gib(get(st)) for st in est.stages]
+        hs = [gib(get(st)) for st in est.stages]
         ax.bar(x, hs, bottom=bottom, width=0.7, color=colour, label=name)
         bottom = [a + b for a, b in zip(bottom, hs)]
-    ax.axhline(_gib(CAPACITY), color=PALETTE[7], lw=1.2, ls="--")
-    ax.annotate(f"{GPU}: {fmt_bytes(CAPACITY, 'GB', 0)} = {fmt_bytes(CAPACITY, 'GiB', 1)}", (x[-1] + 0.4, _gib(CAPACITY)),
+    ax.axhline(gib(CAPACITY), color=PALETTE[7], lw=1.2, ls="--")
+    ax.annotate(f"{GPU}: {fmt_bytes(CAPACITY, 'GB', 0)} = {fmt_bytes(CAPACITY, 'GiB', 1)}", (x[-1] + 0.4, gib(CAPACITY)),
                 ha="right", va="bottom", fontsize=8, color=PALETTE[7])
     ax.set_xticks(x)
     ax.set_xlabel("pipeline rank")

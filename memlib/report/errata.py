@@ -24,7 +24,7 @@ from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
 from ..params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
 from ..partition import Partition
 from ..reference import DEEPSEEK_OFFICIAL, PAPER
-from ..units import _fixed, fmt_billions, fmt_bytes, fmt_count
+from ..units import fmt_decimal, fmt_billions, fmt_bytes, fmt_count
 from . import static, zero
 from .core import md_table
 
@@ -171,7 +171,7 @@ def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> 
                        if k.startswith("attention.W_"))
     replicated = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
                      if k in ("attention.W_DQ", "attention.W_DKV", "attention.W_QR", "attention.W_KR"))
-    share = _fixed(Fraction(100 * replicated, mla_matrices), 1) + "%"
+    share = fmt_decimal(Fraction(100 * replicated, mla_matrices), 1) + "%"
     lite = load_model("deepseek-v2-lite")
     v2 = load_model("deepseek-v2")
     lite_act = activated_params(lite).evaluate_total(values(lite))

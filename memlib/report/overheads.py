@@ -20,7 +20,7 @@ from fractions import Fraction
 from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
 from ..memory import ALLOCATED, estimate
 from ..overhead import OVERHEAD_PRESETS, SOURCES, Overheads, overheads
-from ..units import _fixed, fmt_bytes, fmt_count
+from ..units import fmt_decimal, fmt_bytes, fmt_count
 from .core import PALETTE, md_table, new_figure
 from .static import stage_names
 
@@ -68,7 +68,7 @@ NOT_COVERED = (
 
 def fraction_text(x: Fraction) -> str:
     """A fraction as a percentage, e.g. ``5 %`` (display only)."""
-    return _fixed(Fraction(x) * 100, 0) + " %"
+    return fmt_decimal(Fraction(x) * 100, 0) + " %"
 
 
 def _term_text(o: Overheads, term: str) -> str:
@@ -99,7 +99,7 @@ def preset_values(model: ModelConfig | str, train: TrainingConfig = BASE_TRAININ
     for p in PRESET_ORDER:
         st = estimate(m, train, OVERHEAD_PRESETS[p]).stages[stage]
         out.append({"preset": p, "allocated": st.allocated, **st.overheads, "overhead": st.bytes["overhead"],
-                    "total": st.total, "share": _fixed(Fraction(st.bytes["overhead"] * 100, st.total), 1) + " %"})
+                    "total": st.total, "share": fmt_decimal(Fraction(st.bytes["overhead"] * 100, st.total), 1) + " %"})
     return out
 
 
@@ -164,7 +164,7 @@ def _ratio(r: dict) -> Fraction:
 
 def measured_table() -> str:
     """Measured reserved / allocated ratios beside the paper's fragmentation band."""
-    rows = [[r["run"], r["reserved"], r["allocated"], _fixed((_ratio(r) - 1) * 100, 1) + " %"] for r in MEASURED_RATIOS]
+    rows = [[r["run"], r["reserved"], r["allocated"], fmt_decimal((_ratio(r) - 1) * 100, 1) + " %"] for r in MEASURED_RATIOS]
     return md_table(["run", "reserved (GiB)", "allocated (GiB)", "reserved beyond allocated"], rows, "lrrr")
 
 
@@ -179,9 +179,9 @@ def problem_answers(model: ModelConfig | str, train: TrainingConfig = BASE_TRAIN
     low = OVERHEAD_PRESETS["low"]
     base = estimate(m, train, low).stages[stage]
     room = Fraction(capacity - base.allocated - low.cuda_context - low.comm_buffers, base.allocated)
-    return {"measured": _fixed(measured * 100, 1) + " %", "fragmentation": st.overheads["fragmentation"],
+    return {"measured": fmt_decimal(measured * 100, 1) + " %", "fragmentation": st.overheads["fragmentation"],
             "total": st.total, "capacity": capacity, "capacity_gib": fmt_bytes(capacity, "GiB", 1),
-            "capacity_gb": fmt_bytes(capacity, "GB", 0), "max_fragmentation": _fixed(room * 100, 1) + " %"}
+            "capacity_gb": fmt_bytes(capacity, "GB", 0), "max_fragmentation": fmt_decimal(room * 100, 1) + " %"}
 
 
 def summary(model: ModelConfig | str, train: TrainingConfig = BASE_TRAINING) -> dict[str, str]:

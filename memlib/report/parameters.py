@@ -39,7 +39,7 @@ from ..partition import Partition, Stage
 from ..reference import DEEPSEEK_OFFICIAL, PAPER, PAPER_UNIT_NOTE
 from ..states import RECIPES
 from ..symbols import model_symbols, sym
-from ..units import UNITS, _fixed, fmt_billions, fmt_bytes, fmt_count
+from ..units import UNITS, fmt_decimal, fmt_billions, fmt_bytes, fmt_count
 from .core import PALETTE, glue, md_table
 
 __all__ = [
@@ -82,7 +82,7 @@ def _gib(n_params: int, digits: int = 2, with_unit: bool = True) -> str:
 
 
 def _pct(num: int, den: int, digits: int = 1) -> str:
-    return _fixed(Fraction(int(num) * 100, int(den)), digits) + "%"
+    return fmt_decimal(Fraction(int(num) * 100, int(den)), digits) + "%"
 
 
 def _range(a: int, b: int) -> str:

@@ -401,8 +401,8 @@ def share_percent(part: int, whole: int) -> str:
     """``part`` as a percentage of ``whole``, one decimal (display only)."""
     from fractions import Fraction
 
-    from ..units import _fixed
-    return _fixed(Fraction(part * 100, whole), 1) + "%"
+    from ..units import fmt_decimal
+    return fmt_decimal(Fraction(part * 100, whole), 1) + "%"
 
 
 def problem_answers(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING) -> dict[str, dict]:

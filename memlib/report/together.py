@@ -21,9 +21,9 @@ from ..memory import estimate
 from ..overhead import OVERHEAD_PRESETS, Overheads
 from ..partition import Partition
 from ..states import ZeroStage
-from ..units import _fixed, fmt_bytes, fmt_count
+from ..units import fmt_decimal, fmt_bytes, fmt_count
 from .activations import MODULE_LIST, POLICY_ORDER
-from .core import PALETTE, md_table, new_figure
+from .core import CAPACITY_80GB, PALETTE, gib, md_table, new_figure
 from .zero import stage_label
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: an 80 GB device (H800 / H100 SXM), decimal bytes as the vendor counts them
-CAPACITY = 80 * 10**9
+CAPACITY = CAPACITY_80GB
 
 #: the byte terms of a device, stacked in this order
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
@@ -58,10 +58,6 @@ def capacity_label(capacity: int = CAPACITY) -> str:
 
 def policy_name(p: str) -> str:
     return p if p in POLICIES else "module list"
-
-
-def _gib(n: int) -> float:
-    return float(Fraction(n, 2**30))
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,7 +87,7 @@ def grid_figure(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING
     fig, _ = new_figure(11.0, 2.3 * len(policies) + 0.8)
     fig.clf()
     axes = fig.subplots(len(policies), len(ZERO_STAGES), sharex=True, sharey="row", squeeze=False)
-    cap = _gib(capacity)
+    cap = gib(capacity)
     for i, p in enumerate(policies):
         for j, z in enumerate(ZERO_STAGES):
             ax = axes[i][j]
@@ -99,7 +95,7 @@ def grid_figure(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING
             x = [s["index"] for s in stages]
             bottom = [0.0] * len(stages)
             for colour, t in zip(PALETTE, TERMS):
-                hgt = [_gib(s[t]) for s in stages]
+                hgt = [gib(s[t]) for s in stages]
                 ax.bar(x, hgt, bottom=bottom, color=colour, width=0.8, label=TERM_LABELS[t])
                 bottom = [a + b for a, b in zip(bottom, hgt)]
             ax.axhline(cap, color=PALETTE[7], lw=1, ls="--", label=capacity_label(capacity))
@@ -150,7 +146,7 @@ def no_recompute(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAININ
     return {"zero": stage_label(ZeroStage(t.zero)), "stage": st.stage.index, "in_flight": a["microbatches_in_flight"], "pp": t.pp,
             "per_microbatch": a["per_microbatch"], "scores": scores, "scores_held": scores * a["microbatches_in_flight"],
             "held": held, "states": states, "total": st.total, "layers": len(st.stage.layers),
-            "times": _fixed(Fraction(held, capacity), 1), "share": _fixed(Fraction(scores * 100, a["per_microbatch"]), 1) + " %",
+            "times": fmt_decimal(Fraction(held, capacity), 1), "share": fmt_decimal(Fraction(scores * 100, a["per_microbatch"]), 1) + " %",
             "without_scores": held - scores * a["microbatches_in_flight"]}
 
 
@@ -251,9 +247,9 @@ def schedule_figure(model: ModelConfig | str, train: TrainingConfig, capacity: i
     fig, ax = new_figure(7.5, 3.6)
     for colour, (name, r) in zip(PALETTE, v.items()):
         x = list(range(len(r["totals"])))
-        ax.plot(x, [_gib(t) for t in r["totals"]], marker="o", ms=4, color=colour,
+        ax.plot(x, [gib(t) for t in r["totals"]], marker="o", ms=4, color=colour,
                 label=_schedule_text(name, r["train"]).replace("$", ""))
-    ax.axhline(_gib(capacity), color=PALETTE[7], lw=1, ls="--", label=capacity_label(capacity))
+    ax.axhline(gib(capacity), color=PALETTE[7], lw=1, ls="--", label=capacity_label(capacity))
     ax.set_xticks(range(len(next(iter(v.values()))["totals"])))
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("total, GiB per device")
