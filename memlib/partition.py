@@ -31,6 +31,7 @@ import sympy as sp
 
 from .architecture import (
     Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, mtp_embedding_copy, mtp_tensors,
+    tied_head_copy,
 )
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig, load_model
@@ -230,7 +231,8 @@ class Partition:
         self.layout = resolve_layout(m, train)
         self.stages = build_stages(self.layout, train)
         self._check()
-        self.values = {**model_values(m), **parallel_values(train)}
+        self.model_values = model_values(m)
+        self.values = {**self.model_values, **parallel_values(train)}
 
     # ------------------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -270,6 +272,11 @@ class Partition:
                     out += [(t, n) for t in decoder_layer_tensors(m, kind)]
             if chunk.last:
                 out += [(t, 1) for t in head_tensors(m)]
+                if m.tie_word_embeddings and not any(c.first for c in chunks):
+                    # the stage that computes the logits needs the shared weight: Megatron-Core keeps a
+                    # copy there (shared_embedding_or_output_weight) and all-reduces its gradient with
+                    # the embedding's; where one rank holds both ends (PP 1, DualPipe) there is none
+                    out += [(t, 1) for t in tied_head_copy()]
                 if self.profile.include_mtp and m.num_nextn_predict_layers:
                     for j in range(m.num_nextn_predict_layers):
                         out += [(t, 1) for t in mtp_tensors(m, j)]
