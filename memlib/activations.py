@@ -208,7 +208,7 @@ def entry_bytes(e: Saved, train: TrainingConfig | None = None, recipe: Recipe | 
     if e.width is None:
         div = sp.Mul(*(_divisor(d, train) for d in e.shard))
         return e.elements * element_bytes(e, recipe) / div
-    rows = sp.cancel(e.elements / e.width)
+    rows = e.elements / e.width          # a product over a factor of it: SymPy cancels it
     rows_dev = rows / sp.Mul(*(_divisor(d, train) for d in e.shard - WIDTH_DIVISORS))
     if e.mean_rows:
         rows_dev = sp.ceiling(rows_dev)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from .config import LIMITS, PAPER_TRAINING, ConfigError, TrainingConfig, load_model, show
@@ -21,11 +22,15 @@ from .units import fmt_bytes, fmt_count, parse_bytes, parse_number
 __all__ = ["main"]
 
 
+_QUOTED = re.compile(r"'([^']{60,})'")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2."""
+    """argparse, but a usage error is one line and exit code 2 (a long value it quotes, shortened)."""
 
     def error(self, message):  # noqa: D401 - argparse API
-        raise ConfigError(message)
+        one_line = " ".join(message.split())
+        raise ConfigError(_QUOTED.sub(lambda mo: show(mo.group(1)), one_line))
 
 
 _DIGITS = 20   # an integer option has at most this many digits (the LIMITS are far below 10^20)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -119,7 +120,7 @@ class ModelConfig:
         """HF rule: layer ``i`` is MoE iff ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``."""
         return i >= self.first_k_dense_replace and i % self.moe_layer_freq == 0
 
-    @property
+    @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
         """``"dense"`` or ``"moe"`` for each decoder layer, in order."""
         return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_hidden_layers))

@@ -15,9 +15,9 @@ from typing import Callable
 import sympy as sp
 
 from .activations import ledger_bytes, parse_policy
-from .config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers import gpt_layer, paper_layer
-from .params import activated_params, by_block, expert_params, layer_params, model_params, mtp_params
+from .params import activated_params, by_block, expert_params, layer_params, mtp_params, readable, total_formula
 from .states import sharded_count, states_formula
 
 __all__ = ["Formula", "FORMULAS", "formula"]
@@ -31,7 +31,8 @@ class Formula:
 
 
 def _block(kind: str, block: str) -> Callable[[ModelConfig], sp.Expr]:
-    return lambda m: by_block(layer_params(m, kind))[block]
+    # a block the model does not have (no shared experts) has no parameters: 0, not an error
+    return lambda m: readable(by_block(layer_params(m, kind)).get(block, sp.Integer(0)))
 
 
 def _act(block: str, policy: str = "none", sp_on: bool = True) -> Callable[[ModelConfig], sp.Expr]:
@@ -55,7 +56,7 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     Formula("params.expert", "parameters of one routed expert", expert_params),
     Formula("params.moe_layer", "all parameters of one MoE decoder layer", lambda m: layer_params(m, "moe").total),
     Formula("params.dense_layer", "all parameters of one dense decoder layer", lambda m: layer_params(m, "dense").total),
-    Formula("params.total", "parameters of the main model (no MTP, no buffers)", lambda m: model_params(m).total),
+    Formula("params.total", "parameters of the main model (no MTP, no buffers)", total_formula),
     Formula("params.activated", "parameters activated per token", lambda m: activated_params(m).total),
     Formula("params.mtp", "parameters of the MTP modules", lambda m: mtp_params(m).total),
     Formula("states.sharded", "parameters one device owns once ZeRO shards them", lambda m: sharded_count()),
@@ -78,5 +79,5 @@ def formula(name: str, model: str | ModelConfig = "deepseek-v3") -> sp.Expr:
     try:
         f = FORMULAS[name]
     except KeyError:
-        raise ConfigError(f"formula={name!r} is unknown; known: {', '.join(sorted(FORMULAS))}") from None
+        raise ConfigError(f"formula={show(name)} is unknown; known: {', '.join(sorted(FORMULAS))}") from None
     return f.build(load_model(model))

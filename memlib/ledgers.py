@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .activations import MODULES, Saved, renamed, saved as _S
-from .config import ConfigError, ModelConfig
+from .config import ConfigError, ModelConfig, show
 from .symbols import sym
 
 __all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_layer", "common_embedding",
@@ -386,7 +386,7 @@ def act_profile(name: str) -> ActProfile:
     try:
         return ACT_PROFILES[name]
     except KeyError:
-        raise ConfigError(f"profile={name!r} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
+        raise ConfigError(f"profile={show(name)} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
 
 
 # ------------------------------------------------------------------------------------------------

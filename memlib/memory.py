@@ -27,7 +27,7 @@ same terms with every symbol given, and :func:`stage_formula` returns them with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Mapping
 
 import sympy as sp
@@ -36,9 +36,9 @@ from .activations import Policy, Saved, entry_bytes, parse_policy, training_valu
 from .ledgers import act_profile
 from . import ledgers_hf  # noqa: F401  (registers the hf-eager activation profile)
 from .breakdown import Breakdown
-from .config import ConfigError, ModelConfig, TrainingConfig
+from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .overhead import Overheads
-from .params import by_block
+from .params import by_block, values as model_values
 from .partition import Chunk, Partition, Stage
 from .schedule import Moment, check_schedule, moments
 from .states import P_e, P_ne, recipe, states_formula
@@ -111,6 +111,23 @@ class StageExpressions:
         return Breakdown({**self.states, "activations": self.activations()})
 
 
+@lru_cache(maxsize=512)
+def _ledger_bytes(model: ModelConfig, profile: str, precision: str, sp_on: bool,
+                  name: str) -> dict[str, tuple[sp.Expr, Saved]]:
+    """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
+    ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``)."""
+    ap, rec = act_profile(profile), recipe(precision)
+    train = TrainingConfig(sp=sp_on)
+    if name.startswith("layer."):
+        entries = ap.layer(model, name.split(".")[1])
+    elif name.startswith("mtp."):
+        entries = ap.mtp(model, int(name.split(".")[1]))
+    else:
+        entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
+    mv = model_values(model)
+    return {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+
+
 class Estimate:
     """The memory of every stage of a model under a training configuration."""
 
@@ -134,7 +151,7 @@ class Estimate:
             self.policy = Policy(self.policy.name, self.policy.modules | self.recipe.recompute)
         unknown = sorted(self.policy.modules - self.act_profile.modules)
         if unknown:
-            raise ConfigError(f"recompute={train.recompute!r}: module {unknown[0]} is not known to the "
+            raise ConfigError(f"recompute={show(train.recompute)}: module {unknown[0]} is not known to the "
                               f"{train.profile} profile ({', '.join(sorted(self.act_profile.modules))})")
         t = train
         if t.seq_len % t.cp:
@@ -145,19 +162,15 @@ class Estimate:
         self.overhead = overhead if overhead is not None else Overheads()
         self.capacity = capacity
         self.values = {**self.partition.values, **training_values(train)}
-        self._ledgers: dict = {}
 
     # -- ledgers, symbolic in the training and parallel symbols --------------------------------
-    def _ledger(self, name: str, entries: list[Saved]) -> dict[str, tuple[sp.Expr, Saved]]:
-        """Bytes of every entry of a ledger (``name`` caches it), model values substituted."""
-        if name not in self._ledgers:
-            mv = self.partition.model_values
-            self._ledgers[name] = {e.key: (sp.sympify(entry_bytes(e, self.train, self.recipe).xreplace(mv)), e)
-                                   for e in entries}
-        return self._ledgers[name]
+    def _ledger(self, name: str, build) -> dict[str, tuple[sp.Expr, Saved]]:
+        """Bytes of every entry of a ledger, model values substituted (cached for the model, the
+        profile, the precision and sequence parallelism: nothing else changes them)."""
+        return _ledger_bytes(self.model, self.act_profile.name, self.recipe.name, self.train.sp, name)
 
     def _layer_ledger(self, kind: str):
-        return self._ledger(f"layer.{kind}", self.act_profile.layer(self.model, kind))
+        return self._ledger(f"layer.{kind}", None)
 
     @staticmethod
     def _kept(ledger, policy: Policy) -> dict[str, sp.Expr]:
@@ -180,7 +193,7 @@ class Estimate:
                 by_entry[k] = by_entry.get(k, 0) + times * x
 
         if chunk.first:
-            add(self._kept(self._ledger("embedding", self.act_profile.embedding(m)), pol))
+            add(self._kept(self._ledger("embedding", None), pol))
         kinds = [m.layer_kinds[i] for i in chunk.layers]
         if pol.full and pol.block_layers is not None:
             groups = [(kinds[:pol.block_layers], pol), (kinds[pol.block_layers:], self.base)]
@@ -194,11 +207,11 @@ class Estimate:
                     add(self._kept(led, p), n)
                     dropped.append(self._dropped(led, p))
         if chunk.last:
-            add(self._kept(self._ledger("head", self.act_profile.head(m)), pol))
+            add(self._kept(self._ledger("head", None), pol))
             if self.partition.profile.include_mtp:
                 for j in range(m.num_nextn_predict_layers):
                     # the MTP block is a decoder layer: the same recompute policy applies to it
-                    led = self._ledger(f"mtp{j}", self.act_profile.mtp(m, j))
+                    led = self._ledger(f"mtp.{j}", None)
                     add(self._kept(led, pol))
                     dropped.append(self._dropped(led, pol))
         working = sp.Max(0, *dropped) if dropped else sp.Integer(0)

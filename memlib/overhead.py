@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil
 
-from .config import ConfigError
+from .config import ConfigError, show
 
 __all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES"]
 
@@ -59,7 +59,7 @@ def overheads(preset: str = "low", **changes) -> Overheads:
     try:
         base = OVERHEAD_PRESETS[preset]
     except KeyError:
-        raise ConfigError(f"overhead={preset!r} must be one of {', '.join(OVERHEAD_PRESETS)}") from None
+        raise ConfigError(f"overhead={show(preset)} must be one of {', '.join(OVERHEAD_PRESETS)}") from None
     vals = {k: getattr(base, k) for k in ("cuda_context", "comm_buffers", "fragmentation")}
     for k, x in changes.items():
         if x is None:

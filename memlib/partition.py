@@ -34,7 +34,7 @@ from .architecture import (
     tied_head_copy,
 )
 from .breakdown import Breakdown
-from .config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
@@ -124,7 +124,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 def check_chunking(train: TrainingConfig) -> None:
     """Rules on the schedule and the model chunks per device (checked before any layout)."""
     if train.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule={train.schedule!r} must be one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"schedule={show(train.schedule)} must be one of {', '.join(SCHEDULES)}")
     p, v = train.pp, train.vpp
     if train.schedule == "interleaved" and v < 2:
         raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
@@ -225,7 +225,7 @@ class Partition:
         self.model = load_model(model)
         self.train = train
         if train.profile not in PROFILES:
-            raise ConfigError(f"profile={train.profile!r} must be one of {', '.join(PROFILES)}")
+            raise ConfigError(f"profile={show(train.profile)} must be one of {', '.join(PROFILES)}")
         self.profile = PROFILES[train.profile]
         m = self.model
         self.layout = resolve_layout(m, train)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterator
 
-from .config import ConfigError, TrainingConfig
+from .config import ConfigError, TrainingConfig, show
 
 __all__ = ["Schedule", "schedule_of", "Op", "Step", "Moment", "steps", "timeline", "moments", "in_flight",
            "check_schedule", "replay_microbatches", "default_microbatches"]
@@ -65,7 +65,7 @@ def schedule_of(train: TrainingConfig) -> Schedule:
     try:
         return Schedule(train.schedule)
     except ValueError:
-        raise ConfigError(f"schedule={train.schedule!r} must be one of "
+        raise ConfigError(f"schedule={show(train.schedule)} must be one of "
                           f"{', '.join(s.value for s in Schedule)}") from None
 
 

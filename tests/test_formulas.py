@@ -49,3 +49,28 @@ def test_cli_formula():
     assert r.returncode == 0 and "states.zero1" in r.stdout
     r = run("nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite"])
+def test_total_is_the_books_form_and_memlibs_count(model):
+    """params.total is eq. (3.6): each block written once (no k_dense / l - k_dense copies of every
+    tensor), and exactly memlib's count."""
+    from memlib.params import model_params
+
+    m = load_model(model)
+    e = formula("params.total", m)
+    assert sp.expand(e - model_params(m).total) == 0
+    text = sp.sstr(e)
+    assert text.count("k_{dense}") == 2           # k P_FFN and (l - k) P_MoE, once each
+    assert text.count("h_F") == 1 and text.count("h_E") == 2   # the dense FFN once, shared and routed experts once
+    assert len(text) < 300
+
+
+def test_a_block_the_model_lacks_has_zero_parameters(tmp_path):
+    import tiny as T
+
+    p = T.write_tiny(tmp_path / "config.json", n_shared_experts=0)
+    assert formula("params.shared_experts", load_model(str(p))) == 0
+    r = subprocess.run([sys.executable, "-m", "memlib", "formula", "params.shared_experts", "--model", str(p)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "0" and r.stderr == ""
