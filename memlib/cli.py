@@ -78,10 +78,15 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
     pp.add_argument("--json", action="store_true", help="machine-readable output")
 
-    pf = sub.add_parser("formula", help="print a named formula of the book (symbolic or LaTeX)")
-    pf.add_argument("name", nargs="?", default=None, help="formula name; omit to list them")
+    pf = sub.add_parser("formula", help="print an equation of the book (plain text or LaTeX)",
+                        description="Prints the equation NAME exactly as the book displays it (its number "
+                                    "is in --list), for the structure of --model.")
+    pf.add_argument("name", nargs="?", default=None, help="formula name; omit it (or --list) to list them")
     pf.add_argument("--model", default="deepseek-v3", help="model whose structure the formula follows")
-    pf.add_argument("--latex", action="store_true", help="print LaTeX")
+    pf.add_argument("--latex", action="store_true", help="print the LaTeX the book renders")
+    pf.add_argument("--expand", action="store_true",
+                    help="print the right-hand side with every named block written out (ready to substitute)")
+    pf.add_argument("--list", action="store_true", help="list the formulas with their numbers in the book")
 
     d = PAPER_TRAINING
     pe = sub.add_parser("estimate", help="per-stage memory per device",
@@ -260,15 +265,21 @@ def _measure(args) -> int:
 def _formula(args) -> int:
     import sympy as sp
 
-    from .formulas import FORMULAS, formula
+    from .formulas import FORMULAS, book_formulas, equation, equation_text, formula
 
-    if args.name is None:
+    if args.name is None or args.list:
         width = max(map(len, FORMULAS))
-        for name in sorted(FORMULAS):
-            print(f"{name:<{width}}  {FORMULAS[name].description}")
+        shown = book_formulas()
+        rest = sorted((f for f in FORMULAS.values() if not f.number), key=lambda f: f.name)
+        for f in shown + rest:
+            number = f"({f.number})" if f.number else "—"
+            print(f"{number:>7}  {f.name:<{width}}  {f.description}")
         return 0
-    expr = formula(args.name, args.model)
-    print(sp.latex(expr) if args.latex else sp.sstr(expr))
+    if args.expand:
+        expr = formula(args.name, args.model)
+        print(sp.latex(expr) if args.latex else sp.sstr(expr))
+    else:
+        print(equation(args.name, args.model) if args.latex else equation_text(args.name, args.model))
     return 0
 
 

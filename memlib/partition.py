@@ -38,7 +38,7 @@ from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
-__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout",
+__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
            "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages",
            "check_chunking"]
 
@@ -115,6 +115,25 @@ def default_layout(num_layers: int, pp: int) -> tuple[int, ...]:
             f"pp={pp} with num_hidden_layers={num_layers}: the default layout (ceil(l/pp)={per} layers "
             f"per stage, the remainder on the last) leaves stage {pp - 1} empty; give --layout")
     return (per,) * (pp - 1) + (last,)
+
+
+def balanced_layout(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Layers spread as evenly as possible: every stage gets floor(l / n) or one more, and the
+    stages with one fewer are the ends, first and last alternately (they also hold the embedding
+    and the head).
+
+    >>> balanced_layout(61, 16)
+    (3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3)
+    >>> balanced_layout(60, 16)
+    (3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3)
+    """
+    if not 1 <= stages <= num_layers:
+        raise ConfigError(f"pp={stages} with num_hidden_layers={num_layers}: every stage needs at least one layer")
+    base, extra = divmod(num_layers, stages)
+    light = stages - extra                        # stages that get base layers, taken from the ends
+    order = [i // 2 if i % 2 == 0 else stages - 1 - i // 2 for i in range(stages)]   # 0, n-1, 1, n-2, ...
+    ends = set(order[:light])
+    return tuple(base if i in ends else base + 1 for i in range(stages))
 
 
 #: pipeline schedules and how many model chunks each device holds

@@ -13,8 +13,27 @@ from memlib.symbols import sym
 
 @pytest.mark.parametrize("name", sorted(FORMULAS))
 def test_every_formula_builds_symbolically(name):
+    f = FORMULAS[name]
+    tex = f.latex()
+    assert tex and "\t" not in tex.replace("\\t", "")          # no TAB from a non-raw "\text"
+    if isinstance(f.build(), str):                               # an equation of the architecture: LaTeX only
+        with pytest.raises(ConfigError, match="has LaTeX only"):
+            formula(name)
+        return
     e = formula(name)
     assert isinstance(e, sp.Expr) and e.free_symbols, name
+    # the plain text names every block it uses in plain letters
+    assert "\\mathrm" not in f.text()
+
+
+def test_book_numbers_are_sequential_per_chapter():
+    from memlib.formulas import book_formulas
+
+    by_chapter = {}
+    for f in book_formulas():
+        ch, i = map(int, f.number.split("."))
+        by_chapter.setdefault(ch, []).append(i)
+    assert all(ns == list(range(1, len(ns) + 1)) for ns in by_chapter.values()), by_chapter
 
 
 def test_formulas_evaluate_to_the_papers_numbers():
@@ -43,10 +62,17 @@ def test_unknown_formula_is_a_config_error():
 def test_cli_formula():
     run = lambda *a: subprocess.run([sys.executable, "-m", "memlib", "formula", *a],  # noqa: E731
                                     capture_output=True, text=True)
+    from memlib.formulas import equation
+
     r = run("params.expert", "--latex")
-    assert r.returncode == 0 and r.stdout.strip() == "3 h h_{E}"
+    assert r.returncode == 0 and r.stdout.strip() == r"P_{\mathrm{expert}} = 3 h h_{E}" == equation("params.expert")
+    r = run("params.total")
+    assert r.returncode == 0 and r.stdout.strip().startswith("P_total = ")
+    r = run("params.total", "--expand")
+    assert r.returncode == 0 and r.stdout.strip() == sp.sstr(formula("params.total"))
+    assert formula("params.total").xreplace(values(load_model("deepseek-v3"))) == 671_026_404_352
     r = run()
-    assert r.returncode == 0 and "states.zero1" in r.stdout
+    assert r.returncode == 0 and "states.zero1" in r.stdout and "(3.6)  params.total" in r.stdout
     r = run("nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
@@ -73,4 +99,4 @@ def test_a_block_the_model_lacks_has_zero_parameters(tmp_path):
     assert formula("params.shared_experts", load_model(str(p))) == 0
     r = subprocess.run([sys.executable, "-m", "memlib", "formula", "params.shared_experts", "--model", str(p)],
                        capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.strip() == "0" and r.stderr == ""
+    assert r.returncode == 0 and r.stdout.strip() == "P_shared = 0" and r.stderr == ""

@@ -62,6 +62,7 @@ PROSE_DIGIT_ALLOWLIST = [
     r"\b(?:A100|A800|H100|H800|H200|H20|B200|GB200)\b",  # GPU names
     r"(?:arXiv[: ]?\s*)?\b\d{2}(?:0[1-9]|1[0-2])\.\d{4,5}(?:v\d+)?\b",  # arXiv ids: 2502.07846
     r"§\s?\d+(?:\.\d+)*",                         # section references: §3.2
+    r"\b(?:Tables?|Fig\.|Figures?)\s\d+(?:(?:,\s|\sand\s)\d+)*",  # a cited work's Table 8, Tables 7 and 8
     r"(?<=[(,])\s?(?:19[5-9]\d|20[0-3]\d)[a-z]?(?=\s?[),;])",  # citation years: (2025), "et al., 2020"
     r"(?<=\bet al\. )(?:19[5-9]\d|20[0-3]\d)[a-z]?\b",          # "Zhang et al. 2025"
 ]

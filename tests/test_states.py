@@ -135,8 +135,8 @@ def test_table8(v3, zero):
 def test_table8_printed_terms_round_from_exact(v3):
     """The paper's per-term GB (GiB) values are the exact bytes rounded; its totals are sums of
     rounded terms (81.54, 40.46), memlib's are the exact totals rounded (81.50, 40.45)."""
-    for row in PAPER["table8"]:
-        w, g, o, _, _ = TABLE8[row["zero"]]
+    for zero, row in PAPER["table8"].items():
+        w, g, o, _, _ = TABLE8[zero]
         for key, exact in (("parameters", w), ("gradients", g), ("optimizer_states", o)):
             printed = Decimal(row[key])
             digits = -printed.as_tuple().exponent

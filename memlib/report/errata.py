@@ -76,7 +76,7 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
     """All items, computed for ``model`` under ``train`` (the paper's configuration by default)."""
     m = load_model(model)
     t6 = static.table6_values(m, train)
-    printed6 = {r["module"]: r for r in PAPER["table6"]}
+    printed6 = PAPER["table6"]
     deltas = static.profile_deltas(m, train)
     t8 = zero.table8_values(m, train)
     printed8 = PAPER["table8"]
@@ -142,7 +142,7 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
             f"The paper keeps W^QR replicated under TP; Megatron-Core fuses it with W^UQ into one "
             f"column-parallel projection, which stores {fmt_count(deltas['wqr'])} fewer parameters per device."),
         Erratum(
-            "s3-shared-replicated", "static", "paper, §3.3", "convention", fmt_count(PAPER["table6"][3]["params"]),
+            "s3-shared-replicated", "static", "paper, §3.3", "convention", fmt_count(PAPER["table6"]["MoE"]["params"]),
             f"{fmt_count(t6['moe'])} (paper's convention); {fmt_count(t6['moe'] - deltas['shared'])} with the "
             f"shared expert split",
             f"The paper replicates the shared expert on every TP rank; Megatron-Core splits it like a dense "
@@ -172,8 +172,8 @@ def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> 
     moe_layer = layer_params(m, "moe").evaluate_total(vals)
     part = Partition(m, train)
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
-    t3 = {r["layers"]: r for r in PAPER["table3"]}
-    t4 = {r["stage"]: r for r in PAPER["table4"]}
+    t3 = PAPER["table3"]
+    t4 = PAPER["table4"]
     mla_matrices = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
                        if k.startswith("attention.W_"))
     replicated = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()

@@ -196,7 +196,7 @@ def table8_printed(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAIN
     """The paper's printed Table 8 (its "GB" are GiB), the sum of its printed terms and memlib's total."""
     v = table8_values(model, train, stage)
     rows = []
-    for i, (z, row) in enumerate(zip(STAGES, PAPER["table8"])):
+    for i, (z, row) in enumerate(zip(STAGES, PAPER["table8"].values())):
         rows.append([stage_label(z)] + [row[t] for t in TERMS] + [row["total"], _printed_sum(row),
                     fmt_bytes(v["total"][i], "GiB", with_unit=False)])
     headers = ["ZeRO stage", "parameters", "gradients", "optimizer states", "total", "sum of printed terms",
