@@ -15,7 +15,7 @@ Two conventions (*profiles*) say which tensors are TP-split:
     arXiv 2502.07846 §3: W^UQ, W^UK, W^UV, W^O split; W^DQ, W^DKV, W^QR, W^KR, all RMSNorms, the
     router and the shared experts replicated; no MTP.  The paper does not say how the dense FFN
     and the embedding/head are laid out (it analyses MoE stages only); memlib splits them by TP
-    (vocab-parallel embedding and head), as the reference reconstruction of its stage-0 figure does.
+    (vocab-parallel embedding and head), as Megatron-Core does.
 ``megatron``
     Megatron-Core: W^QR is split with W^UQ (one column-parallel ``linear_q_up_proj``), the
     shared experts are TP-split like the dense FFN, and the MTP modules sit on the last stage.
