@@ -10,7 +10,13 @@ secondary transcription ("DD"); where the reference marks a value as inferred it
 """
 from __future__ import annotations
 
+import sympy as sp
+
+from .symbols import sym
+
 __all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "SECONDARY"]
+__all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
+            "KORTHIKANTI_22B"]
 
 PAPER_UNIT_NOTE = "the paper prints GB; its numbers are GiB (2**30 bytes)"
 
@@ -94,3 +100,76 @@ SECONDARY = {
     "dd_replicated_share": "26%",          # "the replicated part is about 26% of MLA parameters"
     "dd_full_moe": "2bsh + 2bsN_r",        # its implementation notes for the MoE block under full recompute
 }
+
+
+# ------------------------------------------------------------------------------------------------
+# The paper's §5 (activations)
+# ------------------------------------------------------------------------------------------------
+#: Table 9: the micro-batch sizes and recompute policies (AC) of the paper's activation analysis
+PAPER_TABLE9 = {"micro_batch": (1, 2, 4), "recompute": ("none", "full")}
+
+
+def _paper_activation_formulas() -> dict[str, dict[str, sp.Expr]]:
+    """The per-layer and per-stage activation formulas the paper prints, as SymPy, keyed by where
+    they are printed.  As printed: the paper writes d_h for the value head dimension (memlib's d_v),
+    and DeepSeek-V3's N/EP = 32 local experts and N_s = 1 shared expert as numbers."""
+    b, s, h, h_E = sym("b"), sym("s"), sym("h"), sym("h_E")
+    n_h, d_h, d_hR, d_cq, d_c = sym("n_h"), sym("d_h"), sym("d_hR"), sym("d_cq"), sym("d_c")
+    N, N_r = sym("N"), sym("N_r")
+    bs, half = b * s, sp.Rational(1, 2)
+    E = bs * N_r / N                                  # E_token, tokens per expert
+    return {
+        "§5.1": {                                     # MLA, one layer
+            "mla": 4 * bs * h + 2 * bs * (d_cq + d_c) + 4 * bs * (d_h + d_hR) * n_h + 2 * bs * d_h * n_h
+            + 5 * b * n_h * s**2 + 2 * bs * d_h * n_h + bs * h,
+            "mla_tp": half * 4 * bs * h + 2 * bs * (d_cq + d_c) + half * 4 * bs * (d_h + d_hR) * n_h
+            + half * 2 * bs * d_h * n_h + half * 5 * b * n_h * s**2 + half * 2 * bs * d_h * n_h + half * bs * h,
+            "mla_full": bs * h,
+        },
+        "§5.2": {                                     # MoE, one layer
+            "moe_ep": half * 4 * bs * h + 4 * bs * N + 2 * bs * N_r + 32 * (3 * E * h + 8 * E * h_E)
+            + 1 * (3 * bs * h + 8 * bs * h_E),
+            "moe_full": bs * h + 2 * bs * N_r,
+        },
+        "Table 10": {                                 # a stage of four MoE layers
+            "mla": 10 * bs * h + 8 * bs * (d_cq + d_c) + 16 * bs * d_h * n_h + 8 * bs * d_hR * n_h
+            + 10 * b * n_h * s**2,
+            "moe": 20 * bs * h + 16 * bs * N + 8 * bs * N_r + 4 * bs * N_r / N * (96 * h + 256 * h_E)
+            + 32 * bs * h_E,
+            "mla_full": 4 * bs * h,
+            "moe_full": 4 * bs * h + 8 * bs * N_r,
+        },
+    }
+
+
+#: the paper's printed activation formulas (§5.1, §5.2, Table 10), bytes per micro-batch on one device
+PAPER_ACTIVATION_FORMULAS = _paper_activation_formulas()
+
+# ------------------------------------------------------------------------------------------------
+# Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198)
+# ------------------------------------------------------------------------------------------------
+#: their symbols: a attention heads, t tensor-parallel size (s, b, h are memlib's)
+KORTHIKANTI_SYMBOLS = {"a": sp.Symbol("a", positive=True), "t": sp.Symbol("t", positive=True)}
+
+
+def _korthikanti_table2() -> dict[str, sp.Expr]:
+    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
+    s, h = sym("s"), sym("h")
+    return {
+        "no parallelism": 34 + 5 * a * s / h,
+        "tensor parallel (baseline)": 10 + 24 / t + 5 * a * s / (h * t),
+        "tensor + sequence parallel": 34 / t + 5 * a * s / (h * t),
+        "tensor parallel + selective recompute": 10 + 24 / t,
+        "tensor + sequence parallel + selective recompute": 34 / t,
+        "full recompute": sp.Integer(2),
+    }
+
+
+#: their Table 2: activation bytes per layer divided by s b h, per technique (f = 4h)
+KORTHIKANTI_TABLE2 = _korthikanti_table2()
+
+#: their Figure 1, the 22B model: activations of one device in GiB, tensor parallelism alone and with
+#: sequence parallelism and selective recompute (the values as Calculon's validation transcribes them,
+#: github.com/calculon-ai/calculon, calculon/llm/validation.py)
+KORTHIKANTI_22B = {"name": "22B", "h": 6144, "a": 64, "L": 48, "t": 8, "b": 4, "s": 2048,
+                   "gib": {"none": "59.25", "sp_selective": "9.5625"}}
