@@ -17,6 +17,7 @@ from .symbols import sym
 __all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "SECONDARY"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_22B"]
+__all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
 
 PAPER_UNIT_NOTE = "the paper prints GB; its numbers are GiB (2**30 bytes)"
 
@@ -173,3 +174,35 @@ KORTHIKANTI_TABLE2 = _korthikanti_table2()
 #: github.com/calculon-ai/calculon, calculon/llm/validation.py)
 KORTHIKANTI_22B = {"name": "22B", "h": 6144, "a": 64, "L": 48, "t": 8, "b": 4, "s": 2048,
                    "gib": {"none": "59.25", "sp_selective": "9.5625"}}
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory beyond the tensors (chapter 7): measured runs and the constants of the allocator and NCCL
+# ------------------------------------------------------------------------------------------------
+#: measured peak reserved and allocated memory of one device (GiB, as printed: ``real_reserved_gib``
+#: and ``real_alloc_gib``), MooreThreads/SimuMax, docs/b200/b200_release_v1.2_summary.json (B200 runs)
+MEASURED_RESERVED = {
+    "source": "SimuMax v1.2 B200 release summary (github.com/MooreThreads/SimuMax, "
+              "docs/b200/b200_release_v1.2_summary.json)",
+    "runs": {
+        "llama3_70b_l12_tp1_pp2_dp4_mbc4_cef": {"model": "Llama3-70B, 12 layers", "parallel": "TP1 PP2 DP4",
+                                                "reserved_gib": "70.88", "allocated_gib": "66.55"},
+        "deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef": {"model": "DeepSeek-V3, 4 layers", "parallel": "TP1 EP8 DP8",
+                                                   "reserved_gib": "110.18", "allocated_gib": "104.3"},
+    },
+}
+
+#: device memory in use (cudaMemGetInfo: total - free) after PyTorch moved one 20 x 16 x 50 x 100 fp32
+#: tensor to the GPU, with CUDA's lazy module loading and without: pytorch/pytorch pull request #86509
+CUDA_CONTEXT_MEASURED = {"lazy": 287_047_680, "eager": 666_632_192,
+                         "source": "PyTorch pull request #86509 (github.com/pytorch/pytorch/pull/86509)"}
+
+#: PyTorch's CUDA caching allocator, bytes (c10/cuda/CUDACachingAllocator.cpp; c10/core/AllocatorConfig.h
+#: in recent releases): every request rounded up to kMinBlockSize; requests up to kSmallSize served from
+#: kSmallBuffer segments, those below kMinLargeAlloc from kLargeBuffer segments, larger ones from
+#: segments rounded up to kRoundLarge
+PYTORCH_ALLOCATOR = {"kMinBlockSize": 512, "kSmallSize": 1_048_576, "kSmallBuffer": 2_097_152,
+                     "kLargeBuffer": 20_971_520, "kMinLargeAlloc": 10_485_760, "kRoundLarge": 2_097_152}
+
+#: NCCL's default buffer per channel and peer connection, bytes (NCCL documentation, NCCL_BUFFSIZE)
+NCCL_BUFFSIZE = 4_194_304
