@@ -1,0 +1,253 @@
+"""Chapter 9, "How DeepSeek-V3 trains without tensor parallelism": tables, figures and glued values,
+formatted from :mod:`memlib.scenarios.deepseek`.
+
+Every function takes the chapter's :class:`~memlib.memory.Estimate`, built in the chapter's
+configuration cell from DeepSeek-V3's recipe (:func:`memlib.scenarios.deepseek.deepseek_recipe`);
+nothing here computes a quantity: it reads the library's values, formats them and picks words from
+the library's booleans and signs.
+"""
+from __future__ import annotations
+
+from ..memory import Estimate
+from ..scenarios import deepseek as ds
+from ..states import RECIPES
+from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, new_figure, stacked_bars
+from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
+                     yes_no)
+from .tables import notation_recap
+
+__all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
+           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL"]
+
+#: the worked problem's micro-batch (sequences)
+PROBLEM_MICRO_BATCH = 2
+
+#: the capacity as the figures label it: decimal GB as the vendor counts, and GiB as the bars
+CAPACITY_LABEL = f"{ds.GPU}: {fmt_bytes(ds.CAPACITY, 'GB', 0)} = {fmt_bytes(ds.CAPACITY, 'GiB', 1)}"
+
+#: the three categories of a device's total, as the figures and the tables name them
+_SERIES = (("states", "model_states"), ("activations", "activations"), ("overhead", "overhead"))
+
+
+def _fits(x: bool) -> str:
+    return "fits" if x else "does not fit"
+
+
+def _margin(margin: int) -> str:
+    """A margin to the capacity (positive: headroom) in words."""
+    if margin >= 0:
+        return f"leaves {fmt_bytes(margin)} below the capacity"
+    return f"exceeds the capacity by {fmt_bytes(-margin)}"
+
+
+def _effect(change: int, magnitude: int) -> str:
+    """A step's change of the peak in words: ``costs 1.20 GiB`` / ``saves 0.40 GiB``."""
+    if change > 0:
+        return f"costs {fmt_bytes(magnitude)}"
+    if change < 0:
+        return f"saves {fmt_bytes(magnitude)}"
+    return "changes nothing"
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 1`` / ``ranks 1–14`` / ``ranks 0 and 15`` (runs of consecutive ranks collapsed)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and runs[-1][1] == r - 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    parts = [span(a, b) for a, b in runs]
+    if len(ranks) == 1:
+        return f"rank {parts[0]}"
+    return "ranks " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+
+
+def _recipe(est: Estimate) -> list[dict]:
+    return ds.ablation(est.model, est.train)
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "P_ne", "P_e", "B_w", "B_g", "B_o"],
+                          est.model, est.train)
+
+
+def values(est: Estimate) -> dict[str, str]:
+    """The chapter's numbers and words for its prose: the report's setup, this configuration, the
+    peak device, rank 0, the ledger's totals and the overhead range."""
+    m, t = est.model, est.train
+    rep = ds.REPORT
+    pk = ds.peak(est)
+    shallow, deep = pk["chunks"]
+    r0 = ds.rank_zero(est)
+    layer = ds.layer_totals(m, t)
+    ovh = ds.overhead_range(m, t)
+    kind = ds.ledger_kind(m)
+    return {
+        "model": model_name(m),
+        "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
+        "report_dp": fmt_count(rep["dp"]),
+        "gpu": ds.GPU, "cap_gb": fmt_bytes(ds.CAPACITY, "GB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 1),
+        "label": t.label(), "gpus": fmt_count(t.world_size), "pp": fmt_count(t.pp), "ep": fmt_count(t.ep),
+        "dp": fmt_count(t.dp), "edp": fmt_count(t.edp), "tp": fmt_count(t.tp), "b": fmt_count(t.micro_batch),
+        "s": fmt_count(t.seq_len), "layers": fmt_count(m.num_hidden_layers),
+        "dense": fmt_count(m.first_k_dense_replace), "experts": fmt_count(m.n_routed_experts),
+        "layout": layout_text(est.partition.layout), "stages_count": fmt_count(len(est.partition.layout)),
+        "bytes_per_param": fmt_count(RECIPES[t.precision].total_bytes),
+        "megatron_bytes_per_param": fmt_count(RECIPES["megatron"].total_bytes),
+        "ovh_ctx": fmt_bytes(est.overhead.cuda_context, "MiB", 0), "ovh_comm": fmt_bytes(est.overhead.comm_buffers),
+        "ovh_frag": pct(est.overhead.fragmentation, 1, 0),
+        # the peak device
+        "peak_rank": fmt_count(pk["rank"]), "peak_ranks": _ranks(pk["ranks"]), "peak": fmt_bytes(pk["total"]),
+        "peak_alloc": fmt_bytes(pk["allocated"]), "peak_states": fmt_bytes(pk["states"]),
+        "peak_acts": fmt_bytes(pk["activations"]), "peak_ovh": fmt_bytes(pk["overhead"]),
+        "peak_fits": _fits(pk["fits"]), "peak_margin": _margin(pk["margin"]),
+        "all_fit": "every rank fits" if pk["all_fit"] else "not every rank fits",
+        "peak_mb": fmt_count(pk["microbatches"]),
+        "shallow_stage": fmt_count(shallow["stage"]), "shallow_mb": fmt_count(shallow["in_flight"]),
+        "deep_stage": fmt_count(deep["stage"]), "deep_mb": fmt_count(deep["in_flight"]),
+        # rank 0
+        "rank0": fmt_bytes(r0["total"]), "rank0_layers": fmt_count(r0["layers"]),
+        "peak_layers": fmt_count(r0["peak_layers"]),
+        "rank0_compare": ("as much as the peak" if r0["is_peak"] else
+                          f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
+                          f"{fmt_bytes(r0['difference'])} more than the peak"),
+        "rank0_holds": ("the embedding, the output head and the MTP module" if r0["mtp"] == 1 else
+                        f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
+                        "the embedding and the output head"),
+        # one layer's ledger
+        "ledger_kind": "MoE" if kind == "moe" else "dense",
+        "layer_plain": fmt_bytes(layer["plain"], "MiB"), "layer_recipe": fmt_bytes(layer["recipe"], "MiB"),
+        "layer_saved": fmt_bytes(layer["saved"], "MiB"),
+        # the overhead bands
+        "peak_high": fmt_bytes(ovh["high"]["total"]), "high_fits": _fits(ovh["high"]["fits"]),
+        "high_margin": _margin(ovh["high"]["margin"]),
+    }
+
+
+def ablation_values(est: Estimate) -> dict[str, str]:
+    """The ablation in words: the baseline, each step's effect on the peak, the final peak."""
+    rows = {r["key"]: r for r in _recipe(est)}
+    summary = ds.ablation_summary(list(rows.values()))
+    base, dual, final = rows["baseline"], rows["dualpipe"], rows["recompute"]
+    out = {
+        "base": fmt_bytes(base["total"]), "base_rank": fmt_count(base["stage"]),
+        "base_largest": CATEGORY_LABELS[dict(_SERIES)[base["largest"]]],
+        "base_largest_bytes": fmt_bytes(base[base["largest"]]), "base_fits": _fits(base["fits"]),
+        "base_mb": fmt_count(base["microbatches"]), "dual_mb": fmt_count(dual["microbatches"]),
+        "base_params": fmt_count(base["parameters"]), "dual_params": fmt_count(dual["parameters"]),
+        "final": fmt_bytes(final["total"]), "final_fits": _fits(final["fits"]), "final_margin": _margin(final["margin"]),
+        "saved": fmt_bytes(summary["saved"]),
+        "fit_summary": ("no step fits the device" if summary["none_fit"] else
+                        "only the last step, the full recipe, fits the device" if summary["only_last_fits"] else
+                        "every step fits the device, the naive baseline included" if summary["first_fit"] == "baseline" else
+                        f"the peak device fits from the step “{rows[summary['first_fit']]['label']}” on"
+                        if summary["first_fit"] else "the full recipe does not fit the device"),
+    }
+    for key, r in rows.items():
+        if r["change"] is not None:
+            out[f"{key}_effect"] = _effect(r["change"], r["magnitude"])
+    return out
+
+
+def ablation_table(est: Estimate) -> str:
+    """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB)."""
+    rows = [[r["label"], r["what"], fmt_count(r["stage"]), fmt_bytes(r["states"], with_unit=False),
+             fmt_bytes(r["activations"], with_unit=False), fmt_bytes(r["overhead"], with_unit=False),
+             f"**{fmt_bytes(r['total'], with_unit=False)}**",
+             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), yes_no(r["fits"])]
+            for r in _recipe(est)]
+    return md_table(["step", "what changes", "peak rank", "model states (GiB)", "activations (GiB)",
+                     "overheads (GiB)", "total (GiB)", "change (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
+
+
+def _wrap(label: str) -> str:
+    return label.replace(" and ", "\nand ").replace("+ FP8 ", "+ FP8\n").replace("+ BF16 ", "+ BF16\n")
+
+
+def _clear_of_line(fig, ax, totals, capacity_text, line_y: float) -> None:
+    """Keep the capacity line off the text: a bar's total that the line would cross moves inside the
+    top of its bar, and the capacity's label moves below the line if it would cover a total."""
+    fig.draw_without_rendering()
+    y = ax.transData.transform((0, line_y))[1]
+    for t in totals:
+        box = t.get_window_extent()
+        if box.y0 <= y <= box.y1:
+            t.set(va="top")
+            t.xyann = (0, -2)
+    fig.draw_without_rendering()
+    label = capacity_text.get_window_extent()
+    if any(label.overlaps(t.get_window_extent()) for t in totals):
+        capacity_text.set(va="top")
+        capacity_text.xyann = (0, -2)
+
+
+def ablation_figure(est: Estimate):
+    """The peak device after each step as stacked bars (model states, activations, overheads), GiB,
+    with the device's capacity (the line crosses no label)."""
+    rows = _recipe(est)
+    fig, ax = new_figure(7.2, 3.8)
+    series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
+    stacked_bars(ax, [_wrap(r["label"]) for r in rows], series, fontsize=7)
+    totals = list(ax.texts)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    ax.margins(y=0.1)
+    ax.set_ylabel("peak device, GiB")
+    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    _clear_of_line(fig, ax, totals, ax.texts[-1], in_unit(ds.CAPACITY))
+    return fig
+
+
+def rank_table(est: Estimate) -> str:
+    """Every pipeline rank: its model stages (layers), micro-batches in flight at its peak per stage,
+    parameters and the bytes of every term (GiB)."""
+    rows = []
+    for r in ds.rank_rows(est):
+        rows.append([fmt_count(r["rank"]), " + ".join(f"{c['stage']} ({c['layers']})" for c in r["chunks"]),
+                     " + ".join(fmt_count(c["in_flight"]) for c in r["chunks"]), fmt_count(r["parameters"]),
+                     fmt_bytes(r["weights"], with_unit=False), fmt_bytes(r["gradients"], with_unit=False),
+                     fmt_bytes(r["optimizer"], with_unit=False), fmt_bytes(r["activations"], with_unit=False),
+                     fmt_bytes(r["overhead"], with_unit=False), f"**{fmt_bytes(r['total'], with_unit=False)}**",
+                     yes_no(r["fits"])])
+    return md_table(["rank", "model stages (layers)", "micro-batches in flight", "parameters", "weights (GiB)",
+                     "gradients (GiB)", "optimizer (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)",
+                     f"fits the {ds.GPU}"], rows, "llrrrrrrrrc")
+
+
+def rank_figure(est: Estimate):
+    """Stacked bars per pipeline rank (model states, activations, overheads), GiB, with the capacity."""
+    rows = ds.rank_rows(est)
+    fig, ax = new_figure(7.2, 3.6)
+    series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
+    stacked_bars(ax, [fmt_count(r["rank"]) for r in rows], series, totals=False, fontsize=8)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    ax.margins(y=0.1)
+    ax.set_xlabel("pipeline rank")
+    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def ledger_table(est: Estimate) -> str:
+    """One layer's saved tensors, bytes per micro-batch on one device (MiB), plain and under the recipe."""
+    rows = [[r["name"], fmt_bytes(r["plain"], "MiB", with_unit=False),
+             "recomputed" if r["recomputed"] else fmt_bytes(r["recipe"], "MiB", with_unit=False),
+             "—" if r["recomputed"] else _FORMATS.get(r["format"], r["format"])]
+            for r in ds.ledger_rows(est.model, est.train)]
+    return md_table(["saved tensor", "bf16, nothing recomputed (MiB)", "the recipe (MiB)", "stored as"], rows, "lrrl")
+
+
+#: how the ledger table names a stored format
+_FORMATS = {"fp8": "FP8", "E5M6": "E5M6", "bf16": "bf16", "fp32": "fp32", "mask": "bool (one byte)", "int32": "int32",
+            "int64": "int64"}
+
+
+def problem_values(est: Estimate) -> dict[str, str]:
+    """The worked problem: the recipe with more sequences per micro-batch."""
+    p = ds.micro_batch_change(est.model, est.train, PROBLEM_MICRO_BATCH)
+    return {"p_b": fmt_count(p["micro_batch"]), "p_rank": fmt_count(p["rank"]), "p_peak": fmt_bytes(p["total"]),
+            "p_acts": fmt_bytes(p["activations"]), "p_acts_before": fmt_bytes(p["activations_before"]),
+            "p_states": fmt_bytes(p["states"]),
+            "p_states_word": "do not change" if p["states_unchanged"] else "change",
+            "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["margin"]),
+            "p_conclusion": ("one sequence per micro-batch is what the memory allows" if not p["fits"] else
+                             "the memory allows the larger micro-batch")}

@@ -1,0 +1,141 @@
+"""Chapter 9's module: every table, value and figure for DeepSeek-V3 and for other models, no
+DeepSeek-V3 result in another model's chapter, and glued words that agree with the numbers."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memlib import estimate
+from memlib.report import ch09_deepseek as ch
+from memlib.report.figures import CATEGORY_COLORS
+from memlib.report.format import fmt_bytes
+from memlib.scenarios import deepseek as ds
+
+MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+
+
+def chapter_est(model: str):
+    return estimate(model, ds.deepseek_recipe(model))
+
+
+def chapter_values(est) -> dict[str, str]:
+    return {**ch.values(est), **ch.ablation_values(est), **ch.problem_values(est)}
+
+
+def chapter_text(est) -> str:
+    parts = [ch.notation(est), ch.ablation_table(est), ch.rank_table(est), ch.ledger_table(est)]
+    return "\n".join(parts + list(chapter_values(est).values()))
+
+
+def v3_headline_numbers() -> set[str]:
+    """DeepSeek-V3's results as its chapter prints them (read from the chapter, not typed)."""
+    est = chapter_est("deepseek-v3")
+    v = chapter_values(est)
+    nums = {v[k] for k in ("peak", "peak_alloc", "peak_states", "peak_acts", "rank0", "layer_plain", "layer_recipe",
+                           "layer_saved", "peak_high", "base", "base_largest_bytes", "final", "saved", "p_peak",
+                           "p_acts", "base_params", "dual_params")}
+    nums |= {v[k].split(" ", 1)[1] for k in v if k.endswith("_effect")}          # "costs 43.53 GiB" -> the bytes
+    return nums
+
+
+@pytest.fixture(scope="module")
+def v3():
+    return chapter_est("deepseek-v3")
+
+
+def test_deepseek_v3_chapter_has_its_headline_numbers(v3):
+    text = chapter_text(v3)
+    nums = v3_headline_numbers()
+    assert {"70.60 GiB", "140.35 GiB", "63.01 GiB", "630.89 MiB"} <= nums
+    assert all(n in text for n in nums)
+    v = chapter_values(v3)
+    assert v["peak_ranks"] == "ranks 1–14" and v["label"] == "PP16@TP1@EP64@ETP1" and v["gpus"] == "2,048"
+    assert (v["shallow_mb"], v["deep_mb"], v["peak_mb"]) == ("15", "2", "17")
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
+def test_another_models_chapter_has_no_deepseek_v3_number(model):
+    text = chapter_text(chapter_est(model))
+    leaked = sorted(n for n in v3_headline_numbers() if n in text)
+    assert not leaked, leaked
+    assert chapter_values(chapter_est(model))["model"] != "DeepSeek-V3"
+
+
+def _table_rows(md: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()[2:]]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_glued_words_agree_with_the_numbers(model):
+    est = chapter_est(model)
+    cap_est = ds.recipe_estimate(model, est.train)
+    v = chapter_values(est)
+    pk = cap_est.peak
+    assert v["peak"] == fmt_bytes(pk.total)
+    assert v["peak_fits"] == ("fits" if pk.total <= ds.CAPACITY else "does not fit")
+    assert v["peak_margin"].startswith("leaves" if pk.total <= ds.CAPACITY else "exceeds")
+    assert v["all_fit"] == ("every rank fits" if all(s.total <= ds.CAPACITY for s in cap_est.stages)
+                            else "not every rank fits")
+    # the ablation: each step's word and the table's fits column against the step's own estimate
+    steps = ds.ablation_steps(est.train)
+    totals = [ds.recipe_estimate(model, s.train).peak.total for s in steps]
+    table = _table_rows(ch.ablation_table(est))
+    assert [row[-1] for row in table] == ["yes" if t <= ds.CAPACITY else "no" for t in totals]
+    for step, before, after in zip(steps[1:], totals, totals[1:]):
+        word = v[f"{step.key}_effect"]
+        assert word.startswith("costs" if after > before else "saves" if after < before else "changes nothing"), step.key
+        assert word.endswith(fmt_bytes(abs(after - before)))
+    assert v["base_fits"] == ("fits" if totals[0] <= ds.CAPACITY else "does not fit")
+    assert v["final_fits"] == ("fits" if totals[-1] <= ds.CAPACITY else "does not fit")
+    if all(t > ds.CAPACITY for t in totals[:-1]) and totals[-1] <= ds.CAPACITY:
+        assert v["fit_summary"].startswith("only the last step")
+    if all(t <= ds.CAPACITY for t in totals):
+        assert v["fit_summary"].startswith("every step fits")
+    # the rank table's fits column, the overhead bands and the worked problem
+    ranks = _table_rows(ch.rank_table(est))
+    assert [row[-1] for row in ranks] == ["yes" if s.total <= ds.CAPACITY else "no" for s in cap_est.stages]
+    high = ds.recipe_estimate(model, est.train, "high").peak.total
+    assert v["high_fits"] == ("fits" if high <= ds.CAPACITY else "does not fit")
+    two = ds.recipe_estimate(model, est.train.with_(micro_batch=ch.PROBLEM_MICRO_BATCH)).peak.total
+    assert v["p_verdict"] == ("fits" if two <= ds.CAPACITY else "does not fit")
+    assert v["p_peak"] == fmt_bytes(two)
+
+
+def test_deepseek_v3_words():
+    v = chapter_values(chapter_est("deepseek-v3"))
+    assert v["final_fits"] == "fits" and v["base_fits"] == "does not fit" and v["high_fits"] == "does not fit"
+    assert v["dualpipe_effect"].startswith("costs") and v["recompute_effect"].startswith("saves")
+    assert v["fit_summary"] == "only the last step, the full recipe, fits the device"
+    assert v["rank0_compare"].endswith("less than the peak") and "MTP" in v["rank0_holds"]
+    assert v["p_verdict"] == "does not fit" and v["p_margin"].startswith("exceeds the capacity by")
+
+
+def test_no_table_mixes_gib_and_gb(v3):
+    for md in (ch.ablation_table(v3), ch.rank_table(v3), ch.ledger_table(v3)):
+        assert not re.search(r"\bGB\b", md) or not re.search(r"GiB", md)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_figures_draw_and_the_capacity_line_crosses_no_label(model):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    est = chapter_est(model)
+    for fig, bars in ((ch.ablation_figure(est), 6), (ch.rank_figure(est), est.train.pp)):
+        ax = fig.axes[0]
+        assert len(ax.patches) == 3 * bars                         # model states, activations, overheads
+        colors = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches}
+        assert colors == {c.lower() for c in (CATEGORY_COLORS["model_states"], CATEGORY_COLORS["activations"],
+                                              CATEGORY_COLORS["overhead"])}
+        fig.draw_without_rendering()
+        line = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        assert len(line) == 1
+        y = ax.transData.transform((0, line[0].get_ydata()[0]))[1]
+        assert any(t.get_text() == ch.CAPACITY_LABEL for t in ax.texts)
+        for t in ax.texts:
+            box = t.get_window_extent()
+            assert not box.y0 < y < box.y1, (model, t.get_text())
+        plt.close(fig)
