@@ -1,4 +1,5 @@
-"""The README's figure: the DeepSeek-V3 ablation of the book's chapter on training without TP.
+"""The README's figure: the ablation of chapter 9 ("How DeepSeek-V3 trains without tensor
+parallelism") for DeepSeek-V3 under its own recipe.
 
 ``python -m memlib.report.readme [PATH]`` writes it (default ``docs/readme-figure.png``); a test
 regenerates it and compares the bytes, so the committed picture cannot go stale.
@@ -8,12 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import deepseek
-from .core import use_style
+from ..memory import estimate
+from ..scenarios.deepseek import deepseek_recipe
+from . import ch09_deepseek
+from .figures import use_style
 
-__all__ = ["FIGURE", "write"]
+__all__ = ["FIGURE", "MODEL", "write"]
 
 FIGURE = Path(__file__).resolve().parents[2] / "docs" / "readme-figure.png"
+
+#: the model the README's figure shows (whatever model the book is built for)
+MODEL = "deepseek-v3"
 
 
 def write(path: Path | str = FIGURE) -> Path:
@@ -21,7 +27,7 @@ def write(path: Path | str = FIGURE) -> Path:
     import matplotlib.pyplot as plt
 
     use_style()
-    fig = deepseek.ablation_figure("deepseek-v3")
+    fig = ch09_deepseek.ablation_figure(estimate(MODEL, deepseek_recipe(MODEL)))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
