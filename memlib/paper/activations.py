@@ -1,0 +1,288 @@
+"""The paper's §5 (Tables 9 and 10, the per-layer formulas of §5.1 and §5.2): the activations one
+device keeps for its backward pass, as memlib's ledger of saved tensors computes them for any model
+and configuration; the check of each formula the paper prints against the ledger; and Korthikanti
+et al.'s Table 2 and 22B model (arXiv 2205.05198) from :func:`memlib.ledgers.gpt_layer`, to show
+that the ledger is not tuned to one paper.
+
+The ledger is the one of the estimate's profile (``paper`` for the paper's views); the printed
+formulas are data (:data:`memlib.reference.PAPER_ACTIVATION_FORMULAS`), compared here, never used
+to compute.
+
+>>> from memlib import PAPER_TRAINING, estimate
+>>> t10 = table10(estimate("deepseek-v3", PAPER_TRAINING))
+>>> t10[1]["none"]["total"], t10[1]["full"]["total"]
+(24671158272, 235143168)
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy as sp
+
+from ..activations import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
+from ..config import ModelConfig, TrainingConfig
+from ..ledgers import act_profile, gpt_layer
+from ..memory import Estimate, estimate
+from ..reference import KORTHIKANTI_22B, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9
+from ..states import recipe
+from ..symbols import sym
+from . import analysed_stage
+
+__all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers", "layer_ledger",
+           "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts", "layer_formula",
+           "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows", "korthikanti_22b"]
+
+#: the blocks of a MoE layer the paper analyses, in its order
+BLOCKS = ("attention", "moe")
+
+#: the named recompute policies, weakest first
+POLICY_ORDER = ("none", "selective", "deepseek", "full")
+
+#: the parallel divisors in the order the book names them
+DIVISOR_ORDER = ("TP", "SP", "CP", "EP", "ETP")
+
+#: what drops a saved tensor, the weakest named recomputation first (:func:`recompute_class`)
+RECOMPUTE_CLASSES = ("selective", "deepseek", "moe", "full", "kept")
+
+b, s, h, h_F = sym("b"), sym("s"), sym("h"), sym("h_F")
+n_h, d_h, d_v = sym("n_h"), sym("d_h"), sym("d_v")
+N, N_s = sym("N"), sym("N_s")
+TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
+
+
+def _index(est: Estimate, index: int | None) -> int:
+    return analysed_stage(est.partition) if index is None else index
+
+
+def moe_layers(est: Estimate, index: int | None = None) -> int:
+    """MoE decoder layers on stage ``index`` (the analysed stage by default)."""
+    m = est.model
+    return sum(1 for i in est.partition.stages[_index(est, index)].layers if m.is_moe_layer(i))
+
+
+def layer_ledger(est: Estimate, block: str | None = None, kind: str = "moe") -> list[Saved]:
+    """The saved tensors of one decoder layer of ``kind`` in the estimate's profile (of one block)."""
+    entries = act_profile(est.train.profile).layer(est.model, kind)
+    return [e for e in entries if block is None or e.block == block]
+
+
+def recompute_class(e: Saved) -> str:
+    """What drops ``e``, the weakest named recomputation first: ``selective`` (the attention core),
+    ``deepseek`` (norm outputs, MLA up-projections), ``moe`` (the MoE internals: ``moe``,
+    ``shared_experts``, ``moe_act``), ``full`` (nothing but full recomputation) or ``kept`` (a
+    checkpointed input, kept by every policy)."""
+    if e.keep_full:
+        return "kept"
+    if "core_attn" in e.modules:
+        return "selective"
+    if e.modules & POLICIES["deepseek"].modules:
+        return "deepseek"
+    if e.modules & {"moe", "shared_experts", "moe_act"}:
+        return "moe"
+    return "full"
+
+
+def ledger_rows(est: Estimate, block: str, kind: str = "moe") -> list[dict]:
+    """The saved tensors of one block with their bytes on one device of ``est`` (its b and s): key,
+    name, elements (symbolic, before any split), bytes per element, dtype, divisors, whether the
+    rows are a mean rounded up, exact bytes, the recompute modules and named policies that drop it,
+    its :func:`recompute_class` and note."""
+    rec = est.recipe
+    rows = []
+    for e in layer_ledger(est, block, kind):
+        rows.append({
+            "key": e.key, "name": e.name, "elements": e.elements, "element_bytes": element_bytes(e, rec),
+            "dtype": e.dtype,
+            "divisors": tuple(d for d in DIVISOR_ORDER if d in e.shard and (d != "SP" or est.train.sp)),
+            "mean_rows": e.mean_rows, "bytes": int(entry_bytes(e, est.train, rec).xreplace(est.values)),
+            "modules": tuple(mod for mod in MODULES if mod in e.modules),
+            "policies": tuple(p for p in POLICY_ORDER if POLICIES[p].drops(e)),
+            "class": recompute_class(e), "note": e.note,
+        })
+    return rows
+
+
+def routed_tokens(est: Estimate, micro_batch: int | None = None) -> dict[str, int | Fraction]:
+    """Routed token copies of one micro-batch: ``e_token`` = b s N_r / N per expert (balanced
+    routing), ``local_experts`` = N / EP, the paper's count on one device ``paper`` =
+    ceil(b s N_r / (EP CP)) (its (N/EP) E_token, rounded up to whole tokens), and ``held`` = b s N_r
+    ETP / (TP CP) (with sequence parallelism; no TP without), what a device holds once the all-to-all
+    has brought it the tokens its experts receive from every rank of the EP group."""
+    m, t = est.model, est.train
+    bb = t.micro_batch if micro_batch is None else micro_batch
+    copies = bb * t.seq_len * m.num_experts_per_tok
+    held = Fraction(copies * t.etp, (t.tp if t.sp else 1) * t.cp)
+    return {"copies": copies, "e_token": Fraction(copies, m.n_routed_experts),
+            "local_experts": m.n_routed_experts // t.ep, "paper": -(-copies // (t.ep * t.cp)),
+            "held": int(held) if held.denominator == 1 else held}
+
+
+def table9(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_batch"]) -> dict:
+    """The paper's Table 9 for ``est``'s model and configuration: the micro-batch sizes, s, N_r, N,
+    E_token and the paper's routed tokens per device for each b, sequence parallelism, CP and the
+    recompute policies compared."""
+    m, t = est.model, est.train
+    return {"micro_batches": tuple(micro_batches), "seq_len": t.seq_len, "N_r": m.num_experts_per_tok,
+            "N": m.n_routed_experts, "e_token": tuple(routed_tokens(est, bb)["e_token"] for bb in micro_batches),
+            "paper_tokens": tuple(routed_tokens(est, bb)["paper"] for bb in micro_batches),
+            "sp": t.sp and t.tp > 1, "sp_degree": t.tp if t.sp else 1, "cp": t.cp,
+            "recompute": PAPER_TABLE9["recompute"]}
+
+
+def table10(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_batch"],
+            policies: tuple[str, ...] = PAPER_TABLE9["recompute"], index: int | None = None) -> dict:
+    """The paper's Table 10 in numbers: bytes of one micro-batch through stage ``index`` on one
+    device, per block of the ledger (``attention``, ``moe``, and any other block the stage holds)
+    and ``total``, per micro-batch size and recompute policy (``est``'s configuration otherwise)."""
+    i = _index(est, index)
+    out: dict = {}
+    for bb in micro_batches:
+        out[bb] = {}
+        for p in policies:
+            c = est.train.with_(micro_batch=bb, recompute=p)
+            act = (est if c == est.train else estimate(est.model, c)).stages[i].activations
+            blocks: dict[str, int] = {blk: 0 for blk in BLOCKS}
+            for k, x in act["by_entry"].items():
+                blocks[k.split(".")[0]] = blocks.get(k.split(".")[0], 0) + x
+            out[bb][p] = {**blocks, "total": act["per_microbatch"]}
+    return out
+
+
+def table10_facts(est: Estimate, index: int | None = None) -> dict:
+    """At the first micro-batch size of Table 9: the share of the MLA blocks without recomputation,
+    whether they are most of it, and how many times less full recomputation keeps."""
+    first = PAPER_TABLE9["micro_batch"][0]
+    t = table10(est, (first,), ("none", "full"), index)[first]
+    share = Fraction(t["none"]["attention"], t["none"]["total"])
+    return {"micro_batch": first, "mla_share": share, "mla_most": share > Fraction(1, 2),
+            "none_over_full": Fraction(t["none"]["total"], t["full"]["total"])}
+
+
+def layer_formula(est: Estimate, block: str, policy: str = "none", parallel: str = "config", layers: int = 1,
+                  kind: str = "moe") -> sp.Expr:
+    """Bytes of one block's kept tensors per micro-batch on one device, symbolic in the model's sizes,
+    b and s: ``parallel="none"`` without any parallelism (TP = CP = EP = ETP = 1, SP off),
+    ``"config"`` with ``est``'s parallel sizes substituted; times ``layers``."""
+    entries = layer_ledger(est, block, kind)
+    pol = parse_policy(policy)
+    if parallel == "none":
+        expr = ledger_bytes(entries, TrainingConfig(sp=False), recipe(est.train.precision), pol).total
+        expr = expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})
+    else:
+        t = est.train
+        expr = ledger_bytes(entries, t, est.recipe, pol).total.xreplace({TP: t.tp, CP: t.cp, EP: t.ep, ETP: t.etp})
+    return sp.factor_terms(sp.expand(layers * expr))
+
+
+def table10_formulas(est: Estimate, index: int | None = None) -> dict[str, dict[str, sp.Expr]]:
+    """The paper's Table 10 as formulas: the MoE layers of stage ``index`` on one device, per block
+    and their ``total``, without recomputation and with full recomputation."""
+    n = moe_layers(est, index)
+    out = {blk: {p: layer_formula(est, blk, p, layers=n) for p in PAPER_TABLE9["recompute"]} for blk in BLOCKS}
+    out["total"] = {p: sp.factor_terms(sp.expand(sum(out[blk][p] for blk in BLOCKS)))
+                    for p in PAPER_TABLE9["recompute"]}
+    return out
+
+
+#: each printed formula (where, key): its label, block, parallelism, policy and whether it is a stage's
+FORMULA_SPECS = {
+    ("§5.1", "mla"): ("§5.1, MLA, one layer, no parallelism", "attention", "none", "none", False),
+    ("§5.1", "mla_tp"): ("§5.1, MLA, one layer, TP and SP", "attention", "config", "none", False),
+    ("§5.2", "moe_ep"): ("§5.2, MoE, one layer, SP, EP and ETP", "moe", "config", "none", False),
+    ("§5.1", "mla_full"): ("§5.1, MLA, one layer, full recomputation", "attention", "config", "full", False),
+    ("§5.2", "moe_full"): ("§5.2, MoE, one layer, full recomputation", "moe", "config", "full", False),
+    ("Table 10", "mla"): ("Table 10, MLA, AC = None", "attention", "config", "none", True),
+    ("Table 10", "moe"): ("Table 10, MoE, AC = None", "moe", "config", "none", True),
+    ("Table 10", "mla_full"): ("Table 10, MLA, AC = Full", "attention", "config", "full", True),
+    ("Table 10", "moe_full"): ("Table 10, MoE, AC = Full", "moe", "config", "full", True),
+}
+
+
+def _exact_ceilings(expr: sp.Expr, values: dict) -> bool:
+    """Whether every ceiling of ``expr`` (the routed tokens: b s N_r / (EP CP) rounded up) acts on a
+    whole number for every b, given the model's values and s: its argument is b times a constant."""
+    for c in expr.atoms(sp.ceiling):
+        arg = c.args[0].xreplace({k: v for k, v in values.items() if k != b})
+        per_b = sp.simplify(arg / b)
+        if per_b.free_symbols or not per_b.is_integer:
+            return False
+    return True
+
+
+def formula_checks(est: Estimate, index: int | None = None) -> list[dict]:
+    """Each formula the paper prints (:data:`memlib.reference.PAPER_ACTIVATION_FORMULAS`) against the
+    ledger's sum for the configuration it is printed for (``est``'s parallel sizes, the stage's MoE
+    layers for Table 10).  The paper writes d_h for the value width (memlib's d_v) and prints N/EP and
+    N_s as numbers, so both sides are compared at the model's N and N_s; the ledger rounds the routed
+    tokens up, which is exact where EP CP divides b s N_r for every b (``exact``).  ``same_formula``:
+    the two are equal with the routed tokens at their mean; ``equal``: and no rounding acts."""
+    m = est.model
+    n = moe_layers(est, index)
+    at = {N: m.n_routed_experts, N_s: m.n_shared_experts}
+    out = []
+    for (where, key), (label, block, parallel, policy, stage) in FORMULA_SPECS.items():
+        ours = layer_formula(est, block, policy, parallel, n if stage else 1)
+        printed = PAPER_ACTIVATION_FORMULAS[where][key]
+        exact = _exact_ceilings(ours, est.values)
+        mean = ours.replace(sp.ceiling, lambda x: x)
+        diff = sp.factor_terms(sp.expand((mean.xreplace({d_v: d_h}) - printed).xreplace(at)))
+        out.append({"where": where, "key": key, "label": label, "printed": printed, "memlib": ours,
+                    "difference": diff, "same_formula": diff == 0, "exact": exact, "equal": diff == 0 and exact})
+    return out
+
+
+def formula_summary(checks: list[dict]) -> dict[str, int | bool]:
+    """How many formulas there are, how many equal the ledger, whether all do, and whether no
+    rounding acts in any (``exact``; rows without the flag have none)."""
+    equal = sum(1 for c in checks if c["equal"])
+    return {"formulas": len(checks), "equal": equal, "all_equal": equal == len(checks),
+            "exact": all(c.get("exact", True) for c in checks)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Korthikanti et al. (arXiv 2205.05198)
+# ------------------------------------------------------------------------------------------------
+#: each row of their Table 2: (tensor parallelism on, sequence parallelism on, recompute policy)
+KORTHIKANTI_CONFIG = {
+    "no parallelism": (False, False, "none"),
+    "tensor parallel (baseline)": (True, False, "none"),
+    "tensor + sequence parallel": (True, True, "none"),
+    "tensor parallel + selective recompute": (True, False, "selective"),
+    "tensor + sequence parallel + selective recompute": (True, True, "selective"),
+    "full recompute": (True, False, "full"),
+}
+
+__all__ += ["KORTHIKANTI_CONFIG"]
+
+
+def _gpt_bytes(sp_on: bool, policy: str) -> sp.Expr:
+    return ledger_bytes(gpt_layer(), TrainingConfig(sp=sp_on), recipe("paper"), parse_policy(policy)).total
+
+
+def korthikanti_rows() -> list[dict]:
+    """Per row of their Table 2: the GPT ledger's bytes per layer divided by s b h, with their f = 4h,
+    a = n_h heads and t = TP, beside the printed coefficient, and whether the two are equal."""
+    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
+    out = []
+    for name, (tp_on, sp_on, policy) in KORTHIKANTI_CONFIG.items():
+        expr = _gpt_bytes(sp_on, policy).xreplace({h_F: 4 * h, n_h: a, TP: t if tp_on else 1, CP: 1})
+        coeff = sp.expand(expr / (s * b * h))
+        printed = KORTHIKANTI_TABLE2[name]
+        out.append({"name": name, "coefficient": coeff, "printed": printed,
+                    "equal": sp.expand(coeff - printed) == 0})
+    return out
+
+
+def korthikanti_22b() -> dict:
+    """Their 22B model (Figure 1): the activations of one device over its L layers with tensor
+    parallelism alone (``none``) and with sequence parallelism and selective recompute
+    (``sp_selective``), from the GPT ledger: exact bytes beside the printed GiB, whether each is equal
+    and whether both are (``all_equal``)."""
+    c = KORTHIKANTI_22B
+    vals = {h: c["h"], h_F: 4 * c["h"], n_h: c["a"], TP: c["t"], CP: 1, b: c["b"], s: c["s"]}
+    out: dict = {"config": c}
+    for key, (sp_on, policy) in {"none": (False, "none"), "sp_selective": (True, "selective")}.items():
+        n = int(c["L"] * _gpt_bytes(sp_on, policy).xreplace(vals))
+        out[key] = {"bytes": n, "printed": c["gib"][key], "equal": Fraction(n, 2**30) == Fraction(c["gib"][key])}
+    out["all_equal"] = out["none"]["equal"] and out["sp_selective"]["equal"]
+    return out
