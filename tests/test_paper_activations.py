@@ -100,6 +100,7 @@ def test_table9_and_routed_tokens(v3):
     assert t9["sp"] and t9["sp_degree"] == 2 and t9["cp"] == 1
     r = pa.routed_tokens(v3)
     assert (r["paper"], r["held"], r["local_experts"], r["e_token"]) == (4096, 16384, 32, 128)
+    assert r["held_exceeds"]
     # the erratum "s5-routed-tokens" says the same
     item = {e.id: e for e in errata(v3)}["s5-routed-tokens"]
     assert item.chapter == "activations" and item.values["held"].value == r["held"]
@@ -169,6 +170,7 @@ def test_tiny_by_hand_without_parallelism():
     assert t10[1]["full"]["total"] == 2 * 32 + 2 * 32 + 2 * 8                   # two block inputs, routing map
     r = pa.routed_tokens(e)
     assert (r["copies"], r["paper"], r["held"], r["e_token"], r["local_experts"]) == (8, 8, 8, 2, 4)
+    assert not r["held_exceeds"]                                                # no EP: the same tokens
 
 
 def test_tiny_by_hand_with_tp_sp_and_ep():

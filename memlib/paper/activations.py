@@ -20,17 +20,20 @@ from fractions import Fraction
 import sympy as sp
 
 from ..activations import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
-from ..config import ModelConfig, TrainingConfig
+from ..config import TrainingConfig
 from ..ledgers import act_profile, gpt_layer
 from ..memory import Estimate, estimate
-from ..reference import KORTHIKANTI_22B, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9
+from ..reference import (
+    KORTHIKANTI_22B, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,
+)
 from ..states import recipe
 from ..symbols import sym
 from . import analysed_stage
 
-__all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers", "layer_ledger",
-           "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts", "layer_formula",
-           "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows", "korthikanti_22b"]
+__all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
+           "layer_ledger", "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts",
+           "layer_formula", "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows",
+           "korthikanti_22b"]
 
 #: the blocks of a MoE layer the paper analyses, in its order
 BLOCKS = ("attention", "moe")
@@ -107,14 +110,16 @@ def routed_tokens(est: Estimate, micro_batch: int | None = None) -> dict[str, in
     routing), ``local_experts`` = N / EP, the paper's count on one device ``paper`` =
     ceil(b s N_r / (EP CP)) (its (N/EP) E_token, rounded up to whole tokens), and ``held`` = b s N_r
     ETP / (TP CP) (with sequence parallelism; no TP without), what a device holds once the all-to-all
-    has brought it the tokens its experts receive from every rank of the EP group."""
+    has brought it the tokens its experts receive from every rank of the EP group; ``held_exceeds``:
+    whether that is more than the paper's count."""
     m, t = est.model, est.train
     bb = t.micro_batch if micro_batch is None else micro_batch
     copies = bb * t.seq_len * m.num_experts_per_tok
     held = Fraction(copies * t.etp, (t.tp if t.sp else 1) * t.cp)
+    paper = -(-copies // (t.ep * t.cp))
     return {"copies": copies, "e_token": Fraction(copies, m.n_routed_experts),
-            "local_experts": m.n_routed_experts // t.ep, "paper": -(-copies // (t.ep * t.cp)),
-            "held": int(held) if held.denominator == 1 else held}
+            "local_experts": m.n_routed_experts // t.ep, "paper": paper,
+            "held": int(held) if held.denominator == 1 else held, "held_exceeds": held > paper}
 
 
 def table9(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_batch"]) -> dict:
