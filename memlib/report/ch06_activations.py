@@ -1,0 +1,347 @@
+"""Chapter 6, "Activations": tables, figures and glued values, formatted from
+:mod:`memlib.paper.activations` and :mod:`memlib.scenarios.activations`.
+
+Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+configuration cell); the analysed stage is the paper's (:func:`memlib.paper.analysed_stage`).
+Nothing here computes a quantity.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from ..memory import Estimate
+from ..paper import analysed_stage, is_paper_model, moe_stages
+from ..paper import activations as pact
+from ..paper.errata import errata
+from ..scenarios import activations as sact
+from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
+from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex
+from .tables import errata_table, notation_recap
+
+__all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
+           "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
+           "microbatch", "seqlen_figure", "policy_table", "policy_figure", "problem_values", "errata_md",
+           "BLOCK_LABELS", "CLASS_COLORS", "CLASS_LABELS"]
+
+#: the blocks of a MoE layer, as the book names them
+BLOCK_LABELS = {"attention": "MLA", "moe": "MoE"}
+
+#: the colour of a saved tensor in the data-flow figure: the weakest named policy that drops it
+CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLORS["deepseek"],
+                "moe": POLICY_COLORS["modules"], "full": POLICY_COLORS["none"], "kept": POLICY_COLORS["full"]}
+CLASS_LABELS = {"selective": "attention core (selective)", "deepseek": "norm outputs, up-projections (deepseek)",
+                "moe": "MoE internals (module lists)", "full": "dropped by full recomputation only",
+                "kept": "kept by every policy (checkpointed inputs)"}
+
+#: the recompute working set, drawn beside the micro-batches held (both activations)
+WORKING_COLOR = OKABE_ITO["vermillion"]
+
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
+DTYPE_NAMES = {"mask": "mask", "fp32": "fp32", "int64": "int64", "int32": "int32"}
+
+
+def stage(est: Estimate) -> int:
+    """The stage the chapter analyses (the paper's: the first MoE-only stage)."""
+    return analysed_stage(est.partition)
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["b", "s", "h", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "h_E", "N", "N_s", "N_r", "TP",
+                           "CP", "EP", "ETP", "L_moe"], est.model, est.train)
+
+
+def _policy_name(p: str) -> str:
+    return p if p in pact.POLICY_ORDER else "module list"
+
+
+def _number(x: int | Fraction, digits: int = 1) -> str:
+    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals."""
+    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
+
+
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def values(est: Estimate) -> dict[str, str]:
+    """The chapter's numbers and computed words for its prose, for any model."""
+    t, i = est.train, stage(est)
+    moe = moe_stages(est.partition)
+    t9 = pact.table9(est)
+    first = t9["micro_batches"][0]
+    t10 = pact.table10(est)[first]
+    facts = pact.table10_facts(est)
+    tokens = pact.routed_tokens(est)
+    split = sact.layer_split(est)
+    cross = sact.crossover(est)
+    pol = {r["policy"]: r for r in sact.policy_comparison(est)}
+    return {
+        "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i),
+        "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i), "layout": layout_text(est.partition.layout),
+        "layers": fmt_count(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
+        "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
+        "sp": f"sequence parallelism over the {fmt_count(t.tp)} tensor-parallel ranks" if t9["sp"]
+        else "no sequence parallelism",
+        "micro_batches": _and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
+        "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule), "in_flight": fmt_count(pol["none"]["in_flight"]),
+        # Table 10 at the first micro-batch size
+        "none_bytes": fmt_count(t10["none"]["total"]), "none_gib": fmt_bytes(t10["none"]["total"]),
+        "full_bytes": fmt_count(t10["full"]["total"]), "full_mib": fmt_bytes(t10["full"]["total"], "MiB"),
+        "mla_share": pct(facts["mla_share"], 1), "mla_most": "most" if facts["mla_most"] else "less than half",
+        "ratio_none_full": fmt_decimal(facts["none_over_full"], 0),
+        # routed tokens
+        "local_experts": fmt_count(tokens["local_experts"]), "shared": fmt_count(est.model.n_shared_experts),
+        "e_token": _number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
+        "held_tokens": _number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
+        # the attention scores
+        "scores_count": fmt_count(split["tensors"]), "scores_layer": fmt_bytes(split["quadratic"]),
+        "scores_share": pct(split["share"], 1), "scores_verb": "dominate" if split["dominates"] else "do not dominate",
+        "crossover": fmt_count(cross["s"]) if cross else "no",
+        # policies
+        **{f"{p}_total": fmt_bytes(pol[p]["total"]) for p in pact.POLICY_ORDER},
+        "list_total": fmt_bytes(pol[sact.MODULE_LIST]["total"]), "module_list": sact.MODULE_LIST,
+        "full_held": fmt_bytes(pol["full"]["held"]), "full_working": fmt_bytes(pol["full"]["working"]),
+    }
+
+
+def paper_values(est: Estimate) -> dict[str, str]:
+    """What the prose says of the paper's printed formulas (empty unless the model is the paper's)."""
+    if not is_paper_model(est.model):
+        return {}
+    summary = pact.formula_summary(pact.formula_checks(est))
+    n = fmt_count(summary["formulas"])
+    return {"formulas": n,
+            "formulas_equal": f"all {n} equal the ledger's sum" if summary["all_equal"]
+            else f"{fmt_count(summary['equal'])} of the {n} equal the ledger's sum",
+            "formulas_verdict": "reproduces" if summary["all_equal"] else "does not reproduce",
+            "formulas_rounding": "does not act: EP CP divides b s N_r" if summary["exact"]
+            else "acts: EP CP does not divide b s N_r"}
+
+
+def table9(est: Estimate) -> str:
+    """The paper's Table 9 (the configuration of its activation analysis) for the chapter's model."""
+    v = pact.table9(est)
+    rows = [
+        ["$b$", "micro-batch size", " / ".join(fmt_count(x) for x in v["micro_batches"])],
+        ["$s$", "sequence length", fmt_count(v["seq_len"])],
+        ["$N_r$", "routed experts per token", fmt_count(v["N_r"])],
+        ["$N$", "routed experts per layer", fmt_count(v["N"])],
+        ["$E_{token} = b s N_r / N$", "tokens per expert (balanced routing)",
+         " / ".join(_number(x) for x in v["e_token"])],
+        [r"$\lceil b s N_r / (EP\,CP) \rceil$", "the paper's routed token copies on one device",
+         " / ".join(fmt_count(x) for x in v["paper_tokens"])],
+        ["$SP$", "sequence parallelism",
+         f"on, over the $TP$ = {fmt_count(v['sp_degree'])} ranks" if v["sp"] else "off"],
+        ["$CP$", "context parallelism", fmt_count(v["cp"])],
+        ["AC", "activation checkpointing (recompute policy)", " or ".join(v["recompute"])],
+    ]
+    return md_table(["symbol", "meaning", "value"], rows, "lll")
+
+
+def _dtype(r: dict) -> str:
+    name = DTYPE_NAMES.get(r["dtype"]) or ("bf16" if r["element_bytes"] == 2 else "activation dtype")
+    return f"{tex(r['element_bytes'])} ({name})"
+
+
+def ledger_table(est: Estimate, block: str) -> str:
+    """The saved tensors of one block: elements, bytes per element, divisors, exact bytes on one
+    device of the configuration, what drops it, and notes."""
+    rows = []
+    for r in pact.ledger_rows(est, block):
+        div = ", ".join(f"${d}$" for d in r["divisors"]) or "—"
+        if r["mean_rows"]:
+            div += " (tokens rounded up)"
+        mods = ", ".join(f"`{m}`" for m in r["modules"]) or "—"
+        pols = f" (policies: {', '.join(r['policies'])})" if r["policies"] else " (kept by every policy)"
+        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), mods + pols,
+                     r["note"] or "—"])
+    return md_table(["saved tensor", "elements", "bytes per element", "divided by", "bytes per device",
+                     "dropped by (recompute modules)", "note"], rows, "llllrll")
+
+
+def dataflow_figure(est: Estimate):
+    """The data flow of one MoE layer as the ledger lists it (the paper's Fig. 2 and its MoE
+    counterpart): one box per saved tensor, in order, coloured by the weakest policy that drops it,
+    labelled with its MiB on one device."""
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    columns = [(blk, pact.ledger_rows(est, blk)) for blk in BLOCK_LABELS]
+    n = max(len(rows) for _, rows in columns)
+    fig, ax = new_figure(9.0, 0.42 * n + 1.2)
+    for col, (blk, rows) in enumerate(columns):
+        x0 = col * 1.0
+        ax.text(x0 + 0.45, 0.3, f"{BLOCK_LABELS[blk]} block", ha="center", va="bottom", fontsize=10,
+                fontweight="bold")
+        for k, r in enumerate(rows):
+            y = -k
+            ax.add_patch(FancyBboxPatch((x0, y - 0.38), 0.9, 0.7, boxstyle="round,pad=0.0,rounding_size=0.05",
+                                        facecolor=CLASS_COLORS[r["class"]], edgecolor="white", alpha=0.85))
+            label = r["name"].split(",")[0].split(" (")[0]
+            ax.text(x0 + 0.02, y - 0.03, label, ha="left", va="center", fontsize=7.5, color="black")
+            ax.text(x0 + 0.88, y - 0.03, fmt_bytes(r["bytes"], "MiB", 1), ha="right", va="center", fontsize=7.5,
+                    color="black")
+            if k + 1 < len(rows):
+                ax.annotate("", xy=(x0 + 0.45, y - 0.62), xytext=(x0 + 0.45, y - 0.38),
+                            arrowprops={"arrowstyle": "->", "lw": 0.8, "color": "grey"})
+    ax.set_xlim(-0.05, 1.95)
+    ax.set_ylim(-n + 0.3, 0.9)
+    ax.axis("off")
+    ax.grid(False)
+    handles = [Patch(color=CLASS_COLORS[c], label=CLASS_LABELS[c]) for c in pact.RECOMPUTE_CLASSES]
+    ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0))
+    return fig
+
+
+def formula_check_table(est: Estimate) -> str:
+    """Each formula the paper prints beside the ledger's sum: equal or differs (the paper's model only:
+    its printed formulas are DeepSeek-V3's)."""
+    if not is_paper_model(est.model):
+        return "The paper's printed formulas are DeepSeek-V3's: the book built for that model compares them."
+    rows = []
+    for c in pact.formula_checks(est):
+        verdict = "equal" if c["equal"] else (
+            "**differs**: the rounding of the routed tokens acts" if c["same_formula"]
+            else f"**differs** by ${tex(c['difference'])}$")
+        rows.append([c["label"], f"${tex(c['printed'])}$", verdict])
+    return md_table(["printed formula", "as printed (expanded)",
+                     "the ledger's sum ($d_v = d_h$, the model's $N$, $N_s$)"], rows, "lll")
+
+
+def table10_formulas(est: Estimate) -> str:
+    """The paper's Table 10 as formulas: the stage's MoE layers on one device, both policies."""
+    f = pact.table10_formulas(est)
+    rows = [[BLOCK_LABELS.get(blk, blk), f"${tex(v['none'])}$", f"${tex(v['full'])}$"] for blk, v in f.items()]
+    return md_table(["block", "AC = none", "AC = full"], rows, "lll")
+
+
+def table10(est: Estimate) -> str:
+    """Table 10 in numbers: one micro-batch through the analysed stage, exact bytes and GiB."""
+    rows = []
+    for bb, row in pact.table10(est).items():
+        none, full = row["none"], row["full"]
+        rows.append([fmt_count(bb), fmt_count(none["attention"]), fmt_count(none["moe"]), fmt_count(none["total"]),
+                     fmt_bytes(none["total"], with_unit=False), fmt_count(full["total"]),
+                     fmt_bytes(full["total"], digits=3, with_unit=False)])
+    return md_table(["$b$", "MLA, none (bytes)", "MoE, none (bytes)", "total, none (bytes)", "total, none (GiB)",
+                     "total, full (bytes)", "total, full (GiB)"], rows, "rrrrrrr")
+
+
+def korthikanti_table() -> str:
+    rows = [[r["name"], f"$sbh\\left({tex(r['coefficient'])}\\right)$", f"$sbh\\left({tex(r['printed'])}\\right)$",
+             "equal" if r["equal"] else "**differs**"] for r in pact.korthikanti_rows()]
+    return md_table(["technique", "memlib, from the GPT ledger", "Korthikanti et al.", "comparison"], rows, "llll")
+
+
+def korthikanti_values() -> dict[str, str]:
+    """Korthikanti et al.'s 22B model (the second worked problem) and the verdict on their Table 2."""
+    k = pact.korthikanti_22b()
+    c = k["config"]
+    rows = pact.formula_summary(pact.korthikanti_rows())
+    return {"k_rows": "every row" if rows["all_equal"] else "not every row",
+            "p2_name": c["name"], "p2_h": fmt_count(c["h"]), "p2_a": fmt_count(c["a"]), "p2_l": fmt_count(c["L"]),
+            "p2_t": fmt_count(c["t"]), "p2_b": fmt_count(c["b"]), "p2_s": fmt_count(c["s"]),
+            "p2_none_bytes": fmt_count(k["none"]["bytes"]), "p2_none_gib": fmt_bytes(k["none"]["bytes"], digits=4),
+            "p2_none_printed": k["none"]["printed"], "p2_sel_bytes": fmt_count(k["sp_selective"]["bytes"]),
+            "p2_sel_gib": fmt_bytes(k["sp_selective"]["bytes"], digits=4),
+            "p2_sel_printed": k["sp_selective"]["printed"],
+            "p2_verdict": "Both agree exactly." if k["all_equal"] else "They do not both agree."}
+
+
+def microbatch(est: Estimate):
+    """The micro-batch sweep: its computed words for the prose, and the figure (one micro-batch, left;
+    everything held at the schedule's peak, right; GiB per device of the analysed stage)."""
+    sweep = sact.microbatch_sweep(est)
+    facts = sact.microbatch_facts(sweep)
+    words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
+             "mb_order": "keep" if facts["same_order"] else "do not keep",
+             "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
+    fig, (ax1, ax2) = new_figure(9.0, 3.6, 1, 2)
+    for p, rows in sweep.items():
+        color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
+        bs = [r["b"] for r in rows]
+        ax1.plot(bs, [in_unit(r["per_microbatch"]) for r in rows], marker="o", color=color, label=_policy_name(p))
+        ax2.plot(bs, [in_unit(r["total"]) for r in rows], marker="o", color=color, label=_policy_name(p))
+    ax1.set_ylabel("one micro-batch, GiB per device")
+    ax2.set_ylabel(f"held at the {SCHEDULE_NAMES.get(est.train.schedule, est.train.schedule)} peak, GiB per device")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("micro-batch size b (sequences)")
+        ax.set_yscale("log")
+    ax2.legend(fontsize=8)
+    return words, fig
+
+
+def seqlen_figure(est: Estimate):
+    """One MoE layer, one micro-batch, one device: the terms in s², the others and their sum against
+    the sequence length, with the crossover and the configured s marked."""
+    rows = sact.seqlen_sweep(est)
+    cross = sact.crossover(est)
+    xs = [r["seq_len"] for r in rows]
+    fig, ax = new_figure(7.0, 3.8)
+    ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
+            label="attention scores (terms in $s^2$)")
+    ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["blue"],
+            label="all other saved tensors (terms in $s$)")
+    ax.plot(xs, [in_unit(r["total"]) for r in rows], color=CATEGORY_COLORS["activations"], ls="--",
+            label="activations of the layer")
+    if cross:
+        ax.axvline(cross["s"], color="grey", lw=1, ls=":")
+        ax.annotate(f"crossover s = {fmt_count(cross['s'])}", (cross["s"], 0.02), xycoords=("data", "axes fraction"),
+                    xytext=(4, 0), textcoords="offset points", fontsize=8)
+    s = est.train.seq_len
+    ax.axvline(s, color=OKABE_ITO["green"], lw=1, ls="-.")
+    ax.annotate(f"configured s = {fmt_count(s)}", (s, 0.9), xycoords=("data", "axes fraction"), xytext=(4, 0),
+                textcoords="offset points", fontsize=8, color=OKABE_ITO["green"])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length s (tokens)")
+    ax.set_ylabel("one MoE layer, GiB per device")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _recomputes(r: dict) -> str:
+    if r["full"]:
+        return "every layer, from its input"
+    return ", ".join(f"`{m}`" for m in r["modules"]) or "nothing"
+
+
+def policy_table(est: Estimate) -> str:
+    rows = [[f"`{r['policy']}`", _recomputes(r), fmt_count(r["layer"]),
+             fmt_bytes(r["layer"], digits=3, with_unit=False),
+             fmt_bytes(r["per_microbatch"], digits=3, with_unit=False), fmt_count(r["in_flight"]),
+             fmt_bytes(r["held"], with_unit=False), fmt_bytes(r["working"], with_unit=False),
+             f"**{fmt_bytes(r['total'], with_unit=False)}**"] for r in sact.policy_comparison(est)]
+    return md_table(["policy", "recomputes", "one MoE layer (bytes)", "one MoE layer (GiB)",
+                     "stage, one micro-batch (GiB)", "micro-batches in flight", "in flight (GiB)",
+                     "recompute working set (GiB)", "stage total (GiB)"], rows, "llrrrrrrr")
+
+
+def policy_figure(est: Estimate):
+    """Stacked bars per policy: the micro-batches held and the working set of a recomputed layer,
+    GiB per device of the analysed stage at the schedule's peak."""
+    rows = sact.policy_comparison(est)
+    fig, ax = new_figure(7.0, 3.4)
+    stacked_bars(ax, [_policy_name(r["policy"]) for r in rows],
+                 [Series("micro-batches in flight", CATEGORY_COLORS["activations"], [r["held"] for r in rows]),
+                  Series("recompute working set", WORKING_COLOR, [r["working"] for r in rows])],
+                 digits=2, fontsize=8)
+    ax.margins(y=0.12)
+    ax.set_ylabel("activations, GiB per device")
+    ax.set_xlabel("recompute policy")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def problem_values(est: Estimate) -> dict[str, str]:
+    """The worked problem: twice the sequence length under full recomputation."""
+    r = sact.seq_len_change(est, 2, "full")
+    new = r["new"]
+    return {"p1_s": fmt_count(r["seq_len"]), "p1_held": fmt_bytes(new["held"]), "p1_working": fmt_bytes(new["working"]),
+            "p1_total": fmt_bytes(new["total"]), "p1_in_flight": fmt_count(new["in_flight"]),
+            "p1_held_ratio": fmt_decimal(r["per_microbatch_ratio"], 2),
+            "p1_working_ratio": fmt_decimal(r["working_ratio"], 2) if r["working_ratio"] is not None else "—",
+            "p1_dominates": "now dominates" if r["working_dominates"] else "still does not dominate"}
+
+
+def errata_md(est: Estimate) -> str:
+    return errata_table(errata(est), "activations")
