@@ -195,7 +195,7 @@ MEASURED_RESERVED = {
 #: device memory in use (cudaMemGetInfo: total - free) after PyTorch moved one 20 x 16 x 50 x 100 fp32
 #: tensor to the GPU, with CUDA's lazy module loading and without: pytorch/pytorch pull request #86509
 CUDA_CONTEXT_MEASURED = {"lazy": 287_047_680, "eager": 666_632_192,
-                         "source": "PyTorch pull request #86509 (github.com/pytorch/pytorch/pull/86509)"}
+                         "source": "PyTorch pull request #86509, github.com/pytorch/pytorch/pull/86509"}
 
 #: PyTorch's CUDA caching allocator, bytes (c10/cuda/CUDACachingAllocator.cpp; c10/core/AllocatorConfig.h
 #: in recent releases): every request rounded up to kMinBlockSize; requests up to kSmallSize served from

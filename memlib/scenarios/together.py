@@ -1,0 +1,300 @@
+"""Putting it together (chapter 8): every stage's device under every ZeRO stage and recompute policy
+against an 80 GB card, what no recomputation costs, the pipeline schedules compared, and the
+chapter's worked problems.
+
+Every combination is one :func:`memlib.memory.estimate` with the ``low`` overhead preset; a
+combination *fits* when every stage's total, overheads included, is at most the capacity
+(:data:`memlib.scenarios.overheads.CAPACITY_80GB`).  Build the grid once (:func:`grid`) and hand it
+to the functions that read it.
+
+>>> from memlib import PAPER_TRAINING, estimate
+>>> g = grid(estimate("deepseek-v3", PAPER_TRAINING))
+>>> g[(ZeroStage.OS, "full")].fits, g[(ZeroStage.NONE, "none")].fits, grid_counts(g)
+(True, False, (7, 20))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..activations import parse_policy
+from ..config import ModelConfig, TrainingConfig, load_model
+from ..memory import Estimate, StageMemory, estimate
+from ..overhead import OVERHEAD_PRESETS, Overheads
+from ..partition import Partition
+from ..states import ZeroStage
+from .overheads import CAPACITY_80GB, base_training
+
+__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Cell", "grid", "grid_counts",
+           "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
+           "INTERLEAVED_CHUNKS", "interleaved_layout", "schedule_configs", "Run", "schedules", "costs_more",
+           "schedule_counts",
+           "largest_micro_batch", "policy_change", "fits_all"]
+
+#: the overheads of the whole chapter: the low ends of their ranges
+OVERHEAD: Overheads = OVERHEAD_PRESETS["low"]
+
+#: the ZeRO stages and recompute policies the chapter crosses (a module list last: Megatron-Core's
+#: --recompute-modules with the attention core, the norms, the MLA up-projections and the experts'
+#: activation function)
+ZERO_STAGES = tuple(ZeroStage)
+MODULE_LIST = "core_attn,layernorm,mla_up_proj,moe_act"
+POLICIES = ("none", "selective", "deepseek", "full", MODULE_LIST)
+
+
+def fits_all(est: Estimate, capacity: int = CAPACITY_80GB) -> bool:
+    """Whether every stage's device of ``est`` fits ``capacity`` bytes, overheads included."""
+    return all(st.total <= capacity for st in est.stages)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of the grid: its estimate, every stage's total, the peak stage and whether
+    every stage fits."""
+
+    zero: ZeroStage
+    policy: str
+    est: Estimate
+    totals: tuple[int, ...]
+    peak: int
+    peak_total: int
+    fits: bool
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        return self.est.stages[self.peak]
+
+
+def _cell(zero: ZeroStage, policy: str, est: Estimate, capacity: int) -> Cell:
+    pk = est.peak
+    return Cell(zero, policy, est, tuple(st.total for st in est.stages), pk.stage.index, pk.total,
+                fits_all(est, capacity))
+
+
+def grid(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD,
+         zero_stages=ZERO_STAGES, policies=POLICIES) -> dict[tuple[ZeroStage, str], Cell]:
+    """(ZeRO stage, policy) -> :class:`Cell` for ``est``'s configuration with each ZeRO stage and
+    recompute policy (``est`` itself serves the combination it already is)."""
+    out = {}
+    for z in zero_stages:
+        for p in policies:
+            t = est.train.with_(zero=int(z), recompute=p)
+            e = est if (t == est.train and est.overhead == overhead) else estimate(est.model, t, overhead)
+            out[(ZeroStage(z), p)] = _cell(ZeroStage(z), p, e, capacity)
+    return out
+
+
+def grid_counts(g: dict) -> tuple[int, int]:
+    """(combinations that fit, combinations)."""
+    return sum(c.fits for c in g.values()), len(g)
+
+
+def fitting(g: dict) -> list[tuple[ZeroStage, str]]:
+    """The combinations that fit, in grid order."""
+    return [k for k, c in g.items() if c.fits]
+
+
+# ------------------------------------------------------------------------------------------------
+# no recomputation
+# ------------------------------------------------------------------------------------------------
+def score_keys(est: Estimate) -> set[str]:
+    """Ledger keys of the attention core's tensors (scores, softmax, dropout: the entries the
+    ``core_attn`` recompute module drops) in ``est``'s activation profile."""
+    m = est.model
+    return {e.key for kind in sorted(set(m.layer_kinds)) for e in est.act_profile.layer(m, kind)
+            if "core_attn" in e.modules}
+
+
+def drops_scores(est: Estimate, policy: str) -> bool:
+    """Whether ``policy`` drops (recomputes) every attention-core tensor of a layer."""
+    pol = parse_policy(policy)
+    m = est.model
+    entries = [e for kind in sorted(set(m.layer_kinds)) for e in est.act_profile.layer(m, kind)
+               if "core_attn" in e.modules]
+    return bool(entries) and all(pol.drops(e) for e in entries)
+
+
+def no_recompute(g: dict, capacity: int = CAPACITY_80GB) -> dict[str, object]:
+    """What no recomputation costs, read from the grid: per ZeRO stage whether it fits; the peak
+    device under the strongest ZeRO stage (its model states, the micro-batches it holds, one
+    micro-batch's activations and the attention-core part of them, both as held, and the held
+    activations over ``capacity``); which policies fit with some ZeRO stage and whether each drops
+    the attention core."""
+    zs = [z for z in ZERO_STAGES if (z, "none") in g]
+    cells = [g[(z, "none")] for z in zs]
+    strongest = g[(zs[-1], "none")]
+    est, i = strongest.est, strongest.peak
+    st = est.stages[i]
+    keys = score_keys(est)
+    ex = est.stage_expressions(i, est.values)
+    chunks = st.activations["chunks"]
+    scores = [sum(int(x) for k, x in ex.chunks[c].items() if k in keys) for c in range(len(chunks))]
+    held = sum(c["per_microbatch"] * c["in_flight"] for c in chunks)
+    scores_held = sum(s * c["in_flight"] for s, c in zip(scores, chunks))
+    policies = sorted({p for (_, p) in g}, key=list(POLICIES).index)
+    return {
+        "zero": zs[-1], "stage": i, "layers": len(st.stage.layers),
+        "in_flight": st.activations["microbatches_in_flight"], "states": st.model_states,
+        "per_microbatch": st.activations["per_microbatch"], "scores": sum(scores),
+        "share": Fraction(sum(scores), st.activations["per_microbatch"]),
+        "held": held, "scores_held": scores_held, "without_scores": held - scores_held,
+        "held_over_capacity": Fraction(held, capacity), "held_exceeds": held > capacity,
+        "total": st.total,
+        "fits": {c.zero: c.fits for c in cells}, "n_fit": sum(c.fits for c in cells), "n": len(cells),
+        "best": min(c.peak_total for c in cells), "worst": max(c.peak_total for c in cells),
+        "policy_fits": {p: sum(g[(z, p)].fits for z in zs) for p in policies},
+        "drops_scores": {p: drops_scores(est, p) for p in policies},
+        "every_fitting_drops": all(drops_scores(est, p) for p in policies
+                                   if any(g[(z, p)].fits for z in zs)),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# pipeline schedules
+# ------------------------------------------------------------------------------------------------
+#: the schedules compared, in order
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
+#: GPipe's micro-batches per step, per pipeline stage (M = 2 PP), and the interleaved schedule's chunks
+GPIPE_MICROBATCHES_PER_STAGE = 2
+INTERLEAVED_CHUNKS = 2
+
+
+def interleaved_layout(model: ModelConfig | str, train: TrainingConfig, vpp: int = INTERLEAVED_CHUNKS) -> tuple[int, ...]:
+    """Decoder layers per virtual stage for the interleaved schedule on ``train``'s PP ranks: as even as
+    possible, the lighter virtual stages the first (it also holds the embedding) and the last ones
+    (the head).  A model with fewer layers than virtual stages leaves those stages without a decoder
+    layer (Megatron-Core's pipeline layouts allow empty stages).  Checked by building the partition.
+
+    >>> interleaved_layout("deepseek-v3", TrainingConfig(pp=16))[:3], sum(interleaved_layout("deepseek-v3", TrainingConfig(pp=16)))
+    ((1, 2, 2), 61)
+    """
+    m = load_model(model)
+    n, layers = train.pp * vpp, m.num_hidden_layers
+    base, extra = divmod(layers, n)
+    light = n - extra                   # virtual stages that get ``base`` layers: the first, then the last ones
+    sizes = [base + 1] * n
+    if light:
+        sizes[0] = base
+        for i in range(n - light + 1, n):
+            sizes[i] = base
+    layout = tuple(sizes)
+    Partition(m, train.with_(schedule="interleaved", vpp=vpp, layout=layout, num_microbatches=None))
+    return layout
+
+
+def schedule_configs(est: Estimate) -> dict[str, TrainingConfig]:
+    """The four schedules on ``est``'s configuration: GPipe with M = 2 PP micro-batches, 1F1B,
+    interleaved 1F1B with V = 2 and :func:`interleaved_layout`, DualPipe."""
+    t = est.train
+    return {
+        "gpipe": t.with_(schedule="gpipe", num_microbatches=GPIPE_MICROBATCHES_PER_STAGE * t.pp),
+        "1f1b": t.with_(schedule="1f1b", num_microbatches=None),
+        "interleaved": t.with_(schedule="interleaved", vpp=INTERLEAVED_CHUNKS, num_microbatches=None,
+                               layout=interleaved_layout(est.model, t)),
+        "dualpipe": t.with_(schedule="dualpipe", num_microbatches=None),
+    }
+
+
+@dataclass(frozen=True)
+class Run:
+    """One schedule on the configuration: its estimate, every rank's total and the peak rank."""
+
+    name: str
+    train: TrainingConfig
+    est: Estimate
+    totals: tuple[int, ...]
+    peak: int
+    peak_total: int
+    fits: bool
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        return self.est.stages[self.peak]
+
+    @property
+    def last_rank(self) -> int:
+        return len(self.totals) - 1
+
+
+def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, Run]:
+    """Each schedule of :data:`SCHEDULES` on :func:`~memlib.scenarios.overheads.base_training` of
+    ``est``'s configuration (ZeRO-1, full recomputation), with ``overhead``."""
+    base = estimate(est.model, base_training(est.train), overhead)
+    out = {}
+    for name, t in schedule_configs(base).items():
+        e = base if t == base.train else estimate(est.model, t, overhead)
+        pk = e.peak
+        out[name] = Run(name, t, e, tuple(st.total for st in e.stages), pk.stage.index, pk.total,
+                        fits_all(e, capacity))
+    return out
+
+
+def costs_more(runs: dict[str, Run], than: str = "1f1b") -> dict[str, bool]:
+    """Whether each schedule's peak device needs more than ``than``'s."""
+    return {name: r.peak_total > runs[than].peak_total for name, r in runs.items()}
+
+
+def schedule_counts(runs: dict[str, Run]) -> tuple[int, int]:
+    """(schedules with which every stage fits, schedules)."""
+    return sum(r.fits for r in runs.values()), len(runs)
+
+
+# ------------------------------------------------------------------------------------------------
+# worked problems
+# ------------------------------------------------------------------------------------------------
+def _peak_bytes(est: Estimate, i: int) -> dict[str, int]:
+    st = est.stages[i]
+    a = st.activations
+    held = sum(c["per_microbatch"] * c["in_flight"] for c in a["chunks"])
+    return {"held": held, "working": a["recompute_working_set"], "states": st.model_states,
+            "overhead": st.bytes["overhead"], "total": st.total}
+
+
+def largest_micro_batch(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, object]:
+    """The largest micro-batch ``b`` with which :func:`~memlib.scenarios.overheads.base_training` of
+    ``est``'s configuration fits ``capacity`` (0 when even b = 1 does not), found by doubling and
+    bisection (a device's bytes never fall as b grows); its peak, and the peak at b + 1 with what grew
+    there (held micro-batches, the recompute working set, overheads) against the same stage at b."""
+    t = base_training(est.train)
+
+    def run(b: int) -> Estimate:
+        return estimate(est.model, t.with_(micro_batch=b), overhead)
+
+    cache: dict[int, Estimate] = {}
+
+    def ok(b: int) -> bool:
+        if b not in cache:
+            cache[b] = run(b)
+        return fits_all(cache[b], capacity)
+
+    if not ok(1):
+        lo, hi = 0, 1
+    else:
+        lo, hi = 1, 2
+        while ok(hi):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:              # lo fits, hi does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    over = cache[hi] if hi in cache else run(hi)
+    j = over.peak.stage.index
+    after = _peak_bytes(over, j)
+    out = {"b": lo, "next": hi, "next_total": over.peak.total, "next_stage": j, "next_bytes": after}
+    if lo:
+        fit = cache[lo]
+        before = _peak_bytes(fit, j)
+        growth = {k: after[k] - before[k] for k in ("held", "working", "states", "overhead")}
+        out.update({"total": fit.peak.total, "stage": fit.peak.stage.index, "growth": growth,
+                    "grew_most": max(growth, key=lambda k: growth[k])})
+    return out
+
+
+def policy_change(g: dict, policy: str, zero: ZeroStage = ZeroStage.OS, other: ZeroStage = ZeroStage.OS_G_PARAMS,
+                  capacity: int = CAPACITY_80GB) -> dict[str, object]:
+    """``policy`` with ZeRO stage ``zero`` read from the grid: its peak, whether it fits, by how much it
+    is over ``capacity`` (``excess``) or under it (``room``, the same with the other sign); and the same
+    policy with ZeRO stage ``other``."""
+    a, b = g[(zero, policy)], g[(other, policy)]
+    return {"zero": zero, "other": other, "total": a.peak_total, "stage": a.peak, "fits": a.fits,
+            "excess": a.peak_total - capacity, "room": capacity - a.peak_total,
+            "other_total": b.peak_total, "other_stage": b.peak, "other_fits": b.fits}
