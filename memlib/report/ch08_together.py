@@ -1,0 +1,259 @@
+"""Chapter 8, "Putting it together": tables, figures and glued values, formatted from
+:mod:`memlib.scenarios.together`.
+
+The chapter builds the grid of ZeRO stages x recompute policies once
+(:func:`memlib.scenarios.together.grid` of its ``EST``) and the schedule comparison once
+(:func:`memlib.scenarios.together.schedules`), and hands them to these functions; nothing here
+computes a quantity, and every word that says "fits", "over", "the last rank" comes from a value the
+library computed.
+"""
+from __future__ import annotations
+
+from ..memory import Estimate
+from ..scenarios import together as st
+from ..states import ZeroStage
+from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, Series, capacity_line, in_unit, new_figure,
+                      stacked_bars)
+from .format import fmt_bytes, fmt_count, layout_text, md_table, pct, fmt_decimal
+from .tables import notation_recap
+
+__all__ = ["notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
+           "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES"]
+
+STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
+               ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
+SHORT_STAGE = {z: f"ZeRO-{int(z)}" for z in ZeroStage}
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
+SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], "interleaved": OKABE_ITO["sky"],
+                   "dualpipe": OKABE_ITO["orange"]}
+#: the byte terms of a device, stacked in this order
+TERMS = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
+#: the policies of the grid figure (the module list is in the table)
+FIGURE_POLICIES = ("none", "selective", "deepseek", "full")
+GROWTH_PHRASES = {"working": "the working set of the recomputed layer, which grows with b",
+                  "held": "the micro-batches held, each of them larger with b",
+                  "overhead": "the overheads (fragmentation grows with the allocated bytes)",
+                  "states": "the model states"}
+#: the recompute policies in a sentence
+POLICY_WORDS = {"none": "no recomputation", "selective": "selective recomputation", "deepseek": "the deepseek policy",
+                "full": "full recomputation", st.MODULE_LIST: "the module list"}
+
+
+def _capacity() -> int:
+    return st.CAPACITY_80GB
+
+
+def capacity_label() -> str:
+    """``80 GB card (74.5 GiB)``: the device in the vendor's unit and in the book's."""
+    return f"{fmt_bytes(_capacity(), 'GB', 0)} card ({fmt_bytes(_capacity(), 'GiB', 1)})"
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "M", "V", "n_h", "B_w", "B_g", "B_o"],
+                          est.model, est.train)
+
+
+def _fit_word(fits: bool) -> str:
+    return "fits" if fits else "does not fit"
+
+
+def values(est: Estimate, grid: dict) -> dict[str, str]:
+    """The chapter's configuration, capacity and grid counts for its prose."""
+    t = est.train
+    n_fit, n = st.grid_counts(grid)
+    z1 = st.policy_change(grid, "full", ZeroStage.OS)
+    cap = _capacity()
+    fit = st.fitting(grid)
+    return {
+        "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
+        "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
+        "capacity": capacity_label(), "capacity_gb": fmt_bytes(cap, "GB", 0),
+        "capacity_gib": fmt_bytes(cap, "GiB", 1), "capacity_bytes": fmt_count(cap),
+        "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
+        "fit_list": "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none",
+        "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
+        "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
+        "z1_full_side": "below" if z1["fits"] else "above",
+    }
+
+
+def fit_table(grid: dict) -> str:
+    """Rows: recompute policies; columns: ZeRO stages; a cell gives the peak device's total GiB, its
+    stage, and whether every stage fits."""
+    zs = sorted({z for z, _ in grid})
+    policies = [p for p in st.POLICIES if (zs[0], p) in grid]
+    rows = []
+    for p in policies:
+        row = [f"`{p}`"]
+        for z in zs:
+            c = grid[(z, p)]
+            verdict = "fits" if c.fits else "**does not fit**"
+            row.append(f"{fmt_bytes(c.peak_total, with_unit=False)} (stage {c.peak}), {verdict}")
+        rows.append(row)
+    headers = ["recompute"] + [f"{STAGE_NAMES[z]}: peak GiB (stage)" for z in zs]
+    return md_table(headers, rows, "l" + "r" * len(zs))
+
+
+def grid_figure(grid: dict, policies=FIGURE_POLICIES):
+    """Small multiples: rows are recompute policies, columns ZeRO stages; each panel stacks the terms
+    of every pipeline stage's device, GiB, with the capacity as a dashed line (named in the legend)."""
+    from matplotlib.lines import Line2D
+
+    zs = sorted({z for z, _ in grid})
+    fig, axes = new_figure(11.0, 2.3 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
+                           sharey="row", squeeze=False)
+    for i, p in enumerate(policies):
+        for j, z in enumerate(zs):
+            ax = axes[i][j]
+            stages = grid[(z, p)].est.stages
+            series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [s.bytes[k] for s in stages]) for k in TERMS]
+            labels = [str(s.stage.index) for s in stages]
+            stacked_bars(ax, labels, series, totals=False, width=0.8, fontsize=6)
+            capacity_line(ax, _capacity(), "")
+            ax.set_xticks(range(0, len(labels), 5), labels[::5], fontsize=7)
+            ax.set_ylabel("")
+            ax.tick_params(labelsize=7)
+            if i == 0:
+                ax.set_title(STAGE_NAMES[z], fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{p}\nGiB per device", fontsize=9)
+            if i == len(policies) - 1:
+                ax.set_xlabel("pipeline stage", fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color=OKABE_ITO["black"], lw=1.1, ls="--"))
+    labels.append(capacity_label())
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    return fig
+
+
+def no_recompute_values(grid: dict) -> dict[str, str]:
+    """No recomputation, in numbers and in words computed from the grid."""
+    v = st.no_recompute(grid)
+    n_fit, n = v["n_fit"], v["n"]
+    if n_fit == 0:
+        verdict = (f"Without recomputation no combination fits, and ZeRO does not help: the best peak is "
+                   f"{fmt_bytes(v['best'])}.")
+    elif n_fit == n:
+        verdict = f"Without recomputation every ZeRO stage fits, the largest peak being {fmt_bytes(v['worst'])}."
+    else:
+        verdict = (f"Without recomputation {fmt_count(n_fit)} of the {fmt_count(n)} ZeRO stages fit; the best peak is "
+                   f"{fmt_bytes(v['best'])}.")
+    ds = v["policy_fits"].get("deepseek", 0)
+    deepseek = ("it fails with every ZeRO stage, for the same reason" if ds == 0 and n_fit == 0 else
+                f"it fits with {fmt_count(ds)} of the {fmt_count(n)} ZeRO stages")
+    dropping = [POLICY_WORDS[p] for p, d in v["drops_scores"].items() if d]
+    keeping_fit = [POLICY_WORDS[p] for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
+    if v["every_fitting_drops"]:
+        policies = "Every policy that fits with some ZeRO stage drops them: " + ", ".join(dropping) + "."
+    else:
+        policies = "Here policies that keep them fit too: " + ", ".join(keeping_fit) + "."
+    return {
+        "zero": STAGE_NAMES[v["zero"]], "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
+        "in_flight": fmt_count(v["in_flight"]), "states": fmt_bytes(v["states"]),
+        "per_mb": fmt_bytes(v["per_microbatch"]), "scores": fmt_bytes(v["scores"]), "share": pct(v["share"], 1),
+        "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
+        "times": fmt_decimal(v["held_over_capacity"], 1), "rest": fmt_bytes(v["without_scores"]),
+        "verdict": verdict, "deepseek": deepseek, "policies": policies,
+    }
+
+
+def _schedule_text(r: st.Run, math: bool = True) -> str:
+    if r.name == "gpipe":
+        return f"GPipe, {'$M$' if math else 'M'} = {r.train.num_microbatches}"
+    if r.name == "interleaved":
+        return f"interleaved 1F1B, {'$V$' if math else 'V'} = {r.train.vpp}"
+    return SCHEDULE_NAMES[r.name]
+
+
+def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
+    """The schedules' settings and what each costs, in numbers and words."""
+    g, il, dp, one = runs["gpipe"], runs["interleaved"], runs["dualpipe"], runs["1f1b"]
+    lay = il.train.layout
+    layers = il.est.model.num_hidden_layers
+    n_virtual = len(lay)
+    if min(lay) == 0:
+        layout = (f"The model's {fmt_count(layers)} layers are fewer than the {fmt_count(n_virtual)} virtual "
+                  f"stages, so some hold no decoder layer (the first keeps the embedding, the last the head; "
+                  f"Megatron-Core's pipeline layouts allow empty stages): layers per virtual stage "
+                  f"{layout_text(lay)}.")
+    elif min(lay) == max(lay):
+        layout = (f"The model's {fmt_count(layers)} layers split evenly over the {fmt_count(n_virtual)} virtual "
+                  f"stages, {fmt_count(lay[0])} each.")
+    else:
+        layout = (f"The model's {fmt_count(layers)} layers do not split evenly over the {fmt_count(n_virtual)} "
+                  f"virtual stages, so memlib gives the lighter chunks to the first virtual stage (with the "
+                  f"embedding) and the last ones (with the head): layers per virtual stage {layout_text(lay)}.")
+    gpipe = (f"GPipe peaks on the last rank, which holds the logits and the fp32 softmax of the loss for every "
+             f"one of its micro-batches: {fmt_bytes(g.peak_total)}" if g.peak == g.last_rank else
+             f"GPipe peaks on rank {g.peak} with {fmt_bytes(g.peak_total)}")
+    dual = (f"DualPipe keeps two model stages on each rank: on rank {dp.peak}, its peak, that is "
+            f"{fmt_bytes(dp.peak_stage.model_states)} of model states and {fmt_bytes(dp.peak_total)} in all, "
+            + ("and some rank is over the capacity under this partition" if not dp.fits
+               else "and every rank fits under this partition"))
+    more = st.costs_more(runs)
+    n_fit, n = st.schedule_counts(runs)
+    return {
+        "m": fmt_count(g.train.num_microbatches), "v": fmt_count(il.train.vpp), "layout_sentence": layout,
+        "gpipe_sentence": gpipe, "dualpipe_sentence": dual,
+        "one_peak": fmt_bytes(one.peak_total),
+        "gpipe_cost": ("GPipe costs more than 1F1B here, in micro-batches held" if more["gpipe"]
+                       else "GPipe costs no more than 1F1B here"),
+        "dualpipe_cost": ("DualPipe costs more, in a second copy of the model states" if more["dualpipe"]
+                          else "DualPipe costs no more, despite its second copy of the model states"),
+        "n_fit": fmt_count(n_fit), "n": fmt_count(n),
+    }
+
+
+def schedule_table(runs: dict[str, st.Run]) -> str:
+    rows = []
+    for r in runs.values():
+        pk = r.peak_stage
+        rows.append([_schedule_text(r), fmt_count(len(pk.stage.chunks)), fmt_count(r.peak),
+                     fmt_count(pk.activations["microbatches_in_flight"]),
+                     fmt_bytes(pk.model_states, with_unit=False), fmt_bytes(pk.bytes["activations"], with_unit=False),
+                     fmt_bytes(pk.bytes["overhead"], with_unit=False), f"**{fmt_bytes(r.peak_total, with_unit=False)}**",
+                     "yes" if r.fits else "**no**"])
+    headers = ["schedule", "model chunks per device", "peak stage", "micro-batches in flight there (all chunks)",
+               "model states (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)", "every stage fits"]
+    return md_table(headers, rows, "lrrrrrrrl")
+
+
+def schedule_figure(runs: dict[str, st.Run]):
+    """Total memory of every pipeline rank's device under each schedule, GiB, with the capacity."""
+    fig, ax = new_figure(7.5, 3.8)
+    top = 0.0
+    last = 0
+    for name, r in runs.items():
+        x = list(range(len(r.totals)))
+        ys = [in_unit(t) for t in r.totals]
+        ax.plot(x, ys, marker="o", ms=4, color=SCHEDULE_COLORS[name], label=_schedule_text(r, math=False))
+        top, last = max([top] + ys), x[-1]
+    capacity_line(ax, _capacity(), capacity_label())
+    ax.set_xlim(-0.5, last + 0.45 * (last + 1))        # room on the right for the capacity's label
+    ax.set_ylim(0, max(top, in_unit(_capacity())) * 1.12)
+    ax.set_xticks(range(last + 1))
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel("pipeline stage (rank)")
+    ax.set_ylabel("total, GiB per device")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
+    """(1) the largest micro-batch that fits with ZeRO-1 and full recomputation; (2) selective
+    recomputation with ZeRO-1, and with ZeRO-3."""
+    b = st.largest_micro_batch(est)
+    if b["b"]:
+        answer = f"b = {b['b']}: the peak is {fmt_bytes(b['total'])} on stage {b['stage']}."
+        growth = f"; most of the growth is {GROWTH_PHRASES[b['grew_most']]}"
+    else:
+        answer = "None: even b = 1 does not fit."
+        growth = ""
+    sel = st.policy_change(grid, "selective")
+    first = (f"Yes: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['room'])} under the capacity."
+             if sel["fits"] else
+             f"No: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['excess'])} over.")
+    second = (f" {SHORT_STAGE[sel['other']]} brings it to {fmt_bytes(sel['other_total'])}, which "
+              + ("fits." if sel["other_fits"] else "still does not fit."))
+    return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
+            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}

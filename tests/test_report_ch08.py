@@ -1,0 +1,131 @@
+"""The chapter that puts everything together: every table and value for DeepSeek-V3, V2 and V2-Lite; no
+DeepSeek-V3 number in another model's chapter; every word it glues ("fits", "over the capacity",
+counts) agrees with its tables."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memlib import estimate
+from memlib.paper import paper_training
+from memlib.report import ch08_together as ch
+from memlib.scenarios.together import grid, schedules
+
+MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+
+
+def parts(model: str) -> dict[str, object]:
+    est = estimate(model, paper_training(model))
+    g, runs = grid(est), schedules(est)
+    return {"notation": ch.notation(est), "values": ch.values(est, g), "fit_table": ch.fit_table(g),
+            "none": ch.no_recompute_values(g), "schedules": ch.schedule_values(runs),
+            "schedule_table": ch.schedule_table(runs), "problems": ch.problem_values(est, g),
+            "pp": est.train.pp, "grid": g, "runs": runs}
+
+
+def text(p: dict) -> str:
+    return "\n".join(v if isinstance(v, str) else "\n".join(v.values()) for k, v in p.items()
+                     if k not in ("pp", "grid", "runs"))
+
+
+@pytest.fixture(scope="module")
+def chapters():
+    return {m: parts(m) for m in MODELS}
+
+
+def cells(table: str) -> dict[tuple[str, int], str]:
+    """(policy, ZeRO stage) -> the fit table's cell."""
+    out = {}
+    for row in table.splitlines()[2:]:
+        c = [x.strip() for x in row.split("|")[1:-1]]
+        for z, cell in enumerate(c[1:]):
+            out[(c[0].strip("`"), z)] = cell
+    return out
+
+
+def schedule_rows(table: str) -> dict[str, list[str]]:
+    rows = {}
+    for row in table.splitlines()[2:]:
+        c = [x.strip().strip("*") for x in row.split("|")[1:-1]]
+        rows[c[0].split(",")[0]] = c
+    return rows
+
+
+def v3_numbers(p: dict) -> set[str]:
+    """DeepSeek-V3's headline numbers, read from its own chapter: every GiB of the grid and the schedule
+    table, the ZeRO-1/full peak, the no-recomputation analysis, the worked problems' totals."""
+    nums = set(re.findall(r"\d+\.\d\d(?= \(stage)", p["fit_table"]))
+    nums |= {c for r in schedule_rows(p["schedule_table"]).values() for c in r[4:8]}
+    nums |= {p["values"]["z1_full"], p["values"]["z1_full_margin"]}
+    nums |= {p["none"][k] for k in ("states", "per_mb", "scores_held", "held", "rest")}
+    nums |= set(re.findall(r"\d+\.\d\d GiB", p["problems"]["p1_answer"] + p["problems"]["p2_answer"]))
+    return {n for n in nums if n not in ("0.00",)}
+
+
+def test_deepseek_v3_chapter(chapters):
+    p = chapters["deepseek-v3"]
+    v = p["values"]
+    assert (v["n_fit"], v["n_combos"], v["z1_full"], v["z1_full_stage"], v["z1_full_side"]) == \
+        ("7", "20", "52.99 GiB", "1", "below")
+    assert p["none"]["verdict"].startswith("Without recomputation no combination fits")
+    assert "over the capacity" in p["schedules"]["dualpipe_sentence"]
+    assert p["problems"]["p1_answer"].startswith("b = 3:") and p["problems"]["p2_answer"].startswith("No:")
+    assert "448.55 (stage 1)" in p["fit_table"] and "95.92" in p["schedule_table"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
+def test_another_models_chapter_has_no_deepseek_v3_number(chapters, model):
+    nums = v3_numbers(chapters["deepseek-v3"])
+    assert {"52.99 GiB", "390.33", "95.92", "367.72 GiB"} <= nums
+    t = text(chapters[model])
+    assert not [n for n in nums if n in t]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_words_agree_with_the_tables(chapters, model):
+    p = chapters[model]
+    v, c = p["values"], cells(p["fit_table"])
+    fits = {k: x.endswith(", fits") for k, x in c.items()}
+    assert all(x.endswith(", fits") or x.endswith("**does not fit**") for x in c.values())
+    assert int(v["n_fit"]) == sum(fits.values()) and int(v["n_combos"]) == len(c)
+    assert (v["z1_full_side"] == "below") == fits[("full", 1)]
+    assert v["fit_list"].count("ZeRO-") == sum(fits.values())
+    # no recomputation: the verdict against the table's first row
+    none_fit = sum(fits[("none", z)] for z in range(4))
+    verdict = p["none"]["verdict"]
+    assert ("no combination fits" in verdict) == (none_fit == 0)
+    assert ("every ZeRO stage fits" in verdict) == (none_fit == 4)
+    assert ("fails with every ZeRO stage" in p["none"]["deepseek"]) == (not any(fits[("deepseek", z)] for z in range(4)))
+    # schedules: "over the capacity" beside "no", the last rank beside the peak stage
+    rows = schedule_rows(p["schedule_table"])
+    s = p["schedules"]
+    assert ("over the capacity" in s["dualpipe_sentence"]) == (rows["DualPipe"][-1] == "no")
+    assert ("every rank fits" in s["dualpipe_sentence"]) == (rows["DualPipe"][-1] == "yes")
+    assert ("the last rank" in s["gpipe_sentence"]) == (int(rows["GPipe"][2]) == p["pp"] - 1)
+    assert s["n_fit"] == str(sum(r[-1] == "yes" for r in rows.values()))
+    assert ("costs more" in s["gpipe_cost"]) == (float(rows["GPipe"][7]) > float(rows["1F1B"][7]))
+    assert ("costs more" in s["dualpipe_cost"]) == (float(rows["DualPipe"][7]) > float(rows["1F1B"][7]))
+    # worked problem: selective recomputation with ZeRO-1, then ZeRO-3
+    q = p["problems"]["p2_answer"]
+    assert q.startswith("Yes:") == fits[("selective", 1)] and q.endswith("which fits.") == fits[("selective", 3)]
+    assert c[("selective", 1)].split(" ")[0] in q
+
+
+def test_every_total_in_the_schedule_table_is_its_terms(chapters):
+    for p in chapters.values():
+        for r in p["runs"].values():
+            pk = r.peak_stage
+            assert r.peak_total == pk.model_states + pk.bytes["activations"] + pk.bytes["overhead"]
+
+
+def test_the_figures_draw(chapters):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    p = chapters["deepseek-v3"]
+    fig = ch.grid_figure(p["grid"])
+    panels = [ax for ax in fig.axes if ax.patches]
+    assert len(panels) == 16 and all(len(ax.patches) == 16 * 5 for ax in panels)   # 16 stages x 5 terms
+    fig = ch.schedule_figure(p["runs"])
+    assert len(fig.axes[0].lines) == 4 + 1                                           # 4 schedules, the capacity
