@@ -1,0 +1,302 @@
+"""Chapter 4, "Static parameters per device": tables, figures and glued values, formatted from
+:mod:`memlib.paper.static` and :mod:`memlib.scenarios.static`.
+
+Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+configuration cell); nothing here computes a quantity.  The paper's printed values reach the
+chapter only through :func:`paper_values` and the printed columns of :func:`table5` and
+:func:`table6`, all empty for a model other than the paper's; :func:`absent_paper_values` glues a
+placeholder under each of :data:`PAPER_KEYS` for such a model, because a ``{glue:text}`` role is
+resolved even inside an ``{only} paper_model`` block that the build then drops.
+"""
+from __future__ import annotations
+
+from ..architecture import BLOCKS
+from ..memory import Estimate
+from ..paper import analysed_stage, is_paper_model, moe_stages
+from ..paper import static as pstatic
+from ..paper.errata import errata
+from ..partition import SHARDING
+from ..scenarios import static as sstatic
+from ..states import RECIPES
+from ..symbols import SYMBOLS
+from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
+from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
+from .tables import errata_table, notation_recap
+
+__all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
+           "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "errata_md"]
+
+#: the number formats of a byte width, for the prose
+FORMATS = {1: "fp8", 2: "bf16", 4: "fp32", 8: "fp64"}
+
+#: the rows of the paper's Table 6 as the chapter labels them
+T6_LABELS = {"RMSNorm": "RMSNorm", "MLA, split": "MLA, split by TP", "MLA, replicated": "MLA, replicated",
+             "MLA": "MLA", "non-MoE": "non-MoE (RMSNorm + MLA)", "MoE": "MoE", "total": "**total**"}
+
+#: glue keys (after the chapter's prefix) of the Table 6 rows
+T6_KEYS = {"RMSNorm": "rmsnorm", "MLA, split": "mla_split", "MLA, replicated": "mla_replicated", "MLA": "mla",
+           "non-MoE": "non_moe", "MoE": "moe", "total": "total"}
+
+#: what :func:`paper_values` glues for the paper's model
+PAPER_KEYS = ("printed_total", "printed_total_gb", "printed_mla_gb", "t6_counts", "t6_slips", "t6_slips_verb")
+
+SHARDS = ("tp", "replicated", "expert")
+
+
+def stage(est: Estimate) -> int:
+    """The stage the chapter analyses (the paper's: the first MoE-only stage)."""
+    return analysed_stage(est.partition)
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["h", "h_E", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "N", "N_s", "DP", "TP", "PP", "EP",
+                           "ETP", "CP", "EDP", "L_moe", "P", "B_w"], est.model, est.train)
+
+
+def _stages_text(indices: list[int]) -> str:
+    """``'stage 15'``, ``'stages 1–14'``, ``'stages 0 and 15'``: consecutive runs collapsed."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][1] + 1 == i:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [span(a, b) for a, b in runs]
+    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    return ("stage " if len(indices) == 1 else "stages ") + text
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{fmt_count(n)} {one if n == 1 else (many or one + 's')}"
+
+
+def _and(parts: list[str]) -> str:
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+
+
+def _holds(row: dict, profile: str = "paper") -> str:
+    """What a stage's device holds, in words: its layers and the ends of the model."""
+    blocks = row[profile]["blocks"]
+    parts = []
+    if row["dense"]:
+        parts.append(_plural(row["dense"], "dense layer"))
+    if row["moe"]:
+        parts.append(_plural(row["moe"], "MoE layer"))
+    if row["first"]:
+        parts.append("the embedding")
+    if "final_norm" in blocks:
+        parts.append("the final RMSNorm")
+    if "head" in blocks:
+        parts.append("the output head")
+    if row[profile]["mtp"]:
+        parts.append("the MTP modules")
+    return _and(parts)
+
+
+def _holds_short(row: dict) -> str:
+    """The stage table's "holds" column: ``3 dense + 1 MoE; embedding``."""
+    layers = " + ".join(x for x in (f"{row['dense']} dense" if row["dense"] else "",
+                                    f"{row['moe']} MoE" if row["moe"] else "") if x)
+    ends = [name for name, present in (("embedding", row["first"]), ("final norm", "final_norm" in row["paper"]["blocks"]),
+                                       ("head", "head" in row["paper"]["blocks"])) if present]
+    text = "; ".join(x for x in (layers, ", ".join(ends)) if x)
+    return text + (" (+ MTP for megatron)" if row["megatron"]["mtp"] and not row["paper"]["mtp"] else "")
+
+
+_LAYOUT_RULES = {
+    "default": "the default rule: ⌈l/PP⌉ layers on every stage and the remainder on the last",
+    "balanced": "the layers spread as evenly as possible, the lighter stages at the ends",
+    "given": "as the configuration gives them",
+}
+
+#: why the layout is not the default one, by whether the default rule fits the model
+_DEFAULT_FITS = {True: "", False: " (the default rule, ⌈l/PP⌉ layers on every stage and the remainder on the "
+                                   "last, runs out of layers before the last stage)"}
+
+
+def values(est: Estimate) -> dict[str, str]:
+    """The chapter's numbers and computed words for its prose (every one of them, formatted)."""
+    part, t, m = est.partition, est.train, est.model
+    i = stage(est)
+    rec = RECIPES[t.precision]
+    t6, b6 = pstatic.table6(part, i), pstatic.table6_bytes(part, i)
+    sh = pstatic.shares(part, i)
+    ex = pstatic.experts_per_device(part, i)
+    moe = moe_stages(part)
+    rows = pstatic.stage_rows(part)
+    big = pstatic.largest_stages(part, i)
+    majority = pstatic.expert_majority(part)
+    minority = [s for s, yes in majority.items() if not yes]
+    pc = pstatic.profile_comparison(part, i)
+    layout = pstatic.layout_rule(part)
+    shared_word = "shared expert" if ex["shared"] == 1 else "shared experts"
+    out = {
+        "model": model_name(m), "label": t.label(),
+        **{k: fmt_count(v) for k, v in pstatic.table5(t).items()},
+        "world": fmt_count(t.world_size), "bw": fmt_count(rec.weights),
+        "weights_format": FORMATS.get(rec.weights, f"{rec.weights}-byte"),
+        "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
+        "first_stage": fmt_count(rows[0]["stage"]), "last_stage": fmt_count(rows[-1]["stage"]),
+        "layout": layout_text(part.layout), "layout_rule": _LAYOUT_RULES[layout["rule"]]
+        + (_DEFAULT_FITS[layout["default_fits"]] if layout["rule"] != "default" else ""),
+        "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": _plural(ex["moe_layers"], "MoE layer"),
+        "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
+        "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
+        "experts_per_device": fmt_count(ex["per_device"]),
+        **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
+        **{T6_KEYS[r] + "_gib": fmt_bytes(n) for r, n in b6.items()},
+        "total_bytes": fmt_count(b6["total"]), "mla_bytes": fmt_count(b6["MLA"]), "mla_mib": fmt_bytes(b6["MLA"], "MiB"),
+        "moe_share": pct(sh["MoE"], 1), "non_moe_share": pct(sh["non-MoE"], 1),
+        "tp_share": pct(sh["tp"], 1), "expert_share": pct(sh["expert"], 1),
+        "largest_share": {"tp": "what TP splits", "replicated": "what every rank replicates",
+                          "expert": "the routed experts EP splits"}[pstatic.largest_share(part, i)],
+        "first_holds": _holds(rows[0]), "last_holds": _holds(rows[-1]),
+        "largest_stages": _stages_text(big["stages"]), "largest_params": fmt_count(big["params"]),
+        "largest_gib": fmt_bytes(big["bytes"]),
+        "analysed_largest": "is one of them" if big["includes"] else "is not one of them",
+        "expert_majority": "every stage" + (" except " + _stages_text(minority) if minority else ""),
+        "diff_wqr": fmt_count(pc["wqr"]), "diff_shared": fmt_count(pc["shared"]), "diff_stage": fmt_count(pc["stage"]),
+        "diff_stage_gib": fmt_bytes(pc["stage_bytes"]), "megatron_stage_gib": fmt_bytes(pc["megatron_stage_bytes"]),
+        "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (_plural(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
+        "final_norm": fmt_count(pc["final_norm"]), "last_paper": fmt_count(pc["paper_last"]),
+        "last_megatron": fmt_count(pc["megatron_last"]),
+        "last_change": (f"grows, although its MLA and {shared_word} shrink" if pc["last_grows"]
+                        else f"shrinks with its MLA and {shared_word}"),
+        "last_takeaway": ("and its MTP modules make the last stage heavier than the paper assumes" if pc["last_grows"]
+                          else "on the last stage too, which holds no MTP module"),
+    }
+    return out
+
+
+def paper_values(est: Estimate) -> dict[str, str]:
+    """The paper's printed values and the comparisons with them (empty unless the model is the paper's)."""
+    printed = pstatic.printed_table6(est.model)
+    if not printed:
+        return {}
+    part, i = est.partition, stage(est)
+    same = pstatic.table6_matches(part, i)
+    slips = pstatic.printed_memory_slips(part, i)
+    return {"printed_total": fmt_count(printed["total"]["params"]), "printed_total_gb": printed["total"]["memory_gb"],
+            "printed_mla_gb": printed["MLA"]["memory_gb"],
+            "t6_counts": "every parameter and byte count equals the paper's" if same
+            else "not every count equals the paper's",
+            "t6_slips": _and(slips) if slips else "none", "t6_slips_verb": "does" if len(slips) == 1 else "do"}
+
+
+def absent_paper_values(est: Estimate) -> dict[str, str]:
+    """A placeholder under each key of :data:`PAPER_KEYS` for a model other than the paper's (the
+    ``{only} paper_model`` blocks that show them are dropped from its book); empty for the paper's."""
+    return {} if is_paper_model(est.model) else {k: "—" for k in PAPER_KEYS}
+
+
+def table5(est: Estimate) -> str:
+    """The paper's Table 5 for the chapter's configuration, the printed values beside it for the paper's model."""
+    v = pstatic.table5(est.train)
+    printed = pstatic.printed_table5(est.model)
+    symbols = {"dp": "DP", "tp": "TP", "pp": "PP", "ep": "EP", "etp": "ETP", "cp": "CP", "edp": "EDP"}
+    rows = []
+    for key in pstatic.TABLE5_KEYS:
+        if key == "devices":
+            row = ["devices (world size)", "$DP\\,TP\\,CP\\,PP$", fmt_count(v[key])]
+        else:
+            row = [SYMBOLS[symbols[key]].meaning.split(",")[0], math(symbols[key]), fmt_count(v[key])]
+        if printed:
+            row.append(fmt_count(printed[key]) if key in printed else "—")
+        rows.append(row)
+    return md_table(["quantity", "symbol", "memlib"] + (["paper prints"] if printed else []), rows,
+                    "lcr" + ("r" if printed else ""))
+
+
+def tensor_table(est: Estimate) -> str:
+    """Each tensor of one MoE layer: shape, how each convention lays it out, and its per-device count."""
+    rows = []
+    for r in pstatic.tensor_layout(est.partition):
+        row = [f"${r['latex']}$", BLOCKS[r["block"]], "$" + r" \times ".join(tex(d) for d in r["shape"]) + "$"]
+        for name in pstatic.PROFILE_NAMES:
+            row += [SHARDING[r[name]["sharding"]], fmt_count(r[name]["per_device"])]
+        rows.append(row)
+    return md_table(["tensor", "block", "shape", "paper", "per device", "megatron", "per device"], rows, "llllrlr")
+
+
+def table6(est: Estimate) -> str:
+    """The paper's Table 6 for a device of the analysed stage: exact counts, bytes and GiB, with the
+    paper's printed values beside them for the paper's model (its "GB" are GiB)."""
+    part, i = est.partition, stage(est)
+    t6, b6 = pstatic.table6(part, i), pstatic.table6_bytes(part, i)
+    printed = pstatic.printed_table6(est.model)
+    rows = []
+    for key in pstatic.TABLE6_ROWS:
+        p = printed.get(key, {})
+        row = [T6_LABELS[key], fmt_count(t6[key])]
+        if printed:
+            row.append(fmt_count(p["params"]) if "params" in p else "—")
+        row += [fmt_count(b6[key]), fmt_bytes(b6[key], with_unit=False)]
+        if printed:
+            row.append(p.get("memory_gb", "—"))
+        rows.append(row)
+    if printed:
+        headers = ["module", "parameters (memlib)", "parameters (paper)", "bytes (memlib)", "GiB (memlib)",
+                   "paper prints \"GB\" (= GiB)"]
+    else:
+        headers = ["module", "parameters", "bytes", "GiB"]
+    return md_table(headers, rows)
+
+
+def stage_table(est: Estimate) -> str:
+    """Every stage under both conventions: per-device parameters, GiB of stored weights, the difference."""
+    rows = []
+    for r in pstatic.stage_rows(est.partition):
+        rows.append([fmt_count(r["stage"]), span(r["layers"][0], r["layers"][-1]) if r["layers"] else "—",
+                     _holds_short(r), fmt_count(r["paper"]["params"]), fmt_bytes(r["paper"]["bytes"], with_unit=False),
+                     fmt_count(r["megatron"]["params"]), fmt_bytes(r["megatron"]["bytes"], with_unit=False),
+                     f"{r['difference']:+,}".replace("-", "−")])
+    return md_table(["stage", "decoder layers", "holds", "paper: parameters", "paper: GiB", "megatron: parameters",
+                     "megatron: GiB", "megatron − paper (parameters)"], rows, "rllrrrrr")
+
+
+def split_table(est: Estimate) -> str:
+    """Every stage's stored weights by how they are sharded, GiB per device, both conventions."""
+    rows = []
+    for r in pstatic.stage_rows(est.partition):
+        rows.append([fmt_count(r["stage"])] + [fmt_bytes(r[p]["split_bytes"][k], with_unit=False)
+                                               for p in pstatic.PROFILE_NAMES for k in SHARDS])
+    headers = ["stage"] + [f"{p}: {SHARDING[k]}" for p in pstatic.PROFILE_NAMES for k in SHARDS]
+    return md_table(headers, rows, "r" + "r" * 6)
+
+
+def stages_figure(est: Estimate):
+    """Stacked bars, one panel per convention: GiB of stored weights on one device of each stage, by block."""
+    rows = pstatic.stage_rows(est.partition)
+    fig, axes = new_figure(10.0, 5.6, nrows=2, sharex=True, sharey=True)
+    handles: dict[str, object] = {}
+    titles = {"paper": "the paper's convention (paper)", "megatron": "Megatron-Core's convention (megatron)"}
+    for ax, name in zip(axes, pstatic.PROFILE_NAMES):
+        series = [Series(label, BLOCK_COLORS[b], [r[name]["block_bytes"].get(b, 0) for r in rows])
+                  for b, label in BLOCKS.items()]
+        stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=2, fontsize=6)
+        ax.set_title(titles[name], fontsize=9, loc="left", pad=12)
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    axes[-1].set_xlabel("pipeline stage")
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center", fontsize=8)
+    return fig
+
+
+def problem_values(est: Estimate) -> dict[str, str]:
+    """The worked problems: more expert parallelism, and no tensor parallelism, on the same devices."""
+    ep, tp = sstatic.more_ep(est), sstatic.no_tp(est)
+    return {
+        "p1_label": ep["label"], "p1_ep": fmt_count(ep["ep"]), "p1_edp": fmt_count(ep["edp"]),
+        "p1_routed": fmt_count(ep["experts"]["routed"]), "p1_shared": fmt_count(ep["experts"]["shared"]),
+        "p1_experts": fmt_count(ep["experts"]["per_device"]), "p1_params": fmt_count(ep["params"]),
+        "p1_gib": fmt_bytes(ep["bytes"]), "p1_saving_gib": fmt_bytes(ep["saved_bytes"]),
+        "p2_label": tp["label"], "p2_tp": fmt_count(tp["tp"]), "p2_dp": fmt_count(tp["dp"]),
+        "p2_mla": fmt_count(tp["mla"]), "p2_params": fmt_count(tp["params"]), "p2_gib": fmt_bytes(tp["bytes"]),
+        "p2_extra_gib": fmt_bytes(tp["extra_bytes"]), "p2_mla_share": pct(tp["mla_share"], 1),
+        "p2_changed": ("nothing else changes" if tp["only_mla"]
+                       else "the rows " + _and(tp["changed"]) + " change"),
+    }
+
+
+def errata_md(est: Estimate) -> str:
+    return errata_table(errata(est), "static")
