@@ -114,8 +114,8 @@ def paper_values(est: Estimate) -> dict[str, str]:
             "formulas_equal": f"all {n} equal the ledger's sum" if summary["all_equal"]
             else f"{fmt_count(summary['equal'])} of the {n} equal the ledger's sum",
             "formulas_verdict": "reproduces" if summary["all_equal"] else "does not reproduce",
-            "formulas_rounding": "does not act: EP CP divides b s N_r" if summary["exact"]
-            else "acts: EP CP does not divide b s N_r"}
+            "formulas_rounding": "does not act, since EP CP divides b s N_r" if summary["exact"]
+            else "acts, since EP CP does not divide b s N_r"}
 
 
 def table9(est: Estimate) -> str:
