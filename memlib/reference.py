@@ -187,6 +187,8 @@ MEASURED_RESERVED = {
     "runs": {
         "llama3_70b_l12_tp1_pp2_dp4_mbc4_cef": {"model": "Llama3-70B, 12 layers", "parallel": "TP1 PP2 DP4",
                                                 "reserved_gib": "70.88", "allocated_gib": "66.55"},
+        "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef": {"model": "DeepSeek-V2, 4 layers", "parallel": "TP1 EP8 DP8",
+                                                   "reserved_gib": "48.79", "allocated_gib": "45.63"},
         "deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef": {"model": "DeepSeek-V3, 4 layers", "parallel": "TP1 EP8 DP8",
                                                    "reserved_gib": "110.18", "allocated_gib": "104.3"},
     },

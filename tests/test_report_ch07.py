@@ -72,7 +72,8 @@ def test_another_models_chapter_has_no_deepseek_v3_number(chapters, model):
 
 
 def _row(table: str, name: str) -> list[str]:
-    return [c.strip().strip("*") for c in next(r for r in table.splitlines() if r.startswith(f"| `{name}`")).split("|")[1:-1]]
+    row = next(r for r in table.splitlines() if r.startswith(f"| `{name}`"))
+    return [c.strip().strip("*") for c in row.split("|")[1:-1]]
 
 
 @pytest.mark.parametrize("model", MODELS)

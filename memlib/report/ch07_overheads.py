@@ -168,8 +168,9 @@ def not_covered_table() -> str:
 def problem_values(base: Estimate) -> dict[str, str]:
     """(1) the measured run's gap as the fragmentation fraction; (2) the headroom for fragmentation."""
     st = _device(base)
-    m = so.measured_fragmentation(st)
-    run = MEASURED_RESERVED["runs"][m["run"]]
+    key, own = so.measured_run(base.model)
+    m = so.measured_fragmentation(st, key)
+    run = MEASURED_RESERVED["runs"][key]
     h = so.headroom(st)
     if h["room"] < 0:
         answer = (f"None: with the low preset's fixed terms the device already exceeds "
@@ -180,6 +181,7 @@ def problem_values(base: Estimate) -> dict[str, str]:
                 else "this device does not fit at the high end of the paper's ranges")
         answer = f"Up to {pct(h['max_fraction'], 1, 1)} of the allocated memory, {band}: {high}."
     return {"p1_run": f"{run['model']} ({run['parallel']})", "p1_measured": pct(m["fraction"], 1, 1),
+            "p1_why": "a measured run of this model" if own else "the measured MoE run with the largest gap",
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
             "p1_delta": signed_bytes(m["delta"]), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_bytes(h["capacity"], "GB", 0), "p2_capacity_gib": fmt_bytes(h["capacity"], "GiB", 1),

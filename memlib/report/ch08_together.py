@@ -12,12 +12,12 @@ from __future__ import annotations
 from ..memory import Estimate
 from ..scenarios import together as st
 from ..states import ZeroStage
-from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, Series, capacity_line, in_unit, new_figure,
-                      stacked_bars)
-from .format import fmt_bytes, fmt_count, layout_text, md_table, pct, fmt_decimal
+from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, POLICY_COLORS, Series, capacity_line, in_unit,
+                      new_figure, stacked_bars)
+from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, pct
 from .tables import notation_recap
 
-__all__ = ["notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
+__all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES"]
 
 STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
@@ -70,7 +70,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
         "capacity": capacity_label(), "capacity_gb": fmt_bytes(cap, "GB", 0),
         "capacity_gib": fmt_bytes(cap, "GiB", 1), "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
-        "fit_list": "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none",
+        "fit_list": ("every one of them" if n_fit == n else
+                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
         "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
         "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
         "z1_full_side": "below" if z1["fits"] else "above",
@@ -116,7 +117,7 @@ def grid_figure(grid: dict, policies=FIGURE_POLICIES):
             if i == 0:
                 ax.set_title(STAGE_NAMES[z], fontsize=9)
             if j == 0:
-                ax.set_ylabel(f"{p}\nGiB per device", fontsize=9)
+                ax.set_ylabel(f"{p}\nGiB per device", fontsize=9, color=POLICY_COLORS[p])
             if i == len(policies) - 1:
                 ax.set_xlabel("pipeline stage", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -186,10 +187,10 @@ def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
     gpipe = (f"GPipe peaks on the last rank, which holds the logits and the fp32 softmax of the loss for every "
              f"one of its micro-batches: {fmt_bytes(g.peak_total)}" if g.peak == g.last_rank else
              f"GPipe peaks on rank {g.peak} with {fmt_bytes(g.peak_total)}")
-    dual = (f"DualPipe keeps two model stages on each rank: on rank {dp.peak}, its peak, that is "
-            f"{fmt_bytes(dp.peak_stage.model_states)} of model states and {fmt_bytes(dp.peak_total)} in all, "
-            + ("and some rank is over the capacity under this partition" if not dp.fits
-               else "and every rank fits under this partition"))
+    dual = (f"DualPipe peaks on rank {dp.peak}, whose two model stages hold {fmt_bytes(dp.peak_stage.model_states)} "
+            f"of model states, {fmt_bytes(dp.peak_total)} in all; "
+            + ("under this partition it is over the capacity" if not dp.fits
+               else "under this partition every rank fits"))
     more = st.costs_more(runs)
     n_fit, n = st.schedule_counts(runs)
     return {
@@ -211,7 +212,8 @@ def schedule_table(runs: dict[str, st.Run]) -> str:
         rows.append([_schedule_text(r), fmt_count(len(pk.stage.chunks)), fmt_count(r.peak),
                      fmt_count(pk.activations["microbatches_in_flight"]),
                      fmt_bytes(pk.model_states, with_unit=False), fmt_bytes(pk.bytes["activations"], with_unit=False),
-                     fmt_bytes(pk.bytes["overhead"], with_unit=False), f"**{fmt_bytes(r.peak_total, with_unit=False)}**",
+                     fmt_bytes(pk.bytes["overhead"], with_unit=False),
+                     f"**{fmt_bytes(r.peak_total, with_unit=False)}**",
                      "yes" if r.fits else "**no**"])
     headers = ["schedule", "model chunks per device", "peak stage", "micro-batches in flight there (all chunks)",
                "model states (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)", "every stage fits"]

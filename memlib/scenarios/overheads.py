@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config import TrainingConfig
+from ..config import ModelConfig, TrainingConfig, load_model
 from ..memory import StageMemory
 from ..overhead import OVERHEAD_PRESETS, overheads
 from ..reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
@@ -25,8 +25,8 @@ from ..states import ZeroStage
 from ..units import UNITS
 
 __all__ = ["CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
-           "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "MEASURED_RUN",
-           "measured_fragmentation", "headroom", "NOT_COVERED"]
+           "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
+           "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
 
 #: an 80 GB device (H800, H100 SXM): decimal gigabytes, as the vendors count them.  The one capacity
 #: chapters 7 and 8 size against (:mod:`memlib.scenarios.together` imports it from here).
@@ -106,11 +106,22 @@ def measured_ratios() -> list[dict[str, object]]:
     return rows
 
 
-#: the measured run the chapter's first problem takes its fragmentation from (the MoE one)
-MEASURED_RUN = "deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef"
+#: the measured runs of a shipped model (a few of its layers), by preset name
+RUN_OF_MODEL = {"deepseek-v3": "deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef",
+                "deepseek-v2": "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef"}
 
 
-def measured_fragmentation(stage: StageMemory, run: str = MEASURED_RUN) -> dict[str, object]:
+def measured_run(model: ModelConfig | str) -> tuple[str, bool]:
+    """The measured run to take a model's fragmentation from, and whether it is the model's own: its
+    own run where one is published, else the MoE run with the largest gap."""
+    name = load_model(model).name
+    if name in RUN_OF_MODEL:
+        return RUN_OF_MODEL[name], True
+    moe = [r for r in measured_ratios() if r["key"] in RUN_OF_MODEL.values()]
+    return max(moe, key=lambda r: r["excess"])["key"], False
+
+
+def measured_fragmentation(stage: StageMemory, run: str) -> dict[str, object]:
     """The device with the ``low`` preset's fixed terms and the measured run's excess of reserved over
     allocated memory as its fragmentation fraction: the fraction, the terms, the total, and the total
     against the ``low`` preset's (``delta``)."""

@@ -159,14 +159,16 @@ GPIPE_MICROBATCHES_PER_STAGE = 2
 INTERLEAVED_CHUNKS = 2
 
 
-def interleaved_layout(model: ModelConfig | str, train: TrainingConfig, vpp: int = INTERLEAVED_CHUNKS) -> tuple[int, ...]:
+def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
+                       vpp: int = INTERLEAVED_CHUNKS) -> tuple[int, ...]:
     """Decoder layers per virtual stage for the interleaved schedule on ``train``'s PP ranks: as even as
     possible, the lighter virtual stages the first (it also holds the embedding) and the last ones
     (the head).  A model with fewer layers than virtual stages leaves those stages without a decoder
     layer (Megatron-Core's pipeline layouts allow empty stages).  Checked by building the partition.
 
-    >>> interleaved_layout("deepseek-v3", TrainingConfig(pp=16))[:3], sum(interleaved_layout("deepseek-v3", TrainingConfig(pp=16)))
-    ((1, 2, 2), 61)
+    >>> lay = interleaved_layout("deepseek-v3", TrainingConfig(pp=16))
+    >>> lay[:3], lay[-3:], sum(lay)
+    ((1, 2, 2), (2, 1, 1), 61)
     """
     m = load_model(model)
     n, layers = train.pp * vpp, m.num_hidden_layers
@@ -250,7 +252,8 @@ def _peak_bytes(est: Estimate, i: int) -> dict[str, int]:
             "overhead": st.bytes["overhead"], "total": st.total}
 
 
-def largest_micro_batch(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, object]:
+def largest_micro_batch(est: Estimate, capacity: int = CAPACITY_80GB,
+                        overhead: Overheads = OVERHEAD) -> dict[str, object]:
     """The largest micro-batch ``b`` with which :func:`~memlib.scenarios.overheads.base_training` of
     ``est``'s configuration fits ``capacity`` (0 when even b = 1 does not), found by doubling and
     bisection (a device's bytes never fall as b grows); its peak, and the peak at b + 1 with what grew
