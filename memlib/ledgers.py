@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .activations import MODULES, Saved, renamed, saved as _S
-from .config import ConfigError, ModelConfig
+from .config import ConfigError, ModelConfig, TrainingConfig
 from .symbols import sym
 
 __all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_layer", "common_embedding",
@@ -179,6 +179,8 @@ class ActProfile:
     #: parallel axes the implementation does not have (their size must be 1), e.g. transformers has
     #: no tensor, context or expert parallelism
     no_parallel: tuple[str, ...] = ()
+    #: the profile for a training configuration's kernel choices (``None``: it has none)
+    bind: Callable[[TrainingConfig], "ActProfile"] | None = None
 
 
 ACT_PROFILES: dict[str, ActProfile] = {
@@ -188,12 +190,27 @@ ACT_PROFILES: dict[str, ActProfile] = {
 }
 
 
-def act_profile(name: str) -> ActProfile:
-    """The activation profile called ``name``."""
+#: TrainingConfig fields that choose kernels; only a profile with ``bind`` reads them
+KERNEL_FIELDS = ("transformer_impl", "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion",
+                 "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_aux_loss")
+
+
+def act_profile(name: str, train: TrainingConfig | None = None) -> ActProfile:
+    """The activation profile called ``name``, bound to ``train``'s kernel choices if it has any."""
     try:
-        return ACT_PROFILES[name]
+        p = ACT_PROFILES[name]
     except KeyError:
         raise ConfigError(f"profile={name!r} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
+    if train is None:
+        return p
+    if p.bind is not None:
+        return p.bind(train)
+    default = TrainingConfig()
+    for f in KERNEL_FIELDS:
+        if getattr(train, f) != getattr(default, f):
+            raise ConfigError(f"{f}={getattr(train, f)} is a kernel choice of profile=megatron "
+                              f"(profile={name} has none)")
+    return p
 
 
 # ------------------------------------------------------------------------------------------------

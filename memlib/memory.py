@@ -73,7 +73,7 @@ class Estimate:
         self.train = train
         self.recipe = recipe(train.precision)
         check_schedule(train)
-        self.act_profile = act_profile(train.profile)
+        self.act_profile = act_profile(train.profile, train)
         for axis in self.act_profile.no_parallel:
             if getattr(train, axis) != 1:
                 raise ConfigError(f"{axis}={getattr(train, axis)} must be 1 under profile={train.profile} "

@@ -58,6 +58,9 @@ class Profile:
     include_mtp: bool
     #: blocks whose model states shard over EDP (the others over DP CP)
     edp_blocks: frozenset = frozenset({"routed_experts"})
+    #: the MTP block is typed like the last decoder layer (Megatron-Core's get_gpt_mtp_block_spec), not
+    #: like decoder layer l + j (Hugging Face's rule)
+    mtp_like_last_layer: bool = False
 
     def sharding(self, t: Tensor) -> str:
         """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
@@ -80,7 +83,7 @@ PROFILES = {
                      edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
-                        include_mtp=True),
+                        include_mtp=True, mtp_like_last_layer=True),
     "hf-eager": Profile("hf-eager", "transformers' DeepseekV3ForCausalLM (eager attention): tensors split as "
                         "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
@@ -271,8 +274,9 @@ class Partition:
             if chunk.last:
                 out += [(t, 1) for t in head_tensors(m)]
                 if self.profile.include_mtp and m.num_nextn_predict_layers:
+                    kind = m.layer_kinds[-1] if self.profile.mtp_like_last_layer else None
                     for j in range(m.num_nextn_predict_layers):
-                        out += [(t, 1) for t in mtp_tensors(m, j)]
+                        out += [(t, 1) for t in mtp_tensors(m, j, kind)]
                     if not any(c.first for c in chunks):
                         # the MTP modules embed the shifted tokens: a stage without the embedding keeps
                         # its own copy (Megatron-Core builds one where mtp_process; DualPipe's placement
