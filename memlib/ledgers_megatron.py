@@ -452,7 +452,9 @@ def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[S
 def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
     """The token ids (kept by the embedding) and the dataset's attention mask where something keeps it."""
     out = [_S("embedding.token_ids", "input token ids (for the embedding's backward)", b * s, "int64",
-              shard={"CP"}, keep_full=True)]
+              shard={"CP"}, keep_full=True,
+              note="with TP > 1 the vocab-parallel embedding keeps its own shifted copy instead: the same bytes"),
+           _vocab_mask("embedding")]
     mask_kept = k.backend.keeps_scores(k.impl) and k.backend.is_local(k.impl)
     if mask_kept or k.policy.full or "core_attn" in k.policy.modules:
         out.append(_S("embedding.attention_mask", "the dataset's attention mask [b, 1, s, s], bool, one tensor "
@@ -463,6 +465,15 @@ def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
                       + "; pretrain_gpt.py passes the GPT dataset's default mask (create_attention_mask) to the first "
                         "and last pipeline stages; " + _MEASURED))
     return out
+
+
+def _vocab_mask(prefix: str) -> Saved:
+    """With TP > 1, VocabParallelEmbedding zeroes the rows of tokens outside its vocabulary shard by
+    a boolean index (tensor_parallel/layers.py), which keeps that mask."""
+    TP = sym("TP")
+    return _S(f"{prefix}.vocab_mask", "tokens outside this rank's vocabulary shard, bool (TP > 1 only)",
+              sp.Piecewise((b * s, sp.StrictGreaterThan(TP, 1)), (0, True)), "mask", shard={"CP"}, keep_full=True,
+              note="kept by output_parallel[input_mask, :] = 0; " + _MEASURED + " (TP = 2)")
 
 
 def _loss(prefix: str, k: Kernels) -> list[Saved]:
@@ -509,7 +520,7 @@ def megatron_mtp(m: ModelConfig, j: int, k: Kernels = TE_DEFAULT) -> list[Saved]
     bs = b * s
     kind = m.layer_kinds[-1]
     own = [_S("mtp.token_ids", "shifted token ids of the MTP embedding, int64", bs, "int64", shard={"CP"},
-              keep_full=True)]
+              keep_full=True), _vocab_mask("mtp")]
     if k.local_norm:
         own += _norm("mtp.enorm", "embedding of the shifted tokens", h, k, output=False)
         own += _norm("mtp.hnorm", "the main model's final hidden state", h, k, output=False)
