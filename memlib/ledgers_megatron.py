@@ -70,6 +70,8 @@ KERNEL_SOURCES = {
                             "(saves the bf16 softmax results)",
     "te_cross_entropy": "TransformerEngine v2.18 transformer_engine/pytorch/cross_entropy.py and triton/"
                         "cross_entropy.py (writes the gradient into the logits and saves them)",
+    "te_linear": "TransformerEngine v2.18 transformer_engine/pytorch/module/linear.py and grouped_linear.py "
+                 "(save their input)",
 }
 
 
@@ -129,7 +131,7 @@ _SHARED_CODE = "megatron-core's own code on both paths; " + _MEASURED
 def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "CP"}), modules=(),
           keep_input: bool = False, keep_all: bool = False, output_name: str = "", output_modules=None,
           output_linear: bool = True, output_note: str = "", checkpoint_module: str = "",
-          output: bool = True) -> list[Saved]:
+          output: bool = True, te_source: str = "te_rmsnorm") -> list[Saved]:
     """An RMSNorm over ``width`` features of every token and its output (kept by the Linear that reads it).
 
     TE keeps its input in the activation dtype and one fp32 ``rsigma`` per token; ``torch.nn.RMSNorm``
@@ -156,12 +158,13 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
                           f"checkpoint ({checkpoint_module} recomputation)", bs * width, shard=shard,
                           only_when={checkpoint_module}, note=_MEASURED))
     else:
-        te = "TE RMSNorm keeps its input and rsigma: " + KERNEL_SOURCES["te_rmsnorm"]
+        te = ("TE RMSNorm keeps its input and rsigma: " if te_source == "te_rmsnorm" else
+              "the RMSNorm fused into fc1 keeps its input, rsigma and its output: ") + KERNEL_SOURCES[te_source]
         out = [
             _S(f"{prefix}.norm_input", f"{what}, input of its RMSNorm", bs * width, shard=shard,
                keep_full=keep_input or keep_all, note=te),
             _S(f"{prefix}.norm_rstd", f"{what}: the RMSNorm's 1/rms per token, fp32", bs, "fp32", shard=shard,
-               modules=modules, keep_full=keep_all),
+               modules=modules, keep_full=keep_all, note=te),
         ]
     if output:
         out.append(_S(f"{prefix}.norm_output", output_name, bs * width, shard=shard, modules=out_modules,
@@ -181,7 +184,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
         output_name="input RMSNorm output, input of the down-projections W^DQ and W^DKV (or of W^Q)",
         output_note=("W^DQ and W^DKV run on the local s/TP tokens (TE 'duplicated' Linear); in FP8 each of the "
                      "two unfused GEMMs keeps its own quantized copy unless fused (linear_qkv_down_proj) "
-                     "or layernorm recompute makes them keep the bf16 original: counted once") if not local
+                     "or layernorm recompute makes them keep the bf16 original: counted once; "
+                     + KERNEL_SOURCES["te_linear"]) if not local
         else "kept once by both down-projections (one tensor); " + _MEASURED)
     if local:
         out.append(_S("attention.layer_input", "the layer input, kept by the layer's checkpoint (full recomputation)",
@@ -225,10 +229,11 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                                    "keeps the down-projection output instead" if key == "kv" else
                                    "; under mla_up_proj the checkpoint keeps this same tensor as its input")),
                 _S(f"attention.c_{key}_rstd", f"{what}: the RMSNorm's 1/rms per token, fp32", bs, "fp32",
-                   shard={"SP", "CP"}, modules={"mla_up_proj"}),
+                   shard={"SP", "CP"}, modules={"mla_up_proj"}, note=KERNEL_SOURCES["te_layernorm_linear"]),
                 _S(f"attention.c_{key}_normed", f"normalised {what}, input of {proj}", bs * width, shard={"SP", "CP"},
                    modules={"mla_up_proj"}, linear_input=True,
-                   note="kept by the up-projection for its weight gradient (re-gathered over TP in backward)"),
+                   note="kept by the up-projection for its weight gradient (re-gathered over TP in backward): ln_out, "
+                        + KERNEL_SOURCES["te_layernorm_linear"]),
             ]
     # the up-projection checkpoint (mla_up_proj) keeps its inputs: c^Q and c^KV normalised (local; TE: before
     # the norm, already counted) and k^R, a view of the W^DKV/W^KR output, which keeps that storage whole
@@ -242,7 +247,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
         out.append(_S("attention.rope_key_gathered", "the RoPE key k^R gathered over TP (SP), an input of the "
                       "up-projection checkpoint", bs * d_hR, shard={"CP"}, only_when={"mla_up_proj"},
                       note="with TP > 1 and SP, k_pos_emb is gathered from the sequence-parallel region before RoPE "
-                           "(multi_latent_attention.py)"))
+                           "(multi_latent_attention.py): read from Megatron-Core's code, not measurable on the CPU "
+                           "(the local RMSNorm has no SP)"))
     if local:
         out += [
             _S("attention.rope_freqs", "RoPE angles [s, 1, 1, d_h^R], fp32, an input of the up-projection checkpoint",
@@ -270,12 +276,12 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
            shard={"TP", "CP"}, modules={"mla_up_proj"}, note=qkv_note),
         _S("attention.k", f"keys [k^C; k^R] (the RoPE key broadcast to every head), input of {kernel}",
            bs * n_h * (d_h + d_hR), shard={"TP", "CP"}, modules={"mla_up_proj"},
-           note="under core_attn recomputation the checkpoint keeps q, k and v as its inputs"),
+           note="under core_attn recomputation the checkpoint keeps q, k and v as its inputs; " + qkv_note),
         _S("attention.v", f"values, input of {kernel}",
            bs * n_h * d_v if not local else
            sp.Piecewise((bs * n_h * (d_h + d_v), sp.Eq(b * s * n_h, sym("TP"))), (bs * n_h * d_v, True)),
            shard={"TP", "CP"}, modules={"mla_up_proj"},
-           note="not padded to the query head dim (the kernels take d_v != d_h + d_h^R)" if not local else
+           note="not padded to the query head dim (the kernels take d_v != d_h + d_h^R); " + qkv_note if not local else
            "V is a slice of the W^UK/W^UV output made contiguous: a copy, except with one token and one head per "
            "rank (b s n_h / TP = 1), where the slice is already contiguous and keeps the whole output [k^C; v] "
            "alive; " + _MEASURED),
@@ -309,7 +315,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     out.append(_S("attention.context", "attention output, kept by the attention kernel and as the input of W^O",
                   bs * n_h * d_v, shard={"TP", "CP"}, linear_input=True, fp8_exception="E5M6",
                   note=("one tensor for both uses: under FP8 Megatron has W^O keep the kernel's bf16 output "
-                        "(set_save_original_input), DeepSeek-V3 caches it in E5M6 (report §3.3)") if not local
+                        "(set_save_original_input), DeepSeek-V3 caches it in E5M6 (report §3.3); " + qkv_note
+                        + "; " + KERNEL_SOURCES["te_linear"]) if not local
                   else "kept by W^O (RowParallelLinear); " + _MEASURED))
     return out
 
@@ -325,7 +332,7 @@ def _swiglu(prefix: str, label: str, tokens, width, shard: set, modules: set, ac
     fused = ("fused SwiGLU (fused_bias_swiglu.py): keeps only its input" if k.swiglu_fusion
              else "unfused SwiGLU (mlp.py glu): silu and the product keep their inputs")
     out = [_S(f"{prefix}.swiglu_input", f"{label} fc1 output [gate; up], SwiGLU input", tokens * 2 * width,
-              shard=shard, modules=modules, linear_input=True, note=_SWIGLU_FP8 + "; " + fused)]
+              shard=shard, modules=modules, linear_input=True, note=_SWIGLU_FP8 + "; " + fused + "; " + _SHARED_CODE)]
     if not k.swiglu_fusion:
         out += [
             _S(f"{prefix}.silu_output", f"{label} SiLU(gate), kept by the product", tokens * width, shard=shard,
@@ -337,7 +344,9 @@ def _swiglu(prefix: str, label: str, tokens, width, shard: set, modules: set, ac
             out.append(_S(f"{prefix}.glu_output", f"{label} SwiGLU output, kept by its product with the routing "
                           "probabilities", tokens * width, shard=shard, modules=act_modules, note=_SHARED_CODE))
     out.append(_S(f"{prefix}.act_output", f"{label} SwiGLU output, input of fc2", tokens * width, shard=shard,
-                  modules=act_modules, linear_input=True, note=note))
+                  modules=act_modules, linear_input=True,
+                  note=note + ("; " if note else "") + "kept by fc2 (" + ("ColumnParallelLinear/RowParallelLinear, "
+                       + _MEASURED if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"))
     return out
 
 
@@ -350,9 +359,10 @@ def _dense(m: ModelConfig, k: Kernels) -> list[Saved]:
                     output_note="kept by fc1, and by the mlp checkpoint as its input; " + _MEASURED)
     else:
         out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"mlp"},
-                    output_name="RMSNorm output, input of fc1 (gate and up)",
+                    output_name="RMSNorm output, input of fc1 (gate and up)", te_source="te_layernorm_linear",
                     output_note="the norm is fused into fc1 (TELayerNormColumnParallelLinear): Megatron's layernorm "
-                                "module does not recompute it, only mlp does; DeepSeek-V3 recomputes every RMSNorm")
+                                "module does not recompute it, only mlp does; DeepSeek-V3 recomputes every RMSNorm; ln_out, "
+                                + KERNEL_SOURCES["te_layernorm_linear"])
     out += _swiglu("dense_ffn", "dense FFN", bs, h_F, {"TP", "CP"}, {"mlp"}, {"mlp"}, k)
     return out
 
@@ -374,7 +384,7 @@ def _router(m: ModelConfig, k: Kernels) -> list[Saved]:
             _S("moe.topk_scores", "the top-k sigmoid scores, fp32, kept by their normalisation", bs * N_r, "fp32",
                shard=tok, modules={"moe"}, note=_SHARED_CODE),
             _S("moe.topk_denominator", "sum of the top-k scores + 1e-20 per token, fp32", bs, "fp32", shard=tok,
-               modules={"moe"}),
+               modules={"moe"}, note=_SHARED_CODE),
         ]
     if m.n_group > 1 and not m.router_bias:
         out.append(_S("moe.group_mask", "group-limited routing: the mask of the experts outside the chosen groups, "
@@ -388,14 +398,14 @@ def _router(m: ModelConfig, k: Kernels) -> list[Saved]:
                       note="compute_routing_scores_for_aux_loss runs the score function again; " + _SHARED_CODE))
         if sigmoid:
             out.append(_S("moe.aux_loss_denominator", "their per-token normaliser, fp32", bs, "fp32", shard=tok,
-                          modules={"moe"}))
+                          modules={"moe"}, note=_SHARED_CODE))
         out += [
             _S("moe.aux_tokens_per_expert", "tokens per expert " + ("and sequence" if seq else "") + ", int64, kept "
                "by the loss's product", (b if seq else 1) * N, "int64", modules={"moe"},
-               note=("seq_aux_loss folds the micro-batch into the expert dimension: b N counts"
-                     if seq else "aux_loss: N counts, reduced over TP and CP")),
+               note=("seq_aux_loss folds the micro-batch into the expert dimension: b N counts; "
+                     if seq else "aux_loss: N counts, reduced over TP and CP; ") + _SHARED_CODE),
             _S("moe.aux_loss", "the auxiliary loss, a 0-dim fp32 tensor kept by MoEAuxLossAutoScaler", 1, "fp32",
-               modules={"moe"}),
+               modules={"moe"}, note=_SHARED_CODE),
         ]
     return out
 
@@ -411,13 +421,16 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
                              "tokens are a separate copy") if not k.local_norm
                 else "kept by the router's GEMM and the shared experts' fc1, and by the moe and shared_experts "
                      "checkpoints as their input; " + _MEASURED)
+    if not k.local_norm:
+        out[-1] = replace(out[-1], note=out[-1].note + "; kept by the router's GEMM (" + _SHARED_CODE + ") and "
+                                                         "the shared experts' fc1 (" + KERNEL_SOURCES["te_linear"] + ")")
     out += _router(m, k)
     out += [
         _S("moe.permute_sort", "argsort of the flattened [N, tokens] routing map, int64, kept whole (its first "
            "b s N_r entries index the probabilities)", bs * N, "int64", shard={"SP", "CP"}, modules={"moe"},
            note="the unfused permute (--moe-permute-fusion off, the default) in moe_utils.permute; " + _SHARED_CODE),
         _S("moe.permute_indices", "token index of each dispatched copy, int64 (kept by the gather and the "
-           "un-permute's scatter)", bs * N_r, "int64", shard={"SP", "CP"}, modules={"moe"}),
+           "un-permute's scatter)", bs * N_r, "int64", shard={"SP", "CP"}, modules={"moe"}, note=_SHARED_CODE),
     ]
     routed = bs * N_r * ETP      # dispatched token copies on one rank, before the SP division by TP
     routed_note = ("the dispatched tokens: each rank's s/TP local tokens times N_r, gathered over ETP; EP moves "
@@ -425,9 +438,11 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
                    "share follows the routing, the sum over the EP group is exact)")
     out += [
         _S("moe.routed.fc1_input", "dispatched tokens, input of the routed experts' fc1", routed * h,
-           shard={"SP", "CP"}, modules={"moe"}, linear_input=True, note=routed_note),
+           shard={"SP", "CP"}, modules={"moe"}, linear_input=True,
+           note=routed_note + "; kept by fc1 (" + ("SequentialMLP's ColumnParallelLinear, " + _MEASURED
+                                                   if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"),
         _S("moe.routed.probs", "routing probabilities of the dispatched tokens, fp32 (applied in the SwiGLU)",
-           routed, "fp32", shard={"SP", "CP"}, modules={"moe"}),
+           routed, "fp32", shard={"SP", "CP"}, modules={"moe"}, note=_SHARED_CODE),
     ]
     # width h_E / ETP on routed tokens b s N_r ETP / TP: ETP cancels
     out += _swiglu("moe.routed", "routed experts'", bs * N_r, h_E, {"SP", "CP"}, {"moe"},
@@ -453,7 +468,8 @@ def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
     """The token ids (kept by the embedding) and the dataset's attention mask where something keeps it."""
     out = [_S("embedding.token_ids", "input token ids (for the embedding's backward)", b * s, "int64",
               shard={"CP"}, keep_full=True,
-              note="with TP > 1 the vocab-parallel embedding keeps its own shifted copy instead: the same bytes"),
+              note="with TP > 1 the vocab-parallel embedding keeps its own shifted copy instead: the same bytes; "
+                   + _SHARED_CODE),
            _vocab_mask("embedding")]
     mask_kept = k.backend.keeps_scores(k.impl) and k.backend.is_local(k.impl)
     if mask_kept or k.policy.full or "core_attn" in k.policy.modules:
@@ -492,7 +508,7 @@ def _loss(prefix: str, k: Kernels) -> list[Saved]:
         _S(f"{prefix}.target_mask", "cross-entropy: whether each target falls outside this rank's vocabulary "
            "shard, bool", bs, "mask", shard={"CP"}, keep_full=True, note=_SHARED_CODE),
         _S(f"{prefix}.targets", "target token ids (masked to this rank's shard), int64", bs, "int64",
-           shard={"CP"}, keep_full=True),
+           shard={"CP"}, keep_full=True, note=_SHARED_CODE),
     ]
 
 
@@ -504,7 +520,8 @@ def megatron_head(prefix: str = "head", k: Kernels = TE_DEFAULT, *, mtp: bool = 
     out.append(_S(f"{prefix}.input", "final RMSNorm output, input of the output layer", bs * h, shard={"SP", "CP"},
                   keep_full=True,
                   note="the output head stays in bf16 (DeepSeek-V3 report §3.3): not FP8-cached; with MTP the main "
-                       "and MTP final hidden states are one concatenated tensor, chunked for the output layer"))
+                       "and MTP final hidden states are one concatenated tensor, chunked for the output layer; the "
+                       "output layer is Megatron-Core's ColumnParallelLinear on both paths; " + _SHARED_CODE))
     out += _loss(prefix, k)
     if not mtp:
         out.append(_S(f"{prefix}.loss_mask", "the loss mask [b, s], fp32, kept by pretrain_gpt.py's loss_func "
@@ -520,7 +537,8 @@ def megatron_mtp(m: ModelConfig, j: int, k: Kernels = TE_DEFAULT) -> list[Saved]
     bs = b * s
     kind = m.layer_kinds[-1]
     own = [_S("mtp.token_ids", "shifted token ids of the MTP embedding, int64", bs, "int64", shard={"CP"},
-              keep_full=True), _vocab_mask("mtp")]
+              keep_full=True, note="rolled by one token, kept by the shared embedding; " + _SHARED_CODE),
+           _vocab_mask("mtp")]
     if k.local_norm:
         own += _norm("mtp.enorm", "embedding of the shifted tokens", h, k, output=False)
         own += _norm("mtp.hnorm", "the main model's final hidden state", h, k, output=False)
@@ -540,19 +558,20 @@ def megatron_mtp(m: ModelConfig, j: int, k: Kernels = TE_DEFAULT) -> list[Saved]
                note="its own tensor: the output layer keeps a chunk of the concatenated [main; MTP] hidden states, "
                     "a copy (multi_token_prediction.py torch.cat); " + te),
             _S("mtp.norms_rstd", "the two MTP input RMSNorms' 1/rms per token, fp32", 2 * bs, "fp32",
-               shard={"SP", "CP"}),
+               shard={"SP", "CP"}, note=te),
         ]
     own.append(_S("mtp.eh_proj_input", "concatenated normalised embedding and hidden state, input of the projection M",
-                  bs * 2 * h, shard={"SP", "CP"}, linear_input=True))
+                  bs * 2 * h, shard={"SP", "CP"}, linear_input=True,
+                  note="a new tensor (torch.cat) kept by the projection; " + _SHARED_CODE))
     block = [renamed(replace(e, keep_full=False), "mtp." + e.key) for e in megatron_layer(m, kind, k)
              if "full" not in e.only_when]
     tail = megatron_head("mtp.head", k, mtp=True) + [
         _S("mtp.head.loss_mask", "the loss mask rolled by one token for this module, fp32", bs, "fp32", shard={"CP"},
            keep_full=True, note="process_mtp_loss: mtp_loss = loss_mask * mtp_loss; " + _SHARED_CODE),
         _S("mtp.head.scaled_loss", "the scaled per-token MTP loss, fp32, kept by MTPLossAutoScaler", bs, "fp32",
-           shard={"CP"}, keep_full=True),
+           shard={"CP"}, keep_full=True, note=_SHARED_CODE),
         _S("mtp.head.num_tokens", "the count of unmasked tokens (clamped), a 0-dim fp32 tensor kept by the division",
-           1, "fp32", keep_full=True),
+           1, "fp32", keep_full=True, note=_SHARED_CODE),
     ]
     out = own + block + tail
     if k.block_recompute:     # "recompute_method == 'block' is not supported for MTP yet. Skipping recompute."
