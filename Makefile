@@ -7,7 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.stamp
 JB_FLAGS ?= -W -n --keep-going
 
-.PHONY: venv book test pdf pdf-deps bench readme-figure clean
+# `make book MODEL=deepseek-v2` (a preset name or a config.json path) builds the whole book for that
+# model into _build/models/<name>/_build/html; without MODEL, DeepSeek-V3 into _build/html.
+MODEL ?=
+MODEL_SLUG := $(subst /,_,$(subst .json,,$(MODEL)))
+BOOK_OUT := $(if $(MODEL),--path-output _build/models/$(MODEL_SLUG),)
+CHAPTER ?= 03_parameters
+
+.PHONY: venv book test pdf pdf-deps bench readme-figure clean lab rerun
 
 venv: $(STAMP)
 
@@ -27,8 +34,20 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml Makefile
 	touch $@
 
 book: $(STAMP)
-	$(BIN)/jupyter-book build . --all $(JB_FLAGS)
-	@echo "HTML: _build/html/index.html"
+	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-book build . --all $(JB_FLAGS) $(BOOK_OUT)
+	@echo "HTML: $(if $(MODEL),_build/models/$(MODEL_SLUG)/,)_build/html/index.html"
+
+# JupyterLab on the chapters (jupytext opens the MyST .md notebooks as notebooks): change a chapter's
+# configuration cell and run it; every glued number, table and figure is displayed as it is computed
+lab: $(STAMP)
+	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-lab --notebook-dir=notebooks
+
+# one chapter executed without a browser: _build/rerun/$(CHAPTER).ipynb, with every output
+rerun: $(STAMP)
+	mkdir -p _build/rerun
+	cd notebooks && MEMLIB_BOOK_MODEL=$(MODEL) ../$(BIN)/jupytext --to ipynb --execute $(CHAPTER).md \
+		-o ../_build/rerun/$(CHAPTER).ipynb
+	@echo "executed: _build/rerun/$(CHAPTER).ipynb"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

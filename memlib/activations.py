@@ -16,7 +16,21 @@ The profiles themselves live in :mod:`memlib.ledgers`; this module holds the mac
 
 Parallel divisors: ``TP`` (split by tensor parallelism), ``SP`` (split over the TP ranks when
 sequence parallelism is on), ``CP`` (split by context parallelism: every token-indexed tensor),
-``ETP`` (an expert's width split by expert tensor parallelism).
+``ETP`` (an expert's width split by expert tensor parallelism), ``EP`` (the paper's count of routed
+tokens, spread over the expert-parallel ranks).  ``TP`` and ``ETP`` split a tensor's *width* (its
+features, the contiguous last dimension); the others split its *rows* (tokens).
+
+Whole bytes.  A device holds whole tensors: every entry's bytes on one device are an integer by
+construction, never a fraction rounded at display time.
+
+* Rows that are an *expected* count (``mean_rows``: the paper's routed tokens, b s N_r / EP under
+  balanced routing) are rounded **up** to whole rows, the least that the busiest rank holds.
+* FP8-cached Linear inputs (the ``deepseek-v3`` recipe) take one byte per element plus one fp32
+  scale per 1x128 tile of each row: ⌈width/128⌉ scales per row, so a width that is not a multiple
+  of 128 pays for its last, partial tile.  The E5M6 exception takes 12 bits per element, rounded
+  up to whole bytes over the tensor.
+* Every other division is exact because the configuration rules make it so (TP divides the heads
+  and widths it splits, CP and SP divide the sequence, ETP the expert width).
 """
 from __future__ import annotations
 
@@ -26,13 +40,14 @@ from typing import Iterable
 import sympy as sp
 
 from .breakdown import Breakdown
-from .config import ConfigError, TrainingConfig
+from .config import ConfigError, TrainingConfig, show
 from .states import Recipe
 from .symbols import sym
 
 __all__ = [
     "Saved", "MODULES", "POLICIES", "Policy", "parse_policy", "entry_bytes", "ledger_bytes",
-    "training_values", "DTYPE_BYTES", "saved", "renamed",
+    "training_values", "DTYPE_BYTES", "saved", "renamed", "element_bytes", "fp8_cached", "WIDTH_DIVISORS",
+    "DIVISORS", "FP8_TILE",
 ]
 
 b, s = sym("b"), sym("s")
@@ -74,17 +89,33 @@ class Saved:
     #: saved only when one of these is recomputed (module names, or ``"full"`` for a fully recomputed
     #: layer): the inputs a checkpoint keeps that nothing keeps otherwise; empty: always saved
     only_when: frozenset = frozenset()
+    #: features per row (the contiguous last dimension) before any split; ``elements / width`` rows.
+    #: Required for a Linear input (FP8 tiles run along it) and for ``mean_rows``
+    width: sp.Expr | None = None
+    mean_rows: bool = False           #: rows are an expected count: a device holds the ceiling
 
     @property
     def block(self) -> str:
         return self.key.split(".")[0]
 
 
-def saved(key, name, elements, dtype="act", shard=(), modules=(), **kw) -> Saved:
-    """Shorthand constructor of a :class:`Saved` entry."""
+#: divisors that split a tensor's width (features); the others split its rows (tokens)
+WIDTH_DIVISORS = frozenset({"TP", "ETP"})
+DIVISORS = frozenset({"TP", "SP", "CP", "ETP", "EP"})
+
+
+def saved(key, name, elements, dtype="act", shard=(), modules=(), *, width=None, **kw) -> Saved:
+    """Shorthand constructor of a :class:`Saved` entry (checks that it can be counted in whole bytes)."""
     if "only_when" in kw:
         kw["only_when"] = frozenset(kw["only_when"])
-    return Saved(key, name, sp.sympify(elements), dtype, frozenset(shard), frozenset(modules), **kw)
+    e = Saved(key, name, sp.sympify(elements), dtype, frozenset(shard), frozenset(modules),
+              width=None if width is None else sp.sympify(width), **kw)
+    unknown = e.shard - DIVISORS
+    if unknown:
+        raise ValueError(f"{key}: unknown divisor(s) {sorted(unknown)}")
+    if (e.linear_input or e.mean_rows) and e.width is None:
+        raise ValueError(f"{key}: a Linear input or an expected row count needs its width")
+    return e
 
 
 def renamed(e: Saved, key: str) -> Saved:
@@ -133,14 +164,15 @@ def parse_policy(text: str) -> Policy:
         return POLICIES[t]
     if t.startswith("full-block:"):
         k = t.split(":", 1)[1]
-        if not k.isdigit() or int(k) < 1:
-            raise ConfigError(f"recompute={text!r}: full-block:K needs a positive integer K")
-        return Policy(t, full=True, block_layers=int(k))
+        # ASCII digits only: str.isdigit accepts superscripts ("²") that int() refuses
+        if not (0 < len(k) <= 6 and all("0" <= c <= "9" for c in k)) or int(k) < 1:
+            raise ConfigError(f"recompute={show(text)}: full-block:K needs a positive integer K (at most 6 digits)")
+        return Policy(f"full-block:{int(k)}", full=True, block_layers=int(k))
     mods = [m.strip() for m in t.split(",") if m.strip()]
     unknown = [m for m in mods if m not in MODULES]
     if unknown or not mods:
         raise ConfigError(
-            f"recompute={text!r} must be one of {', '.join(POLICIES)}, full-block:K, or a comma list of "
+            f"recompute={show(text)} must be one of {', '.join(POLICIES)}, full-block:K, or a comma list of "
             f"modules from {', '.join(MODULES)}")
     return Policy(",".join(mods), frozenset(mods))
 
@@ -148,29 +180,52 @@ def parse_policy(text: str) -> Policy:
 # ------------------------------------------------------------------------------------------------
 # bytes of an entry
 # ------------------------------------------------------------------------------------------------
-def _dtype_bytes(e: Saved, recipe: Recipe | None) -> sp.Expr:
-    act = 2 if recipe is None else recipe.activations
+#: FP8 tile: one fp32 scale per 128 consecutive elements of a row (DeepSeek-V3 report §3.3)
+FP8_TILE = 128
+FP8_SCALE_BYTES = 4
+
+
+def fp8_cached(e: Saved, recipe: Recipe | None) -> bool:
+    """Whether ``e`` is cached in FP8 (or the E5M6 exception) under ``recipe``."""
+    return recipe is not None and recipe.fp8_activations and e.linear_input and e.dtype == "act"
+
+
+def element_bytes(e: Saved, recipe: Recipe | None) -> sp.Expr:
+    """Bytes per element of ``e`` as stored, scale factors included (a Rational for FP8 and E5M6,
+    exact when the width is a multiple of 128; :func:`entry_bytes` counts whole tiles)."""
     if e.dtype != "act":
         return sp.Integer(DTYPE_BYTES[e.dtype])
-    if recipe is not None and recipe.fp8_activations and e.linear_input:
+    if fp8_cached(e, recipe):
         if e.fp8_exception == "E5M6":
             return sp.Rational(3, 2)          # 12 bits per element
-        return sp.Integer(1) + sp.Rational(4, 128)   # FP8 + one fp32 scale per 1x128 tile
-    return sp.Integer(act)
+        return sp.Integer(1) + sp.Rational(FP8_SCALE_BYTES, FP8_TILE)
+    return sp.Integer(2 if recipe is None else recipe.activations)
+
+
+def _divisor(d: str, train: TrainingConfig | None) -> sp.Expr:
+    if d == "SP":
+        return TP if train is None or train.sp else sp.Integer(1)
+    return {"TP": TP, "CP": CP, "ETP": ETP, "EP": EP}[d]
 
 
 def entry_bytes(e: Saved, train: TrainingConfig | None = None, recipe: Recipe | None = None) -> sp.Expr:
-    """Bytes of ``e`` on one device, symbolic in the model, b, s and the parallel sizes.
+    """Bytes of ``e`` on one device, symbolic in the model, b, s and the parallel sizes; an integer
+    for every valid configuration (see the module docstring on whole bytes).
 
     ``SP`` divides by TP only when ``train.sp`` (sequence parallelism) is on."""
-    div = sp.Integer(1)
-    for d in e.shard:
-        if d == "SP":
-            if train is None or train.sp:
-                div *= TP
-        else:
-            div *= {"TP": TP, "CP": CP, "ETP": ETP}[d]
-    return e.elements * _dtype_bytes(e, recipe) / div
+    if e.width is None:
+        div = sp.Mul(*(_divisor(d, train) for d in e.shard))
+        return e.elements * element_bytes(e, recipe) / div
+    rows = e.elements / e.width          # a product over a factor of it: SymPy cancels it
+    rows_dev = rows / sp.Mul(*(_divisor(d, train) for d in e.shard - WIDTH_DIVISORS))
+    if e.mean_rows:
+        rows_dev = sp.ceiling(rows_dev)
+    width_dev = e.width / sp.Mul(*(_divisor(d, train) for d in e.shard & WIDTH_DIVISORS))
+    if fp8_cached(e, recipe):
+        if e.fp8_exception == "E5M6":
+            return sp.ceiling(rows_dev * width_dev * sp.Rational(3, 2))
+        return rows_dev * (width_dev + FP8_SCALE_BYTES * sp.ceiling(width_dev / FP8_TILE))
+    return rows_dev * width_dev * element_bytes(e, recipe)
 
 
 def ledger_bytes(entries: Iterable[Saved], train: TrainingConfig | None = None, recipe: Recipe | None = None,

@@ -23,6 +23,7 @@ from .symbols import sym
 __all__ = [
     "Tensor", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
     "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
+    "tied_head_copy",
     "model_values",
     "MLA_EQUATIONS", "BLOCKS",
 ]
@@ -174,6 +175,13 @@ def mtp_embedding_copy() -> list[Tensor]:
     """The embedding copy a pipeline stage keeps for its MTP modules when it does not hold the
     embedding itself (a copy of a shared parameter, not a parameter of its own)."""
     return [Tensor("mtp.embedding_copy", "W^{E}_{MTP}", (v, h), "model.embed_tokens.weight", "embedding", tp_dim=v)]
+
+
+def tied_head_copy() -> list[Tensor]:
+    """The copy of a tied embedding that the last pipeline stage keeps as its output weight when
+    the first stage (the embedding) is on another rank (a copy of a shared parameter, with its own
+    gradient and optimizer state, not a parameter of the model)."""
+    return [Tensor("head.tied_copy", "W^{E}_{head}", (v, h), "lm_head.weight", "embedding", tp_dim=v)]
 
 
 def model_values(m: ModelConfig) -> dict:

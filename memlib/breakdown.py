@@ -121,6 +121,21 @@ class Breakdown(Mapping):
 
         return f
 
-    def latex(self) -> str:
-        """LaTeX of the total, written as the sum of the terms in order."""
-        return " + ".join(sp.latex(e) for e in self._terms.values() if e != 0) or "0"
+    def latex(self, order: str | None = None) -> str:
+        """LaTeX of the total, written as the sum of the terms in order (``order``: SymPy's
+        ordering of the terms inside each one, e.g. ``"old"`` for ``l - k`` rather than ``-k + l``)."""
+        kw = {} if order is None else {"order": order}
+        out = ""
+        for e in self._terms.values():
+            if e == 0:
+                continue
+            t = sp.latex(e, **kw)
+            if not out:
+                out = t
+            elif t.startswith("- "):
+                out += " - " + t[2:]
+            elif t.startswith("-"):
+                out += " - " + t[1:]
+            else:
+                out += " + " + t
+        return out or "0"

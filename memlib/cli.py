@@ -12,31 +12,64 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from fractions import Fraction
 
-from .config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
+from .config import LIMITS, PAPER_TRAINING, ConfigError, TrainingConfig, load_model, show
 from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
 from .params import activated_params, buffer_params, by_block, model_params, mtp_params, values
 from .states import RECIPES
-from .units import fmt_bytes, fmt_count, parse_bytes
+from .units import fmt_bytes, fmt_count, parse_bytes, parse_number
 
 __all__ = ["main"]
 
 
+_QUOTED = re.compile(r"'([^']{60,})'")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2."""
+    """argparse, but a usage error is one line and exit code 2 (a long value it quotes, shortened)."""
 
     def error(self, message):  # noqa: D401 - argparse API
-        raise ConfigError(message)
+        one_line = " ".join(message.split())
+        raise ConfigError(_QUOTED.sub(lambda mo: show(mo.group(1)), one_line))
+
+
+_DIGITS = 20   # an integer option has at most this many digits (the LIMITS are far below 10^20)
+
+
+def _integer(name: str, text: str, minimum: int = 1) -> int:
+    """An integer option, read without converting an unbounded string: plain ASCII digits (an
+    optional minus sign, so that a negative value is named as such), at most 20 of them."""
+    t = text.strip()
+    body = t[1:] if t.startswith("-") else t
+    if body and len(body) > _DIGITS and all("0" <= c <= "9" for c in body):
+        raise ConfigError(f"{name}={show(text)} has {len(body)} digits, more than any size memlib accepts")
+    if not body or len(body) > _DIGITS or not all("0" <= c <= "9" for c in body):
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"{name}={show(text)} must be {rule}")
+    return int(t)
+
+
+def _count(name: str, minimum: int = 1):
+    def parse(text: str) -> int:
+        try:
+            return _integer(name, text, minimum)
+        except ConfigError as exc:           # argparse reports a type error as "argument --x: ..."
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = name
+    return parse
 
 
 def _layout(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if len(parts) > LIMITS["virtual_stages"]:
+        raise argparse.ArgumentTypeError(f"layout has {len(parts)} entries, more than {LIMITS['virtual_stages']} stages")
     try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
+        return tuple(_integer("layout entry", x, minimum=0) for x in parts)
+    except ConfigError:
         raise argparse.ArgumentTypeError(
-            f"layout={text!r} must be a comma-separated list of layer counts, e.g. 4,4,4,1") from None
+            f"layout={show(text)} must be a comma-separated list of non-negative layer counts, e.g. 4,4,4,1") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,10 +80,15 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
     pp.add_argument("--json", action="store_true", help="machine-readable output")
 
-    pf = sub.add_parser("formula", help="print a named formula of the book (symbolic or LaTeX)")
-    pf.add_argument("name", nargs="?", default=None, help="formula name; omit to list them")
+    pf = sub.add_parser("formula", help="print an equation of the book (plain text or LaTeX)",
+                        description="Prints the equation NAME exactly as the book displays it (its number "
+                                    "is in --list), for the structure of --model.")
+    pf.add_argument("name", nargs="?", default=None, help="formula name; omit it (or --list) to list them")
     pf.add_argument("--model", default="deepseek-v3", help="model whose structure the formula follows")
-    pf.add_argument("--latex", action="store_true", help="print LaTeX")
+    pf.add_argument("--latex", action="store_true", help="print the LaTeX the book renders")
+    pf.add_argument("--expand", action="store_true",
+                    help="print the right-hand side with every named block written out (ready to substitute)")
+    pf.add_argument("--list", action="store_true", help="list the formulas with their numbers in the book")
 
     d = PAPER_TRAINING
     pe = sub.add_parser("estimate", help="per-stage memory per device",
@@ -60,22 +98,23 @@ def _parser() -> argparse.ArgumentParser:
     for name, helptext in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
                            ("pp", "pipeline stages"), ("ep", "expert-parallel size"),
                            ("etp", "expert tensor-parallel size"), ("cp", "context-parallel size")):
-        pe.add_argument(f"--{name}", type=int, default=getattr(d, name), help=f"{helptext} (default {getattr(d, name)})")
+        pe.add_argument(f"--{name}", type=_count(name), default=getattr(d, name),
+                        help=f"{helptext} (default {getattr(d, name)})")
     pe.add_argument("--no-sp", dest="sp", action="store_false", help="disable sequence parallelism")
     pe.add_argument("--layout", type=_layout, default=None,
                     help="decoder layers per stage, e.g. 4,4,...,4,1 (default: ceil(l/pp) per stage, remainder last)")
-    pe.add_argument("--zero", type=int, default=d.zero, choices=(0, 1, 2, 3), help="ZeRO stage")
+    pe.add_argument("--zero", type=_count("zero", 0), default=d.zero, help="ZeRO stage: 0, 1, 2 or 3")
     pe.add_argument("--precision", default=d.precision, help=f"precision recipe: {', '.join(RECIPES)}")
     pe.add_argument("--profile", default=d.profile, help="partition convention: paper or megatron")
-    pe.add_argument("--micro-batch", type=int, default=d.micro_batch, help=f"b, sequences per micro-batch (default {d.micro_batch})")
-    pe.add_argument("--seq-len", type=int, default=d.seq_len, help=f"s, tokens per sequence (default {d.seq_len})")
+    pe.add_argument("--micro-batch", type=_count("micro_batch"), default=d.micro_batch, help=f"b, sequences per micro-batch (default {d.micro_batch})")
+    pe.add_argument("--seq-len", type=_count("seq_len"), default=d.seq_len, help=f"s, tokens per sequence (default {d.seq_len})")
     pe.add_argument("--recompute", default=d.recompute,
                     help="none, selective, deepseek, full, full-block:K, or a comma list of modules "
                          "(core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, shared_experts)")
     pe.add_argument("--schedule", default=d.schedule, help="gpipe, 1f1b, interleaved or dualpipe (default 1f1b)")
-    pe.add_argument("--num-microbatches", type=int, default=None,
+    pe.add_argument("--num-microbatches", type=_count("num_microbatches"), default=None,
                     help="M per step (default: enough to fill the pipeline)")
-    pe.add_argument("--vpp", type=int, default=1, help="V, model chunks per device (interleaved schedule)")
+    pe.add_argument("--vpp", type=_count("vpp"), default=1, help="V, model chunks per device (interleaved schedule)")
     _kernel_options(pe, d)
     pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
     pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
@@ -97,15 +136,15 @@ def _parser() -> argparse.ArgumentParser:
     pm.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
                     help="the implementation measured (default transformers)")
     pm.add_argument("--model", required=True, help="preset name or path to a config.json (keep it small)")
-    pm.add_argument("--micro-batch", type=int, default=1, help="b, sequences per micro-batch (default 1)")
-    pm.add_argument("--seq-len", type=int, default=16, help="s, tokens per sequence (default 16)")
+    pm.add_argument("--micro-batch", type=_count("micro_batch"), default=1, help="b, sequences per micro-batch (default 1)")
+    pm.add_argument("--seq-len", type=_count("seq_len"), default=16, help="s, tokens per sequence (default 16)")
     pm.add_argument("--profile", default=None,
                     help="activation ledger to compare with (default hf-eager; megatron for megatron-core)")
     pm.add_argument("--recompute", default="none", help="megatron-core: recompute policy (as for estimate)")
     pm.add_argument("--precision", default="megatron", choices=("megatron", "fp32"),
                     help="megatron-core: megatron (bf16, Float16Module, fp32 main grads) or fp32 (default megatron)")
     _kernel_options(pm, TrainingConfig(transformer_impl=TransformerImpl.LOCAL), measure=True)
-    pm.add_argument("--seed", type=int, default=0, help="seed of the random weights and tokens (default 0)")
+    pm.add_argument("--seed", type=_count("seed", 0), default=0, help="seed of the random weights and tokens (default 0)")
     pm.add_argument("--no-step", dest="step", action="store_false", help="skip backward and the optimizer step")
     pm.add_argument("--json", action="store_true", help="machine-readable output")
     return p
@@ -173,18 +212,18 @@ def _size(name: str, text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return parse_bytes(text)
+        return parse_bytes(text, LIMITS["bytes"])
     except ValueError as exc:
-        raise ConfigError(f"{name}={text!r}: {exc}") from None
+        raise ConfigError(f"{name}={show(text)} {exc}") from None
 
 
 def _fraction(name: str, text: str | None):
     if text is None:
         return None
     try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise ConfigError(f"{name}={text!r} must be a number such as 0.1") from None
+        return parse_number(text)
+    except ValueError:
+        raise ConfigError(f"{name}={show(text)} must be a number such as 0.1") from None
 
 
 def _estimate(args) -> int:
@@ -347,15 +386,21 @@ def _check_small(model) -> None:
 def _formula(args) -> int:
     import sympy as sp
 
-    from .formulas import FORMULAS, formula
+    from .formulas import FORMULAS, book_formulas, equation, equation_text, formula
 
-    if args.name is None:
+    if args.name is None or args.list:
         width = max(map(len, FORMULAS))
-        for name in sorted(FORMULAS):
-            print(f"{name:<{width}}  {FORMULAS[name].description}")
+        shown = book_formulas()
+        rest = sorted((f for f in FORMULAS.values() if not f.number), key=lambda f: f.name)
+        for f in shown + rest:
+            number = f"({f.number})" if f.number else "—"
+            print(f"{number:>7}  {f.name:<{width}}  {f.description}")
         return 0
-    expr = formula(args.name, args.model)
-    print(sp.latex(expr) if args.latex else sp.sstr(expr))
+    if args.expand:
+        expr = formula(args.name, args.model)
+        print(sp.latex(expr) if args.latex else sp.sstr(expr))
+    else:
+        print(equation(args.name, args.model) if args.latex else equation_text(args.name, args.model))
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields, replace
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -24,7 +25,7 @@ from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Transfo
 
 __all__ = [
     "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
-    "preset_names",
+    "preset_names", "LIMITS", "show", "check_count",
 ]
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -32,6 +33,53 @@ PRESET_DIR = Path(__file__).with_name("presets")
 
 class ConfigError(ValueError):
     """Invalid model or training configuration; the message is one line naming field, value, rule."""
+
+
+#: Upper bounds, checked before any arithmetic so that no input can make memlib crash or hang.
+#: They are far beyond any real model or cluster: a size past them is a typo, not a configuration.
+LIMITS: dict[str, int] = {
+    # model (config.json): widths and counts of elements, and the loops over layers and modules
+    "width": 2**40,              # hidden_size, intermediate sizes, heads, head dims, ranks, experts, vocab
+    "num_hidden_layers": 2**16,
+    "num_nextn_predict_layers": 2**10,
+    "moe_layer_freq": 2**16,
+    # training
+    "ranks": 2**30,              # dp, tp, ep, etp, cp
+    "pp": 2**16,                 # pipeline stages: one entry of the layout each
+    "virtual_stages": 2**16,     # pp * vpp model chunks
+    "micro_batch": 2**30,
+    "seq_len": 2**40,
+    "num_microbatches": 2**30,
+    # memory sizes (CLI: --gpu-memory, --cuda-context, --comm-buffers), bytes
+    "bytes": 2**60,
+}
+
+
+def show(value, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, shortened when it is long (a 5,000-digit number)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…" + f" ({len(text)} characters)"
+
+
+def _bound_text(bound: int) -> str:
+    return f"2^{bound.bit_length() - 1}" if bound & (bound - 1) == 0 else f"{bound:,}"
+
+
+def check_count(name: str, value, *, minimum: int = 1, bound: int | None = None, nullable: bool = False):
+    """``value`` if it is an integer in [minimum, bound] (or None when ``nullable``), else a
+    :class:`ConfigError` naming the field, the value and the rule."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if nullable:
+            rule += " or null"
+        raise ConfigError(f"{name}={show(value)} must be {rule}")
+    if bound is not None and value > bound:
+        raise ConfigError(f"{name}={show(value)} exceeds {_bound_text(bound)}, the largest memlib accepts")
+    return value
 
 
 # Hugging Face field -> required? (fields whose absence would make HF fall back to a default that
@@ -78,7 +126,7 @@ class ModelConfig:
         """HF rule: layer ``i`` is MoE iff ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``."""
         return i >= self.first_k_dense_replace and i % self.moe_layer_freq == 0
 
-    @property
+    @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
         """``"dense"`` or ``"moe"`` for each decoder layer, in order."""
         return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_hidden_layers))
@@ -89,15 +137,7 @@ class ModelConfig:
 
 
 def _int_field(d: Mapping, key: str, *, minimum: int = 1, nullable: bool = False):
-    value = d[key]
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        if nullable:
-            rule += " or null"
-        raise ConfigError(f"{key}={value!r} must be {rule}")
-    return value
+    return check_count(key, d[key], minimum=minimum, nullable=nullable, bound=LIMITS.get(key, LIMITS["width"]))
 
 
 def model_from_dict(d: Mapping, name: str = "custom", source: str = "") -> ModelConfig:
@@ -114,7 +154,7 @@ def model_from_dict(d: Mapping, name: str = "custom", source: str = "") -> Model
         {"num_nextn_predict_layers": d.get("num_nextn_predict_layers", 0) or 0}, "num_nextn_predict_layers", minimum=0)
     tie = d.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
-        raise ConfigError(f"tie_word_embeddings={tie!r} must be true or false")
+        raise ConfigError(f"tie_word_embeddings={show(tie)} must be true or false")
     kw["tie_word_embeddings"] = tie
     topk = d.get("topk_method")
     kw["router_bias"] = topk == "noaux_tc" or (topk is None and d.get("model_type") == "deepseek_v3")
@@ -149,26 +189,48 @@ def preset_names() -> list[str]:
 PRESETS = tuple(preset_names())
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for names the file system cannot hold (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+#: the largest config.json memlib reads (a real one is a few kilobytes)
+MAX_CONFIG_BYTES = 2**20
+
+
 def load_model(spec: str | Path | ModelConfig) -> ModelConfig:
     """A preset name (``deepseek-v3``) or a path to a Hugging Face ``config.json``."""
     if isinstance(spec, ModelConfig):
         return spec
     text = str(spec)
     preset = PRESET_DIR / f"{text.lower()}.json"
-    if preset.is_file():
+    if text and "/" not in text and _is_file(preset):
         path, name = preset, text.lower()
     else:
         path, name = Path(text), text
-        if not path.is_file():
+        if not _is_file(path):
             raise ConfigError(
-                f"model={text!r} is neither a known preset ({', '.join(preset_names())}) nor a config.json file")
+                f"model={show(text, 300)} is neither a known preset ({', '.join(preset_names())}) nor a config.json file")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"model={text!r}: cannot read {path} as JSON ({exc.__class__.__name__}: {exc})") from None
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"model={show(text, 300)}: {path.stat().st_size:,} bytes is more than a config.json "
+                              f"holds (at most {MAX_CONFIG_BYTES:,})")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"model={show(text, 300)}: the file is not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"model={show(text, 300)}: the JSON is nested too deeply to be a config.json") from None
+    except (OSError, ValueError) as exc:   # json.JSONDecodeError, and ints past Python's digit limit
+        detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise ConfigError(f"model={show(text, 300)}: cannot read it as JSON ({exc.__class__.__name__}: "
+                          f"{show(detail, 120)[1:-1] if len(detail) > 120 else detail})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"model={text!r}: {path} must hold a JSON object")
-    return model_from_dict(data, name=name, source=str(data.get("_source", path)))
+        raise ConfigError(f"model={show(text, 300)}: the file must hold a JSON object")
+    source = data.get("_source", str(path))
+    return model_from_dict(data, name=name, source=source if isinstance(source, str) else str(path))
 
 
 @dataclass(frozen=True)
@@ -206,19 +268,29 @@ class TrainingConfig:
     moe_aux_loss: LoadBalancing = LoadBalancing.SEQ_AUX_LOSS  #: --moe-router-load-balancing-type
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "ep", "etp", "cp", "micro_batch", "seq_len", "vpp"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name}={v!r} must be a positive integer")
-        m = self.num_microbatches
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ConfigError(f"num_microbatches={m!r} must be a positive integer")
+        for name in ("dp", "tp", "ep", "etp", "cp"):
+            check_count(name, getattr(self, name), bound=LIMITS["ranks"])
+        check_count("pp", self.pp, bound=LIMITS["pp"])
+        check_count("vpp", self.vpp, bound=LIMITS["virtual_stages"])
+        for name in ("micro_batch", "seq_len"):
+            check_count(name, getattr(self, name), bound=LIMITS[name])
+        check_count("num_microbatches", self.num_microbatches, bound=LIMITS["num_microbatches"], nullable=True)
+        if self.pp * self.vpp > LIMITS["virtual_stages"]:
+            raise ConfigError(f"pp*vpp={self.pp * self.vpp} exceeds {_bound_text(LIMITS['virtual_stages'])} "
+                              f"model chunks, the largest memlib accepts")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
-            raise ConfigError(f"zero={self.zero!r} must be one of 0, 1, 2, 3")
+            raise ConfigError(f"zero={show(self.zero)} must be one of 0, 1, 2, 3")
+        if not isinstance(self.sp, bool):
+            raise ConfigError(f"sp={show(self.sp)} must be true or false")
         if self.layout is not None:
             lay = tuple(self.layout)
-            if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in lay):
-                raise ConfigError(f"layout={','.join(map(str, lay))} must be non-negative integers")
+            if len(lay) > LIMITS["virtual_stages"]:
+                raise ConfigError(f"layout has {len(lay)} entries, more than {_bound_text(LIMITS['virtual_stages'])} stages")
+            bound = LIMITS["num_hidden_layers"]
+            if any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= bound for x in lay):
+                text = ",".join(map(str, lay))
+                raise ConfigError(f"layout={text if len(text) <= 80 else show(text)} must be non-negative integers (layers per stage, "
+                                  f"at most {_bound_text(bound)} each)")
             object.__setattr__(self, "layout", lay)
         for name, cls in (("transformer_impl", TransformerImpl), ("attention_backend", AttnBackend),
                           ("cross_entropy_fusion_impl", CrossEntropyFusionImpl), ("moe_aux_loss", LoadBalancing)):

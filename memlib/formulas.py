@@ -1,82 +1,413 @@
-"""Named formulas: every equation the book displays, by a stable name, for ``memlib formula``.
+"""The formula registry: every numbered equation of the book, by a stable name, and more.
 
-Each entry builds a SymPy expression from memlib's own functions (nothing is restated here), for a
-model whose *structure* comes from a preset (sizes stay symbols).  A reader can take the exact
-expression into their own work: ``memlib formula params.mla --latex``.
+Each :class:`Formula` builds its right-hand side from memlib's own functions (nothing is restated
+here) for a model's *structure* (its sizes stay symbols) and, where the equation is for one
+configuration, the training configuration.  The book renders every numbered equation from this
+registry (:meth:`Formula.latex`), and ``memlib formula NAME`` prints exactly that equation
+(``--latex`` its LaTeX; ``--expand`` the right-hand side with every named block written out, ready to
+substitute); ``memlib formula --list`` gives each formula's number in the book.
 
->>> sorted(FORMULAS)[3:6]
-['activations.paper.mla', 'activations.paper.mla_full', 'activations.paper.moe']
+A right-hand side is a SymPy expression, a :class:`~memlib.breakdown.Breakdown` (a sum shown term
+by term in its own order), or, for the structural equations of MLA, LaTeX text.  Named blocks
+(:math:`P_{MLA}` in eq. 3.6) are symbols whose definitions are other formulas (``defs``).
+
+>>> FORMULAS["params.total"].number
+'3.6'
+>>> formula("params.expert")
+3*h*h_E
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Union
 
 import sympy as sp
 
 from .activations import ledger_bytes, parse_policy
-from .config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .architecture import MLA_EQUATIONS, attention_tensors, mtp_tensors
+from .breakdown import Breakdown
+from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers import gpt_layer, paper_layer
-from .params import activated_params, by_block, expert_params, layer_params, model_params, mtp_params
-from .states import sharded_count, states_formula
+from .params import (
+    activated_params, block_formulas, by_block, expert_params, layer_counts, layer_params, mtp_params,
+    readable, tensor_counts, total_formula,
+)
+from .partition import PROFILES, shard_divisor
+from .states import RECIPES, ZeroStage, sharded_count, states_formula
+from .symbols import sym
 
-__all__ = ["Formula", "FORMULAS", "formula"]
+__all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
+
+Rhs = Union[sp.Expr, Breakdown, str]
+
+b, s = sym("b"), sym("s")
+TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
+
+
+def block_symbol(latex: str) -> sp.Symbol:
+    """A named block of a displayed equation, e.g. :math:`P_{\\mathrm{MLA}}`."""
+    return sp.Symbol(latex, integer=True, nonnegative=True)
+
+
+P_MLA, P_NORM = block_symbol(r"P_{\mathrm{MLA}}"), block_symbol(r"P_{\mathrm{norm}}")
+P_FFN, P_MOE = block_symbol(r"P_{\mathrm{FFN}}"), block_symbol(r"P_{\mathrm{MoE}}")
+P_TOTAL = block_symbol(r"P_{\mathrm{total}}")
+P_SPLIT, P_REPL = block_symbol(r"P^{split}_{MLA}"), block_symbol(r"P^{repl}_{MLA}")
+P_NORM_DEV, P_MOE_DEV = block_symbol(r"P_{norm}"), block_symbol(r"P_{MoE}")
+P_TILDE = block_symbol(r"\tilde{P}")
+_BLOCKS = (P_MLA, P_NORM, P_FFN, P_MOE, P_TOTAL, P_SPLIT, P_REPL, P_NORM_DEV, P_MOE_DEV, P_TILDE)
+
+
+def plain(latex: str) -> str:
+    r"""A LaTeX name in plain text: ``M_{\mathrm{ZeRO\text{-}1}}`` -> ``M_ZeRO-1``."""
+    import re
+
+    t = re.sub(r"\\(?:mathrm|text|operatorname)\{", "{", latex)
+    t = t.replace("\\tilde{P}", "P~").replace("\\ ", " ").replace("\\", "")
+    return t.replace("{", "").replace("}", "")
 
 
 @dataclass(frozen=True)
 class Formula:
+    """One equation: ``lhs = rhs(model, train)``."""
+
     name: str
     description: str
-    build: Callable[[ModelConfig], sp.Expr]
+    lhs: str                                                   #: LaTeX ("" when the rhs is a whole equation)
+    rhs: Callable[[ModelConfig, TrainingConfig], Rhs]
+    number: str | None = None                                  #: its number in the book, if it is displayed
+    defs: tuple[tuple[sp.Symbol, str], ...] = field(default=())   #: named blocks -> the formulas defining them
+    order: str | None = None                                   #: SymPy's term order for the LaTeX
+
+    def build(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> Rhs:
+        m = load_model(model)
+        return self.rhs(m, train if train is not None else default_training(m))
+
+    def expression(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None,
+                   expand: bool = False) -> sp.Expr:
+        """The right-hand side as one SymPy expression; ``expand`` writes the named blocks out."""
+        r = self.build(model, train)
+        if isinstance(r, str):
+            raise ConfigError(f"formula={self.name} is an equation of the architecture, not a count: "
+                              f"it has LaTeX only (memlib formula {self.name} --latex)")
+        e = r.total if isinstance(r, Breakdown) else sp.sympify(r)
+        if expand:
+            for symbol, name in self.defs:
+                e = e.xreplace({symbol: readable(FORMULAS[name].expression(model, train, expand=True))})
+        return e
+
+    def latex(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+        """The equation as the book displays it."""
+        r = self.build(model, train)
+        kw = {} if self.order is None else {"order": self.order}
+        body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else sp.latex(r, **kw))
+        return f"{self.lhs} = {body}" if self.lhs else body
+
+    def text(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+        """The equation in plain text (SymPy's string form, named blocks by plain names), as
+        ``memlib formula NAME`` prints it."""
+        r = self.build(model, train)
+        if isinstance(r, str):
+            return r
+        kw = {} if self.order is None else {"order": self.order}
+        names = {x: sp.Symbol(plain(x.name)) for _, x in ((0, s) for s in _BLOCKS)}
+        terms = list(r.values()) if isinstance(r, Breakdown) else [sp.sympify(r)]
+        body = " + ".join(sp.sstr(t.xreplace(names), **kw) for t in terms if t != 0).replace("+ -", "- ") or "0"
+        return f"{plain(self.lhs)} = {body}" if self.lhs else body
 
 
-def _block(kind: str, block: str) -> Callable[[ModelConfig], sp.Expr]:
-    return lambda m: by_block(layer_params(m, kind))[block]
+def default_training(m: ModelConfig) -> TrainingConfig:
+    """The configuration a per-configuration formula is shown for: the paper's (its layout adapted to
+    the model by :func:`memlib.paper.paper_training`)."""
+    from .paper import paper_training
+
+    return paper_training(m)
 
 
-def _act(block: str, policy: str = "none", sp_on: bool = True) -> Callable[[ModelConfig], sp.Expr]:
-    def build(m: ModelConfig) -> sp.Expr:
-        entries = [e for e in paper_layer(m, "moe") if e.block == block]
-        return ledger_bytes(entries, TrainingConfig(sp=sp_on), None, parse_policy(policy)).total
+# ------------------------------------------------------------------------------------------------
+# chapter 2: the architecture
+# ------------------------------------------------------------------------------------------------
+def _mla_eq(label: str):
+    return lambda m, t: dict(MLA_EQUATIONS)[label]
+
+
+def _mtp_input(m: ModelConfig, t: TrainingConfig) -> str:
+    """The MTP module's input (DeepSeek-V3 report, Sec. 2.2), with M's shape from memlib."""
+    M = next(x for x in mtp_tensors(m) if x.key == "mtp.eh_proj")
+    shape = r" \times ".join(sp.latex(d) for d in M.shape)
+    return (r"h'^{k}_{i} = M_k\left[\mathrm{RMSNorm}(h^{k-1}_{i});\ \mathrm{RMSNorm}(\mathrm{Emb}(t_{i+k}))\right],"
+            r"\qquad M_k \in \mathbb{R}^{" + shape + "}")
+
+
+# ------------------------------------------------------------------------------------------------
+# chapter 3: parameters
+# ------------------------------------------------------------------------------------------------
+def _block(kind: str, block: str):
+    # a block the model does not have (no shared experts) has no parameters: 0, not an error
+    return lambda m, t: readable(by_block(layer_params(m, kind)).get(block, sp.Integer(0)))
+
+
+def _mla_terms(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+    return tensor_counts(attention_tensors(m))
+
+
+def _moe_terms(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+    moe = by_block(layer_params(m, "moe"))
+    return Breakdown({k: readable(moe[k]) for k in ("router", "shared_experts", "routed_experts") if k in moe})
+
+
+def _total_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+    """Eq. (3.6): the ends, then every layer's MLA and norms, the dense FFNs, the MoE blocks."""
+    n = layer_counts(m)
+    return Breakdown([("ends", _ends(m)), ("layers", (n["dense"] + n["moe"]) * (P_MLA + P_NORM)),
+                      ("dense", n["dense"] * P_FFN), ("moe", n["moe"] * P_MOE)])
+
+
+def _ends(m: ModelConfig) -> sp.Expr:
+    from .architecture import embedding_tensors, head_tensors
+    return tensor_counts(embedding_tensors()).total + tensor_counts(head_tensors(m)).total
+
+
+def _activated_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+    n = layer_counts(m)
+    idle = sp.Mul(-3, n["moe"], sym("N") - sym("N_r"), sym("h"), sym("h_E"), evaluate=False)   # -n_moe (N - N_r) P_expert
+    assert sp.expand(idle + n["moe"] * (sym("N") - sym("N_r")) * expert_params(m)) == 0
+    return Breakdown([("total", P_TOTAL), ("idle", idle)])
+
+
+# ------------------------------------------------------------------------------------------------
+# chapter 4: static parameters per device (the paper's Table 6 groups, a stage of MoE layers)
+# ------------------------------------------------------------------------------------------------
+_MOE_BLOCKS = ("router", "shared_experts", "routed_experts")
+
+
+def device_group(key: str, kind: str, sharding: str) -> str:
+    """The row of the paper's Table 6 a tensor falls in: ``rmsnorm``, ``mla_split``,
+    ``mla_replicated``, ``moe`` (or its block: ``dense_ffn``, ``embedding``, ``head``, ``mtp``)."""
+    if key.startswith("mtp."):
+        return "mtp"
+    if kind == "norm":
+        return "rmsnorm"
+    block = key.split(".")[0]
+    if block == "attention":
+        return "mla_split" if sharding == "tp" else "mla_replicated"
+    if block in _MOE_BLOCKS:
+        return "moe"
+    return block
+
+
+def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]:
+    """Per-device parameters of one MoE layer, grouped as the paper's Table 6 (symbolic)."""
+    from .architecture import decoder_layer_tensors
+
+    prof = PROFILES[profile]
+    groups: dict[str, list] = {"mla_split": [], "mla_replicated": [], "rmsnorm": [], "moe": []}
+    for x in decoder_layer_tensors(m, "moe"):
+        if x.kind == "buffer":
+            continue
+        kind = prof.sharding(x)
+        groups[device_group(x.key, x.kind, kind)].append((x.numel, kind))
+    out = {}
+    for g, terms in groups.items():
+        kinds = {k for _, k in terms}
+        if g == "mla_split" and len(kinds) == 1:
+            # one divisor for the whole group, kept outside the sum as the paper writes it
+            (kind,) = kinds
+            out[g] = sp.Mul(sp.Add(*[n for n, _ in terms]), 1 / shard_divisor(kind))
+        elif g == "moe":
+            out[g] = sp.collect(sp.expand(sp.Add(*[n / shard_divisor(k) for n, k in terms])), sym("h") * sym("h_E"))
+        else:
+            out[g] = sp.Add(*[n / shard_divisor(k) for n, k in terms])
+    return out
+
+
+def _device(group: str):
+    return lambda m, t: sp.Mul(sym("L_moe"), _device_groups(m, t.profile if t.profile in PROFILES else "paper")[group],
+                               evaluate=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# chapter 5: ZeRO
+# ------------------------------------------------------------------------------------------------
+def _zero(z: ZeroStage, recipe_name: str | None = None):
+    def build(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+        # P = P_ne + P_e and P~ written as symbols first, then the recipe's bytes substituted
+        shown = states_formula(int(z)).map(
+            lambda e: e.xreplace({sym("P_ne") + sym("P_e"): sym("P"), sharded_count(): P_TILDE}))
+        if recipe_name is not None:
+            rec = RECIPES[recipe_name]
+            nums = {sym("B_w"): rec.weights, sym("B_g"): rec.gradients, sym("B_o"): rec.optimizer_bytes}
+            shown = shown.map(lambda e: e.xreplace(nums))
+        return shown
     return build
 
 
-def _gpt(policy: str, sp_on: bool) -> Callable[[ModelConfig], sp.Expr]:
-    return lambda m: ledger_bytes(gpt_layer(), TrainingConfig(sp=sp_on), None, parse_policy(policy)).total
+def _zero_lhs(z: ZeroStage) -> str:
+    return r"M_{\mathrm{ZeRO\text{-}" + str(int(z)) + "}}"
+
+
+# ------------------------------------------------------------------------------------------------
+# chapter 6: activations (the paper's ledger, one layer, one micro-batch)
+# ------------------------------------------------------------------------------------------------
+#: which configuration each of the paper's per-layer activation formulas is printed for
+PAPER_FORMULA_CONFIG = {
+    "unsplit": "no parallelism (TP = CP = 1, SP off)",
+    "device": "one device, the parallel sizes left as symbols, sequence parallelism as configured",
+    "config": "one device of the configuration, its parallel sizes substituted",
+}
+
+
+def _act(block: str, where: str, policy: str = "none"):
+    def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
+        entries = [e for e in paper_layer(m, "moe") if e.block == block]
+        pol = parse_policy(policy)
+        if where == "unsplit":
+            expr = ledger_bytes(entries, TrainingConfig(sp=False), RECIPES["paper"], pol).total
+            return sp.factor_terms(sp.expand(expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})))
+        expr = ledger_bytes(entries, t, RECIPES[t.precision], pol).total
+        if where == "device":
+            return sp.collect(sp.expand(expr), [b * s], evaluate=True)
+        subs = {TP: t.tp, CP: t.cp, EP: t.ep, ETP: t.etp}
+        return sp.factor_terms(sp.expand(expr.xreplace(subs)))
+    return build
+
+
+def _act_lhs(block: str, where: str, policy: str = "none") -> str:
+    letter = "A" if block == "attention" else "E"
+    if where == "unsplit":
+        return f"M^{{{letter}}}"
+    if where == "device":
+        return rf"M^{{{letter}}}_{{\text{{device}}}}"
+    return f"M^{{{letter}}}_{{{'2' if policy == 'full' else '1'}}}"
+
+
+def _gpt(policy: str, sp_on: bool):
+    return lambda m, t: ledger_bytes(gpt_layer(), TrainingConfig(sp=sp_on), None, parse_policy(policy)).total
+
+
+# ------------------------------------------------------------------------------------------------
+# the registry
+# ------------------------------------------------------------------------------------------------
+def _f(name, description, lhs, rhs, number=None, defs=(), order=None) -> Formula:
+    return Formula(name, description, lhs, rhs, number, tuple(defs), order)
 
 
 FORMULAS: dict[str, Formula] = {f.name: f for f in (
-    Formula("params.mla", "MLA parameters of one layer (eight matrices and two latent norms)", _block("moe", "attention")),
-    Formula("params.norms", "block RMSNorm parameters of one layer", _block("moe", "norms")),
-    Formula("params.dense_ffn", "dense FFN parameters of one layer", _block("dense", "dense_ffn")),
-    Formula("params.router", "router parameters of one MoE layer", _block("moe", "router")),
-    Formula("params.shared_experts", "shared-expert parameters of one MoE layer", _block("moe", "shared_experts")),
-    Formula("params.routed_experts", "routed-expert parameters of one MoE layer", _block("moe", "routed_experts")),
-    Formula("params.expert", "parameters of one routed expert", expert_params),
-    Formula("params.moe_layer", "all parameters of one MoE decoder layer", lambda m: layer_params(m, "moe").total),
-    Formula("params.dense_layer", "all parameters of one dense decoder layer", lambda m: layer_params(m, "dense").total),
-    Formula("params.total", "parameters of the main model (no MTP, no buffers)", lambda m: model_params(m).total),
-    Formula("params.activated", "parameters activated per token", lambda m: activated_params(m).total),
-    Formula("params.mtp", "parameters of the MTP modules", lambda m: mtp_params(m).total),
-    Formula("states.sharded", "parameters one device owns once ZeRO shards them", lambda m: sharded_count()),
-    *(Formula(f"states.zero{z}", f"model-state bytes per device under ZeRO-{z}", (lambda z: lambda m: states_formula(z).total)(z))
-      for z in range(4)),
-    Formula("activations.paper.mla", "MLA activation bytes of one layer per micro-batch (paper, SP on)", _act("attention")),
-    Formula("activations.paper.mla_full", "MLA activation bytes kept under full recomputation (paper, SP on)",
-            _act("attention", "full")),
-    Formula("activations.paper.moe", "MoE activation bytes of one layer per micro-batch (paper, SP on)", _act("moe")),
-    Formula("activations.paper.moe_full", "MoE activation bytes kept under full recomputation (paper, SP on)",
-            _act("moe", "full")),
-    Formula("activations.gpt.layer", "dense GPT layer activation bytes, TP without SP (Korthikanti et al.)", _gpt("none", False)),
-    Formula("activations.gpt.layer_sp", "dense GPT layer activation bytes, TP with SP (Korthikanti et al.)", _gpt("none", True)),
-    Formula("activations.gpt.selective_sp", "dense GPT layer, TP + SP + selective recomputation", _gpt("selective", True)),
+    # chapter 2
+    _f("mla.cq", "MLA: the compressed query latent", "", _mla_eq("mla-cq"), "2.1"),
+    _f("mla.q", "MLA: queries, no-RoPE and RoPE parts", "", _mla_eq("mla-q"), "2.2"),
+    _f("mla.ckv", "MLA: the compressed key-value latent", "", _mla_eq("mla-ckv"), "2.3"),
+    _f("mla.k", "MLA: keys, with the RoPE key shared by every head", "", _mla_eq("mla-k"), "2.4"),
+    _f("mla.v", "MLA: values", "", _mla_eq("mla-v"), "2.5"),
+    _f("mla.o", "MLA: attention output and the output projection", "", _mla_eq("mla-o"), "2.6"),
+    _f("mtp.input", "the input of MTP module k: its projection M of two normalised vectors", "", _mtp_input, "2.7"),
+    # chapter 3
+    _f("params.mla", "MLA parameters of one layer (eight matrices and two latent norms)", r"P_{\mathrm{MLA}}",
+       _mla_terms, "3.1"),
+    _f("params.norms", "block RMSNorm parameters of one layer", r"P_{\mathrm{norm}}", _block("moe", "norms"), "3.2"),
+    _f("params.dense_ffn", "dense FFN parameters of one layer", r"P_{\mathrm{FFN}}", _block("dense", "dense_ffn"),
+       "3.3"),
+    _f("params.moe", "router, shared and routed experts of one MoE layer", r"P_{\mathrm{MoE}}", _moe_terms, "3.4"),
+    _f("params.expert", "parameters of one expert (a SwiGLU of width h_E)", r"P_{\mathrm{expert}}",
+       lambda m, t: expert_params(m), "3.5"),
+    _f("params.total", "parameters of the main model (no MTP, no buffers)", r"P_{\mathrm{total}}", _total_blocks,
+       "3.6", [(P_MLA, "params.mla"), (P_NORM, "params.norms"), (P_FFN, "params.dense_ffn"), (P_MOE, "params.moe")],
+       "old"),
+    _f("params.activated", "parameters activated per token (embedding counted whole)", r"P_{\mathrm{act}}",
+       _activated_blocks, "3.7", [(P_TOTAL, "params.total")], "old"),
+    _f("params.router", "router parameters of one MoE layer", r"P_{\mathrm{router}}", _block("moe", "router")),
+    _f("params.shared_experts", "shared-expert parameters of one MoE layer", r"P_{\mathrm{shared}}",
+       _block("moe", "shared_experts")),
+    _f("params.routed_experts", "routed-expert parameters of one MoE layer", r"P_{\mathrm{routed}}",
+       _block("moe", "routed_experts")),
+    _f("params.moe_layer", "all parameters of one MoE decoder layer", r"P_{\mathrm{MoE\ layer}}",
+       lambda m, t: readable(layer_params(m, "moe").total)),
+    _f("params.dense_layer", "all parameters of one dense decoder layer", r"P_{\mathrm{dense\ layer}}",
+       lambda m, t: readable(layer_params(m, "dense").total)),
+    _f("params.mtp", "parameters of the MTP modules (embedding and head shared)", r"P_{\mathrm{MTP}}",
+       lambda m, t: readable(mtp_params(m).total)),
+    _f("params.readable_total", "parameters of the main model, every block written out", r"P_{\mathrm{total}}",
+       lambda m, t: total_formula(m)),
+    # chapter 4
+    _f("parallel.edp", "expert data-parallel size: the copies of each expert over a stage's ranks", "EDP",
+       lambda m, t: sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP")), "4.1"),
+    _f("parallel.devices", "devices: data, tensor, context and pipeline parallelism", r"\text{devices}",
+       lambda m, t: sym("DP") * sym("TP") * sym("CP") * sym("PP"), "4.2"),
+    _f("static.mla_split", "MLA parameters split by TP on one device of a stage of MoE layers",
+       r"P^{split}_{MLA}", _device("mla_split"), "4.3"),
+    _f("static.mla_replicated", "MLA parameters replicated over TP, one device", r"P^{repl}_{MLA}",
+       _device("mla_replicated"), "4.4"),
+    _f("static.norms", "RMSNorm parameters (block and latent norms), one device", r"P_{norm}", _device("rmsnorm"),
+       "4.5"),
+    _f("static.moe", "MoE parameters (router, shared and the local routed experts), one device", r"P_{MoE}",
+       _device("moe"), "4.6"),
+    _f("static.device", "parameters one device of a stage of MoE layers stores", "P",
+       lambda m, t: Breakdown([("split", P_SPLIT), ("repl", P_REPL), ("norm", P_NORM_DEV), ("moe", P_MOE_DEV)]), "4.7",
+       [(P_SPLIT, "static.mla_split"), (P_REPL, "static.mla_replicated"), (P_NORM_DEV, "static.norms"),
+        (P_MOE_DEV, "static.moe")]),
+    # chapter 5
+    _f("states.sharded", "parameters one device owns once ZeRO shards them", r"\tilde{P}",
+       lambda m, t: sharded_count(), "5.1"),
+    *(_f(f"states.zero{int(z)}", f"model-state bytes of one device under ZeRO-{int(z)}", _zero_lhs(z), _zero(z),
+         f"5.{int(z) + 2}", [(P_TILDE, "states.sharded")]) for z in ZeroStage),
+    _f("states.zero1_paper", "ZeRO-1 with the paper's recipe (2, 4 and 8 bytes per parameter)",
+       _zero_lhs(ZeroStage.OS), _zero(ZeroStage.OS, "paper"), "5.6", [(P_TILDE, "states.sharded")]),
+    # chapter 6
+    _f("activations.paper.mla_unsplit", "MLA activation bytes of one layer per micro-batch, no parallelism",
+       _act_lhs("attention", "unsplit"), _act("attention", "unsplit"), "6.1"),
+    _f("activations.paper.moe_unsplit", "MoE activation bytes of one layer per micro-batch, no parallelism",
+       _act_lhs("moe", "unsplit"), _act("moe", "unsplit"), "6.2"),
+    _f("activations.paper.mla", "MLA activation bytes of one layer per micro-batch on one device",
+       _act_lhs("attention", "device"), _act("attention", "device"), "6.3"),
+    _f("activations.paper.moe", "MoE activation bytes of one layer per micro-batch on one device",
+       _act_lhs("moe", "device"), _act("moe", "device"), "6.4"),
+    _f("activations.paper.mla_config", "MLA activation bytes of one layer, the configuration's sizes substituted",
+       _act_lhs("attention", "config"), _act("attention", "config"), "6.5"),
+    _f("activations.paper.moe_config", "MoE activation bytes of one layer, the configuration's sizes substituted",
+       _act_lhs("moe", "config"), _act("moe", "config"), "6.6"),
+    _f("activations.paper.mla_full", "MLA activation bytes kept under full recomputation",
+       _act_lhs("attention", "config", "full"), _act("attention", "config", "full"), "6.7"),
+    _f("activations.paper.moe_full", "MoE activation bytes kept under full recomputation",
+       _act_lhs("moe", "config", "full"), _act("moe", "config", "full"), "6.8"),
+    _f("activations.gpt.layer", "dense GPT layer activation bytes, TP without SP (Korthikanti et al.)",
+       r"M_{\mathrm{GPT}}", _gpt("none", False)),
+    _f("activations.gpt.layer_sp", "dense GPT layer activation bytes, TP with SP (Korthikanti et al.)",
+       r"M_{\mathrm{GPT}}", _gpt("none", True)),
+    _f("activations.gpt.selective_sp", "dense GPT layer, TP + SP + selective recomputation",
+       r"M_{\mathrm{GPT}}", _gpt("selective", True)),
+    # chapter 9
+    _f("states.deepseek_v3", "ZeRO-1 model states with DeepSeek-V3's recipe (bf16 moments)",
+       _zero_lhs(ZeroStage.OS), _zero(ZeroStage.OS, "deepseek-v3"), "9.1", [(P_TILDE, "states.sharded")]),
 )}
 
 
-def formula(name: str, model: str | ModelConfig = "deepseek-v3") -> sp.Expr:
-    """The expression called ``name`` for the structure of ``model``."""
+def _lookup(name: str) -> Formula:
     try:
-        f = FORMULAS[name]
+        return FORMULAS[name]
     except KeyError:
-        raise ConfigError(f"formula={name!r} is unknown; known: {', '.join(sorted(FORMULAS))}") from None
-    return f.build(load_model(model))
+        raise ConfigError(f"formula={show(name)} is unknown: `memlib formula --list` lists the {len(FORMULAS)} "
+                          f"formulas") from None
+
+
+def formula(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None,
+            expand: bool = True) -> sp.Expr:
+    """The right-hand side of ``name`` for the structure of ``model`` as one expression (the named
+    blocks written out unless ``expand=False``)."""
+    return _lookup(name).expression(model, train, expand=expand)
+
+
+def equation(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+    """The LaTeX of ``name`` exactly as the book displays it."""
+    return _lookup(name).latex(model, train)
+
+
+def equation_text(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+    """The equation ``name`` in plain text (what ``memlib formula NAME`` prints)."""
+    return _lookup(name).text(model, train)
+
+
+def book_formulas() -> list[Formula]:
+    """The formulas the book displays, in the order of their numbers."""
+    def key(f: Formula):
+        return tuple(int(x) for x in f.number.split("."))
+    return sorted((f for f in FORMULAS.values() if f.number), key=key)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .activations import MODULES, Saved, renamed, saved as _S
-from .config import ConfigError, ModelConfig, TrainingConfig
+from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .symbols import sym
 
 __all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_layer", "common_embedding",
@@ -43,9 +43,9 @@ def _paper_norm(block: str, input_name: str, output_name: str) -> list[Saved]:
     recomputation) and its output (the next Linear's input), both SP-split."""
     bs = b * s
     return [
-        _S(f"{block}.norm_input", input_name, bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S(f"{block}.norm_input", input_name, bs * h, shard={"SP", "CP"}, keep_full=True, width=h),
         _S(f"{block}.norm_output", output_name, bs * h, shard={"SP", "CP"}, modules={"layernorm"},
-           linear_input=True),
+           linear_input=True, width=h),
     ]
 
 
@@ -54,16 +54,16 @@ def _paper_attention(m: ModelConfig) -> list[Saved]:
     out = _paper_norm("attention", "RMSNorm input (the layer input)", "RMSNorm output, input of the down-projections")
     if m.q_lora_rank is not None:
         out.append(_S("attention.c_q", "query latent c^Q, input of W^UQ and W^QR", bs * d_cq, shard={"CP"},
-                      linear_input=True, note="replicated over TP: W^DQ is not split"))
+                      linear_input=True, width=d_cq, note="replicated over TP: W^DQ is not split"))
     out += [
         _S("attention.c_kv", "key-value latent c^KV, input of W^UK and W^UV", bs * d_c, shard={"CP"},
-           linear_input=True, note="replicated over TP: W^DKV is not split"),
+           linear_input=True, width=d_c, note="replicated over TP: W^DKV is not split"),
         _S("attention.q", "queries q (no-RoPE and RoPE parts)", bs * n_h * (d_h + d_hR), shard={"TP", "CP"},
-           modules={"mla_up_proj"}),
+           modules={"mla_up_proj"}, width=n_h * (d_h + d_hR)),
         _S("attention.k", "keys k (no-RoPE part and the shared RoPE key, per head)", bs * n_h * (d_h + d_hR),
-           shard={"TP", "CP"}, modules={"mla_up_proj"}),
+           shard={"TP", "CP"}, modules={"mla_up_proj"}, width=n_h * (d_h + d_hR)),
         _S("attention.v", "values v", bs * n_h * d_v, shard={"TP", "CP"}, modules={"mla_up_proj"},
-           note="the paper writes d_h; DeepSeek's configs call this v_head_dim"),
+           width=n_h * d_v, note="the paper writes d_h; DeepSeek's configs call this v_head_dim"),
         _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
            shard={"TP", "CP"}, modules={"core_attn"}),
         _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
@@ -71,38 +71,45 @@ def _paper_attention(m: ModelConfig) -> list[Saved]:
         _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
            shard={"TP", "CP"}, modules={"core_attn"}),
         _S("attention.context", "attention output, input of W^O", bs * n_h * d_v, shard={"TP", "CP"},
-           linear_input=True, fp8_exception="E5M6"),
+           linear_input=True, fp8_exception="E5M6", width=n_h * d_v),
         _S("attention.out_dropout_mask", "dropout mask after W^O", bs * h, "mask", shard={"SP", "CP"}),
     ]
     return out
 
 
 def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, module: str,
-               label: str, input_mask: bool) -> list[Saved]:
-    """A SwiGLU FFN as the paper counts an expert: input (and its mask), gate, up, SiLU, product."""
+               label: str, input_mask: bool, mean_rows: bool = False) -> list[Saved]:
+    """A SwiGLU FFN as the paper counts an expert: input (and its mask), gate, up, SiLU, product.
+    ``mean_rows``: ``tokens`` is an expected count (routed experts), rounded up on a device."""
     out = []
+    kw = {"mean_rows": mean_rows}
     if input_mask:
         out += [
-            _S(f"{prefix}.input", f"{label} input", tokens * h, shard=shard_in, modules={module}, linear_input=True),
+            _S(f"{prefix}.input", f"{label} input", tokens * h, shard=shard_in, modules={module}, linear_input=True,
+               width=h, **kw),
             _S(f"{prefix}.input_mask", f"{label} input mask", tokens * h, "mask", shard=shard_in, modules={module},
-               note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask, as its transcription reads it"),
+               width=h, note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask, as its transcription "
+                             "reads it", **kw),
         ]
     out += [
         _S(f"{prefix}.gate_out", f"{label} gate projection output (SwiGLU input)", tokens * width,
-           shard=shard_w, modules={module}),
+           shard=shard_w, modules={module}, width=width, **kw),
         _S(f"{prefix}.up_out", f"{label} up projection output (SwiGLU input)", tokens * width,
-           shard=shard_w, modules={module}),
+           shard=shard_w, modules={module}, width=width, **kw),
         _S(f"{prefix}.act_out", f"{label} SiLU output", tokens * width, shard=shard_w,
-           modules={module, "moe_act"} if prefix == "routed" else {module}),
+           modules={module, "moe_act"} if prefix == "routed" else {module}, width=width, **kw),
         _S(f"{prefix}.product", f"{label} SiLU(gate) * up, input of the down projection", tokens * width,
-           shard=shard_w, modules={module, "moe_act"} if prefix == "routed" else {module}, linear_input=True),
+           shard=shard_w, modules={module, "moe_act"} if prefix == "routed" else {module}, linear_input=True,
+           width=width, **kw),
     ]
     return out
 
 
 def _paper_moe(m: ModelConfig) -> list[Saved]:
     bs = b * s
-    routed_tokens = (N / EP) * (bs * N_r / N)      # local experts x E_token, E_token = b s N_r / N
+    # local experts x E_token = (N / EP)(b s N_r / N): b s N_r token copies spread over the EP ranks, a
+    # mean under balanced routing, rounded up to whole tokens on a device (shard "EP", mean_rows)
+    routed_tokens = bs * N_r
     out = _paper_norm("moe", "RMSNorm input (the MoE block input)", "RMSNorm output, input of the router and experts")
     out += [
         _S("moe.router_logits", "router logits", bs * N, shard={"CP"}, modules={"moe"}),
@@ -110,8 +117,8 @@ def _paper_moe(m: ModelConfig) -> list[Saved]:
         _S("moe.routing_map", "top-k routing map (which experts each token goes to)", bs * N_r, shard={"CP"},
            keep_full=True, note="kept under full recomputation so that routing is reproduced exactly"),
     ]
-    out += [e for e in _paper_ffn("routed", h_E, routed_tokens, shard_w={"CP", "ETP"}, shard_in={"CP"},
-                                  module="moe", label="routed experts'", input_mask=True)]
+    out += [e for e in _paper_ffn("routed", h_E, routed_tokens, shard_w={"CP", "EP", "ETP"}, shard_in={"CP", "EP"},
+                                  module="moe", label="routed experts'", input_mask=True, mean_rows=True)]
     if m.n_shared_experts:
         out += _paper_ffn("shared", N_s * h_E, bs, shard_w={"CP"}, shard_in={"CP"}, module="shared_experts",
                           label="shared experts'", input_mask=True)
@@ -137,9 +144,9 @@ def common_embedding() -> list[Saved]:
 def common_head(prefix: str = "head") -> list[Saved]:
     bs = b * s
     return [
-        _S(f"{prefix}.norm_input", "final RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
+        _S(f"{prefix}.norm_input", "final RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True, width=h),
         _S(f"{prefix}.input", "final RMSNorm output, input of the output head", bs * h, shard={"SP", "CP"},
-           keep_full=True, linear_input=True),
+           keep_full=True, linear_input=True, width=h),
         _S(f"{prefix}.logits", "logits", bs * v, shard={"TP", "CP"}, keep_full=True),
         _S(f"{prefix}.loss_softmax", "cross-entropy softmax of the logits, upcast to fp32", bs * v, "fp32",
            shard={"TP", "CP"}, keep_full=True, note="vocab-parallel cross-entropy keeps fp32 probabilities"),
@@ -154,7 +161,7 @@ def _paper_mtp(m: ModelConfig, j: int) -> list[Saved]:
         _S("mtp.enorm_input", "embedding of the shifted tokens, RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
         _S("mtp.hnorm_input", "main model's final hidden state, RMSNorm input", bs * h, shard={"SP", "CP"}, keep_full=True),
         _S("mtp.eh_proj_input", "concatenated normalised inputs of the projection M", bs * 2 * h,
-           shard={"SP", "CP"}, keep_full=True, linear_input=True),
+           shard={"SP", "CP"}, keep_full=True, linear_input=True, width=2 * h),
     ]
     block = [renamed(e, "mtp." + e.key) for e in paper_layer(m, kind)]
     return own + block + common_head("mtp.head")
@@ -181,6 +188,9 @@ class ActProfile:
     no_parallel: tuple[str, ...] = ()
     #: the profile for a training configuration's kernel choices (``None``: it has none)
     bind: Callable[[TrainingConfig], "ActProfile"] | None = None
+    #: what a bound profile depends on (hashable): two profiles with the same name and key keep the same
+    #: entries, so their byte counts can be cached
+    key: tuple = ()
 
 
 ACT_PROFILES: dict[str, ActProfile] = {
@@ -200,7 +210,7 @@ def act_profile(name: str, train: TrainingConfig | None = None) -> ActProfile:
     try:
         p = ACT_PROFILES[name]
     except KeyError:
-        raise ConfigError(f"profile={name!r} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
+        raise ConfigError(f"profile={show(name)} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
     if train is None:
         return p
     if p.bind is not None:

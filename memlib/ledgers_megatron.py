@@ -168,7 +168,7 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
         ]
     if output:
         out.append(_S(f"{prefix}.norm_output", output_name, bs * width, shard=shard, modules=out_modules,
-                      linear_input=output_linear, keep_full=keep_all, note=output_note))
+                      linear_input=output_linear, keep_full=keep_all, note=output_note, width=width))
     return out
 
 
@@ -198,7 +198,7 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                     "(transformer/mla_qk_norm_config.py resolves qk_layernorm to TELayerNormColumnParallelLinear); "
                     + KERNEL_SOURCES["te_layernorm_linear"]),
             _S("attention.q_proj_norm_output", "W^Q's fused RMSNorm output, input of W^Q (no q LoRA)", bs * h,
-               shard={"SP", "CP"}, modules={"layernorm"}, linear_input=True,
+               shard={"SP", "CP"}, modules={"layernorm"}, linear_input=True, width=h,
                note="ln_out of the fused norm + linear: " + KERNEL_SOURCES["te_layernorm_linear"]),
         ]
     lat = [("q", "query latent c^Q", d_cq, "W^UQ and W^QR")] if m.q_lora_rank is not None else []
@@ -215,7 +215,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                 _S(f"attention.c_{key}_normalized", f"{what}: normalised, fp32 (kept by the product with the weight)",
                    bs * width, "fp32", shard={"SP", "CP"}),
                 _S(f"attention.c_{key}_normed", f"normalised {what}, input of {proj}", bs * width, shard={"SP", "CP"},
-                   linear_input=True, note="kept by the up-projection, and as an input of its checkpoint under "
+                   linear_input=True, width=width,
+                   note="kept by the up-projection, and as an input of its checkpoint under "
                                            "mla_up_proj recomputation"),
             ]
         else:
@@ -231,7 +232,7 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                 _S(f"attention.c_{key}_rstd", f"{what}: the RMSNorm's 1/rms per token, fp32", bs, "fp32",
                    shard={"SP", "CP"}, modules={"mla_up_proj"}, note=KERNEL_SOURCES["te_layernorm_linear"]),
                 _S(f"attention.c_{key}_normed", f"normalised {what}, input of {proj}", bs * width, shard={"SP", "CP"},
-                   modules={"mla_up_proj"}, linear_input=True,
+                   modules={"mla_up_proj"}, linear_input=True, width=width,
                    note="kept by the up-projection for its weight gradient (re-gathered over TP in backward): ln_out, "
                         + KERNEL_SOURCES["te_layernorm_linear"]),
             ]
@@ -313,7 +314,7 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                            "state of a few bytes); with attention dropout 0 there is no mask. core_attn recompute "
                            "checkpoints the kernel: its inputs q, k, v stay, this statistic goes: " + src))
     out.append(_S("attention.context", "attention output, kept by the attention kernel and as the input of W^O",
-                  bs * n_h * d_v, shard={"TP", "CP"}, linear_input=True, fp8_exception="E5M6",
+                  bs * n_h * d_v, shard={"TP", "CP"}, linear_input=True, fp8_exception="E5M6", width=n_h * d_v,
                   note=("one tensor for both uses: under FP8 Megatron has W^O keep the kernel's bf16 output "
                         "(set_save_original_input), DeepSeek-V3 caches it in E5M6 (report §3.3); " + qkv_note
                         + "; " + KERNEL_SOURCES["te_linear"]) if not local
@@ -332,7 +333,8 @@ def _swiglu(prefix: str, label: str, tokens, width, shard: set, modules: set, ac
     fused = ("fused SwiGLU (fused_bias_swiglu.py): keeps only its input" if k.swiglu_fusion
              else "unfused SwiGLU (mlp.py glu): silu and the product keep their inputs")
     out = [_S(f"{prefix}.swiglu_input", f"{label} fc1 output [gate; up], SwiGLU input", tokens * 2 * width,
-              shard=shard, modules=modules, linear_input=True, note=_SWIGLU_FP8 + "; " + fused + "; " + _SHARED_CODE)]
+              shard=shard, modules=modules, linear_input=True, width=2 * width,
+              note=_SWIGLU_FP8 + "; " + fused + "; " + _SHARED_CODE)]
     if not k.swiglu_fusion:
         out += [
             _S(f"{prefix}.silu_output", f"{label} SiLU(gate), kept by the product", tokens * width, shard=shard,
@@ -344,7 +346,7 @@ def _swiglu(prefix: str, label: str, tokens, width, shard: set, modules: set, ac
             out.append(_S(f"{prefix}.glu_output", f"{label} SwiGLU output, kept by its product with the routing "
                           "probabilities", tokens * width, shard=shard, modules=act_modules, note=_SHARED_CODE))
     out.append(_S(f"{prefix}.act_output", f"{label} SwiGLU output, input of fc2", tokens * width, shard=shard,
-                  modules=act_modules, linear_input=True,
+                  modules=act_modules, linear_input=True, width=width,
                   note=note + ("; " if note else "") + "kept by fc2 (" + ("ColumnParallelLinear/RowParallelLinear, "
                        + _MEASURED if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"))
     return out
@@ -438,14 +440,14 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
                    "share follows the routing, the sum over the EP group is exact)")
     out += [
         _S("moe.routed.fc1_input", "dispatched tokens, input of the routed experts' fc1", routed * h,
-           shard={"SP", "CP"}, modules={"moe"}, linear_input=True,
+           shard={"SP", "CP"}, modules={"moe"}, linear_input=True, width=h,
            note=routed_note + "; kept by fc1 (" + ("SequentialMLP's ColumnParallelLinear, " + _MEASURED
                                                    if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"),
         _S("moe.routed.probs", "routing probabilities of the dispatched tokens, fp32 (applied in the SwiGLU)",
            routed, "fp32", shard={"SP", "CP"}, modules={"moe"}, note=_SHARED_CODE),
     ]
-    # width h_E / ETP on routed tokens b s N_r ETP / TP: ETP cancels
-    out += _swiglu("moe.routed", "routed experts'", bs * N_r, h_E, {"SP", "CP"}, {"moe"},
+    # width h_E / ETP on the b s N_r ETP / TP dispatched tokens (ETP cancels in the bytes, not in the FP8 tiles)
+    out += _swiglu("moe.routed", "routed experts'", routed, h_E, {"SP", "CP", "ETP"}, {"moe"},
                    {"moe", "moe_act"}, k, weighted=True,
                    note="moe_act recomputes it from the SwiGLU input (output-discarding checkpoint)")
     if m.n_shared_experts:
@@ -561,7 +563,7 @@ def megatron_mtp(m: ModelConfig, j: int, k: Kernels = TE_DEFAULT) -> list[Saved]
                shard={"SP", "CP"}, note=te),
         ]
     own.append(_S("mtp.eh_proj_input", "concatenated normalised embedding and hidden state, input of the projection M",
-                  bs * 2 * h, shard={"SP", "CP"}, linear_input=True,
+                  bs * 2 * h, shard={"SP", "CP"}, linear_input=True, width=2 * h,
                   note="a new tensor (torch.cat) kept by the projection; " + _SHARED_CODE))
     block = [renamed(replace(e, keep_full=False), "mtp." + e.key) for e in megatron_layer(m, kind, k)
              if "full" not in e.only_when]
@@ -593,7 +595,7 @@ def _profile(k: Kernels) -> ActProfile:
                          "EP/ETP, TP-split shared experts, sequence parallelism, MTP"),
         lambda m, kind: megatron_layer(m, kind, k), lambda m: megatron_embedding(m, k),
         lambda m: megatron_head("head", k), lambda m, j: megatron_mtp(m, j, k),
-        modules=frozenset(modules), bind=bind)
+        modules=frozenset(modules), bind=bind, key=(k,))
 
 
 def bind(train: TrainingConfig) -> ActProfile:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from .config import ConfigError, ModelConfig, load_model
 
 __all__ = ["require", "hf_config", "param_check", "measure_activations", "compare", "predicted",
-           "random_config", "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key"]
+           "random_config", "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key", "SavedTensors"]
 
 MISSING_EXTRA = "measure needs the optional extra: pip install memlib[measure]"
 
@@ -249,6 +249,48 @@ def _storage_key(t):
     return (s.data_ptr(), s.nbytes(), str(t.device))
 
 
+class SavedTensors:
+    """What autograd holds for backward: a :func:`torch.autograd.graph.saved_tensors_hooks` pair
+    that records every saved tensor with the region it was saved in (``region()`` at pack time).
+
+    :meth:`storages` lists the tensors still held (a tensor saved by a node autograd already freed
+    is not), **each storage once** (a view, or a tensor saved by two nodes, costs its storage once),
+    storages in ``exclude`` (parameters, buffers) left out."""
+
+    def __init__(self, exclude=frozenset(), region=lambda: ""):
+        self.exclude, self.region, self.packed = set(exclude), region, []
+
+    def pack(self, t):
+        p = _Packed(t, self.region(), len(self.packed))
+        self.packed.append(weakref.ref(p))
+        return p
+
+    @staticmethod
+    def unpack(p):
+        return p.tensor
+
+    def hooks(self):
+        import torch
+
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def storages(self, relabel: dict | None = None) -> list[dict]:
+        """Every held storage once, in the order first saved: region, bytes, dtype, shape, elements.
+        ``relabel`` moves chosen storages to another region."""
+        relabel = relabel or {}
+        alive = [p for p in (r() for r in self.packed) if p is not None]
+        by_storage: dict = {}
+        for p in sorted(alive, key=lambda p: p.order):
+            t = p.tensor
+            key = _storage_key(t)
+            if key in self.exclude or key in by_storage:
+                continue
+            by_storage[key] = {"region": relabel.get(key, p.region), "bytes": key[1],
+                               "dtype": str(t.dtype).replace("torch.", ""), "shape": tuple(t.shape),
+                               "storage_elements": key[1] // t.element_size()}
+        return list(by_storage.values())
+
+
 def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int, *, attn: str = "eager",
                         seed: int = 0, step: bool = True, device: str = "cpu") -> Measurement:
     """Saved-for-backward bytes of one bf16 training forward pass (see the module docstring).
@@ -297,15 +339,7 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
     hooks.append(hf.lm_head.register_forward_pre_hook(enter("head")))
     hooks.append(hf.lm_head.register_forward_hook(leave("loss")))
 
-    packed: list = []
-
-    def pack(t):
-        p = _Packed(t, region[0], len(packed))
-        packed.append(weakref.ref(p))
-        return p
-
-    def unpack(p):
-        return p.tensor
+    saved = SavedTensors(exclude=params, region=lambda: region[0])
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, m.vocab_size, (micro_batch, seq_len), generator=g).to(device)
@@ -315,7 +349,7 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    with saved.hooks():
         out = hf(input_ids=ids, labels=labels, use_cache=False)
     allocator = None
     if cuda:
@@ -325,24 +359,15 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
                      "logits": out.logits.untyped_storage().nbytes()}
     for hnd in hooks:
         hnd.remove()
-    alive = [p for p in (r() for r in packed) if p is not None]
-    by_storage: dict = {}
-    for p in sorted(alive, key=lambda p: p.order):
-        t = p.tensor
-        key = _storage_key(t)
-        if key in params or key in by_storage:
-            continue
-        reg = "embedding" if key in rope_outputs else p.region
-        by_storage[key] = {"region": reg, "bytes": key[1], "dtype": str(t.dtype).replace("torch.", ""),
-                           "shape": tuple(t.shape), "storage_elements": key[1] // t.element_size()}
+    storages = saved.storages(relabel={k: "embedding" for k in rope_outputs})
     regions: dict[str, int] = {}
-    for d in by_storage.values():
+    for d in storages:
         regions[d["region"]] = regions.get(d["region"], 0) + d["bytes"]
-    meas = Measurement(m, micro_batch, seq_len, attn, regions, list(by_storage.values()), allocator=allocator)
+    meas = Measurement(m, micro_batch, seq_len, attn, regions, storages, allocator=allocator)
     meas.parameters = sum(p.numel() * p.element_size() for p in hf.parameters())
     if step:
         out.loss.backward()
-        del out, alive
+        del out, saved
         meas.gradients = sum(p.grad.numel() * p.grad.element_size() for p in hf.parameters() if p.grad is not None)
         opt = torch.optim.AdamW(hf.parameters(), lr=1e-3)
         opt.step()

@@ -1,9 +1,19 @@
 """Per-device memory: everything one device of each pipeline stage holds, as named terms.
 
-Allocated memory is parameters + gradients + optimizer states + activations (the micro-batches in
-flight under the schedule, plus what the schedule and recomputation add at their peak); overheads
-(CUDA context, communication buffers, fragmentation) are reported apart.  The *peak* is the stage
-whose device needs the most.
+Allocated memory is parameters + gradients + optimizer states + activations; overheads (CUDA
+context, communication buffers, fragmentation) are reported apart.  The *peak* is the stage whose
+device needs the most.
+
+Activations at a stage's peak come from a replay of its pipeline schedule
+(:mod:`memlib.schedule`): at every moment a rank holds some micro-batches of each of its model
+chunks, and the chunks computing then re-materialise what the recompute policy dropped (the
+*recompute working set*).  The peak is the moment with the most bytes.
+
+One path.  Every number here is a SymPy expression evaluated: :meth:`Estimate.stage_expressions`
+builds a stage's terms from the partition, the precision recipe, the ledger and the schedule
+replay, with any chosen symbols (TP, EP, b, s, ...) left free; :attr:`Estimate.stages` evaluates the
+same terms with every symbol given, and :func:`stage_formula` returns them with some symbols kept
+(for ``lambdify`` sweeps).  The two cannot disagree.
 
 >>> from memlib.config import PAPER_TRAINING
 >>> est = estimate("deepseek-v3", PAPER_TRAINING)
@@ -18,22 +28,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Mapping
 
-from .activations import Policy, ledger_bytes, parse_policy, training_values
+import sympy as sp
+
+from .activations import Policy, Saved, entry_bytes, parse_policy, training_values
 from .ledgers import act_profile
 from . import ledgers_hf  # noqa: F401  (registers the hf-eager activation profile)
 from .breakdown import Breakdown
-from .config import ConfigError, ModelConfig, TrainingConfig
+from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .overhead import Overheads
-from .params import by_block
+from .params import by_block, values as model_values
 from .partition import Chunk, Partition, Stage
-from .schedule import check_schedule, in_flight
-from .states import model_states, optimizer_states, recipe
+from .schedule import Moment, check_schedule, moments
+from .states import P_e, P_ne, recipe, states_formula
+from .symbols import sym
 
-__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula"]
+__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula", "StageExpressions"]
 
 #: the byte terms that are tensors PyTorch allocates
 ALLOCATED = ("parameters", "gradients", "optimizer_states", "activations")
+
+#: EDP in terms of the other parallel sizes (Megatron-Core: DP TP CP / (EP ETP))
+EDP_EXPR = sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP"))
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,62 @@ class StageMemory:
         return self.allocated + self.bytes["overhead"]
 
 
+@dataclass(frozen=True)
+class StageExpressions:
+    """A stage's terms as expressions (numbers once every symbol is substituted).
+
+    ``chunks[c]`` is the per-entry bytes of one micro-batch through chunk ``c``; ``working[c]`` the
+    bytes that chunk re-materialises while it computes; ``moments`` the candidate peak moments of
+    the schedule replay."""
+
+    stage: Stage
+    states: Breakdown                      #: parameters, gradients, optimizer_states
+    chunks: tuple[dict[str, sp.Expr], ...]
+    working: tuple[sp.Expr, ...]
+    moments: tuple[Moment, ...]
+
+    def per_microbatch(self, c: int) -> sp.Expr:
+        return sp.Add(*self.chunks[c].values())
+
+    def candidate(self, mo: Moment) -> sp.Expr:
+        """Activation bytes at moment ``mo``: the micro-batches held plus the working set of the
+        chunks computing (the larger one when two compute in an overlapped step)."""
+        held = sp.Add(*(n * self.per_microbatch(c) for c, n in enumerate(mo.counts)))
+        return held + sp.Max(0, *(self.working[c] for c in mo.running))
+
+    def activations(self) -> sp.Expr:
+        return sp.Max(*(self.candidate(mo) for mo in self.moments))
+
+    def breakdown(self) -> Breakdown:
+        """Allocated bytes as named terms: the model states and the activations at the peak."""
+        return Breakdown({**self.states, "activations": self.activations()})
+
+
+_LEDGERS: dict = {}
+
+
+def _ledger_bytes(model: ModelConfig, ap, precision: str, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
+    """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
+    ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
+    activation profile ``ap``; cached by the model, the profile's name and binding key, the precision
+    and sequence parallelism, which are all the entries' bytes depend on."""
+    cache_key = (model, ap.name, ap.key, precision, sp_on, name)
+    if cache_key not in _LEDGERS:
+        if len(_LEDGERS) > 4096:
+            _LEDGERS.clear()
+        rec = recipe(precision)
+        train = TrainingConfig(sp=sp_on)
+        if name.startswith("layer."):
+            entries = ap.layer(model, name.split(".")[1])
+        elif name.startswith("mtp."):
+            entries = ap.mtp(model, int(name.split(".")[1]))
+        else:
+            entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
+        mv = model_values(model)
+        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+    return _LEDGERS[cache_key]
+
+
 class Estimate:
     """The memory of every stage of a model under a training configuration."""
 
@@ -79,12 +152,14 @@ class Estimate:
                 raise ConfigError(f"{axis}={getattr(train, axis)} must be 1 under profile={train.profile} "
                                   f"(that implementation has no such parallelism)")
         self.policy: Policy = parse_policy(train.recompute)
+        #: what a layer that is not fully recomputed drops: the recipe's own recompute (deepseek-v3:
+        #: the SwiGLU output), and a module policy's modules
+        self.base = Policy("recipe", self.recipe.recompute)
         if self.recipe.recompute and not self.policy.full:
-            # a recipe that recomputes by itself (deepseek-v3: the SwiGLU output) adds its modules
             self.policy = Policy(self.policy.name, self.policy.modules | self.recipe.recompute)
         unknown = sorted(self.policy.modules - self.act_profile.modules)
         if unknown:
-            raise ConfigError(f"recompute={train.recompute!r}: module {unknown[0]} is not known to the "
+            raise ConfigError(f"recompute={show(train.recompute)}: module {unknown[0]} is not known to the "
                               f"{train.profile} profile ({', '.join(sorted(self.act_profile.modules))})")
         t = train
         if t.seq_len % t.cp:
@@ -96,74 +171,109 @@ class Estimate:
         self.capacity = capacity
         self.values = {**self.partition.values, **training_values(train)}
 
-    # -- activations ------------------------------------------------------------------------------
-    def _layer(self, kind: str, policy: Policy | None) -> dict[str, int]:
-        key = (kind, policy)
-        cache = self.__dict__.setdefault("_layer_cache", {})
-        if key not in cache:
-            ledger = self.act_profile.layer(self.model, kind)
-            cache[key] = ledger_bytes(ledger, self.train, self.recipe, policy).evaluate(self.values)
-        return cache[key]
+    # -- ledgers, symbolic in the training and parallel symbols --------------------------------
+    def _ledger(self, name: str, build) -> dict[str, tuple[sp.Expr, Saved]]:
+        """Bytes of every entry of a ledger, model values substituted (cached for the model, the
+        profile, the precision and sequence parallelism: nothing else changes them)."""
+        return _ledger_bytes(self.model, self.act_profile, self.recipe.name, self.train.sp, name)
 
-    def _extra(self, name: str, ledger, policy: Policy | None = None) -> dict[str, int]:
-        cache = self.__dict__.setdefault("_extra_cache", {})
-        if (name, policy) not in cache:
-            cache[(name, policy)] = ledger_bytes(ledger, self.train, self.recipe, policy).evaluate(self.values)
-        return cache[(name, policy)]
+    def _layer_ledger(self, kind: str):
+        return self._ledger(f"layer.{kind}", None)
 
-    def chunk_activations(self, chunk: Chunk) -> tuple[dict[str, int], int]:
-        """Bytes per entry of one micro-batch through ``chunk``, and the working set a recomputed
-        layer re-materialises during its backward (0 without full recomputation)."""
+    @staticmethod
+    def _kept(ledger, policy: Policy) -> dict[str, sp.Expr]:
+        return {k: x for k, (x, e) in ledger.items() if not policy.drops(e)}
+
+    @staticmethod
+    def _dropped(ledger, policy: Policy) -> sp.Expr:
+        return sp.Add(*(x for x, e in ledger.values() if policy.drops(e)))
+
+    def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
+        """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
+        while computing: the most that one of its layers (or MTP blocks) drops under the policy.
+        Symbolic in b, s and the parallel sizes; the same rule for every policy."""
         m, pol = self.model, self.policy
-        by_entry: dict[str, int] = {}
+        by_entry: dict[str, sp.Expr] = {}
+        dropped: list[sp.Expr] = []
 
-        def add(d: dict[str, int], times: int = 1):
+        def add(d: Mapping[str, sp.Expr], times: int = 1):
             for k, x in d.items():
                 by_entry[k] = by_entry.get(k, 0) + times * x
 
         if chunk.first:
-            add(self._extra("embedding", self.act_profile.embedding(m)))
-        working = 0
-        # what a layer keeps when it is not fully recomputed: everything but the recipe's own recompute
-        base = Policy("recipe", self.recipe.recompute) if self.recipe.recompute else None
-        for pos, i in enumerate(chunk.layers):
-            kind = m.layer_kinds[i]
-            recomputed = pol.full and (pol.block_layers is None or pos < pol.block_layers)
-            if pol.full and not recomputed:
-                add(self._layer(kind, base))
-                continue
-            add(self._layer(kind, pol))
-            if recomputed:
-                working = max(working, sum(self._layer(kind, base).values()) - sum(self._layer(kind, pol).values()))
+            add(self._kept(self._ledger("embedding", None), pol))
+        kinds = [m.layer_kinds[i] for i in chunk.layers]
+        if pol.full and pol.block_layers is not None:
+            groups = [(kinds[:pol.block_layers], pol), (kinds[pol.block_layers:], self.base)]
+        else:
+            groups = [(kinds, pol)]
+        for group, p in groups:
+            for kind in ("dense", "moe"):
+                n = group.count(kind)
+                if n:
+                    led = self._layer_ledger(kind)
+                    add(self._kept(led, p), n)
+                    dropped.append(self._dropped(led, p))
         if chunk.last:
-            add(self._extra("head", self.act_profile.head(m)))
+            add(self._kept(self._ledger("head", None), pol))
             if self.partition.profile.include_mtp:
                 for j in range(m.num_nextn_predict_layers):
                     # the MTP block is a decoder layer: the same recompute policy applies to it
-                    add(self._extra(f"mtp{j}", self.act_profile.mtp(m, j), pol))
+                    led = self._ledger(f"mtp.{j}", None)
+                    add(self._kept(led, pol))
+                    dropped.append(self._dropped(led, pol))
+        working = sp.Max(0, *dropped) if dropped else sp.Integer(0)
         return by_entry, working
 
-    def _activations(self, st: Stage) -> dict:
-        counts, extra_chunk = in_flight(self.train, st)
-        chunks, by_entry, working = [], {}, 0
-        for c, n in zip(st.chunks, counts):
-            entries, w = self.chunk_activations(c)
-            per_mb = sum(entries.values())
-            chunks.append({"stage": c.index, "layers": list(c.layers), "per_microbatch": per_mb, "in_flight": n})
-            for k, x in entries.items():
-                by_entry[k] = by_entry.get(k, 0) + x
-            working = max(working, w)
-        # DualPipe's overlapped forward-and-backward step holds one more micro-batch of a chunk
-        schedule_extra = max(c["per_microbatch"] for c in chunks) if extra_chunk == -2 else 0
-        in_flight_bytes = sum(c["per_microbatch"] * c["in_flight"] for c in chunks)
+    # -- the one path ------------------------------------------------------------------------------
+    def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
+        """The terms of stage ``index`` with ``subs`` substituted (all symbols: exact integers)."""
+        part, t = self.partition, self.train
+        st = part.stages[index]
+        params = part.params(st)
+        experts = part.edp_keys(st)
+        counts = {P_ne: params.select(lambda k: k not in experts).total,
+                  P_e: params.select(lambda k: k in experts).total, sym("EDP"): EDP_EXPR}
+        states = states_formula(t.zero, self.recipe).map(lambda e: e.xreplace(counts).xreplace(part.model_values))
+        chunks, working = [], []
+        for c in st.chunks:
+            entries, w = self.chunk_expressions(c)
+            chunks.append(entries)
+            working.append(w)
+        ex = StageExpressions(st, states, tuple(chunks), tuple(working), tuple(moments(t, index)))
+        if subs:
+            s = dict(subs)
+            ex = StageExpressions(
+                st, states.map(lambda e: sp.sympify(e.xreplace(s))),
+                tuple({k: sp.sympify(x.xreplace(s)) for k, x in ch.items()} for ch in ex.chunks),
+                tuple(sp.sympify(w.xreplace(s)) for w in ex.working), ex.moments)
+        return ex
+
+    def _activations(self, ex: StageExpressions) -> dict:
+        """The peak moment's activations of evaluated expressions, as the JSON reports them."""
+        per_chunk = [int(ex.per_microbatch(c)) for c in range(len(ex.chunks))]
+        working = [int(w) for w in ex.working]
+
+        def value(mo: Moment) -> int:
+            return sum(n * x for n, x in zip(mo.counts, per_chunk)) + max([0] + [working[c] for c in mo.running])
+
+        peak = max(ex.moments, key=value)          # the first of equal candidates (most micro-batches)
+        by_entry: dict[str, int] = {}
+        for ch in ex.chunks:
+            for k, x in ch.items():
+                by_entry[k] = by_entry.get(k, 0) + int(x)
+        st = ex.stage
         return {
             "per_microbatch": sum(by_entry.values()),
-            "microbatches_in_flight": sum(counts) + (1 if extra_chunk == -2 else 0),
-            "schedule_extra": schedule_extra,
-            "recompute_working_set": working,
+            "microbatches_in_flight": peak.total,
+            # kept for the JSON contract: the replay's chunk counts include DualPipe's overlapped step
+            "schedule_extra": 0,
+            "recompute_working_set": max([0] + [working[c] for c in peak.running]),
             "by_entry": by_entry,
-            "chunks": chunks,
-            "total": in_flight_bytes + schedule_extra + working,
+            "chunks": [{"stage": c.index, "layers": list(c.layers), "per_microbatch": per_chunk[i],
+                        "in_flight": peak.counts[i], "recompute_working_set": working[i]}
+                       for i, c in enumerate(st.chunks)],
+            "total": value(peak),
         }
 
     # -- stages -----------------------------------------------------------------------------------
@@ -171,9 +281,10 @@ class Estimate:
     def stages(self) -> list[StageMemory]:
         part, out = self.partition, []
         for st in part.stages:
+            ex = self.stage_expressions(st.index, self.values)
             params = part.params(st)
-            b = model_states(part, st).evaluate()
-            act = self._activations(st)
+            b = {k: int(x) for k, x in ex.states.items()}
+            act = self._activations(ex)
             b["activations"] = act.pop("total")
             allocated = sum(b[k] for k in ALLOCATED)
             ovh = self.overhead.terms(allocated)
@@ -183,7 +294,8 @@ class Estimate:
                 params=params,
                 parameters=params.evaluate_total(part.values),
                 bytes=b,
-                optimizer=optimizer_states(part, st).evaluate(),
+                optimizer={name: n * b["optimizer_states"] // self.recipe.optimizer_bytes
+                           for name, n in self.recipe.optimizer},
                 components=by_block(params).evaluate(part.values),
                 activations=act,
                 overheads=ovh,
@@ -227,47 +339,17 @@ class Estimate:
         return out
 
 
-def stage_formula(est: "Estimate", index: int, keep=("DP", "TP", "EP", "ETP", "CP", "b", "s")) -> Breakdown:
-    """Allocated bytes of one device of stage ``index`` as a formula in the symbols named by ``keep``
-    (everything else substituted): model states and in-flight activations under 1F1B/GPipe.
+def stage_formula(est: Estimate, index: int, keep=("DP", "TP", "EP", "ETP", "CP", "b", "s")) -> Breakdown:
+    """Allocated bytes of one device of stage ``index`` as named terms, a formula in the symbols
+    named by ``keep`` (everything else substituted): the very expressions :attr:`Estimate.stages`
+    evaluates, so that substituting the kept symbols gives ``estimate``'s numbers exactly.
 
     The layout, schedule, recompute policy and precision are those of ``est``; divisibility is the
     caller's business (use it for sweeps over valid configurations, e.g. with ``lambdify``).
     """
-    import sympy as sp
-
-    from .activations import entry_bytes
-    from .states import states_formula
-    from .symbols import sym
-
-    part, t = est.partition, est.train
-    st = part.stages[index]
-    if len(st.chunks) != 1 or est.policy.full and est.policy.block_layers is not None:
-        raise ConfigError("stage_formula covers one chunk per device (gpipe, 1f1b) and per-layer policies")
     keep_syms = {sym(k) for k in keep}
     fixed = {k: x for k, x in est.values.items() if k not in keep_syms}
-    params = part.params(st)
-    edp_keys = part.edp_keys(st)
-    p_ne = params.select(lambda k: k not in edp_keys).total
-    p_e = params.select(lambda k: k in edp_keys).total
-    EDP = sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP"))
-    states = states_formula(t.zero, est.recipe).map(
-        lambda e: e.xreplace({sym("P_ne"): p_ne, sym("P_e"): p_e, sym("EDP"): EDP}))
-    counts, _ = in_flight(t, st)
-    chunk = st.chunks[0]
-    m, ap = est.model, est.act_profile
-    ledgers = [e for i in chunk.layers for e in ap.layer(m, m.layer_kinds[i]) if not est.policy.drops(e)]
-    if chunk.first:
-        ledgers += ap.embedding(m)
-    if chunk.last:
-        ledgers += ap.head(m)
-    act = sum((entry_bytes(e, t, est.recipe) for e in ledgers), start=0) * counts[0]
-    working = sp.Integer(0)
-    if est.policy.full:
-        working = sp.Max(0, *(sum((entry_bytes(e, t, est.recipe) for e in ap.layer(m, k) if est.policy.drops(e)),
-                                  start=0) for k in {m.layer_kinds[i] for i in chunk.layers}))
-    out = Breakdown({**states, "activations": act, "recompute_working_set": working})
-    return out.map(lambda e: e.xreplace(fixed))
+    return est.stage_expressions(index, fixed).breakdown()
 
 
 def estimate(model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,

@@ -3,8 +3,9 @@
 These are reported apart from the allocated bytes (parameters, gradients, optimizer states,
 activations), because they are not tensors of the model and cannot be derived exactly:
 
-``cuda_context``   CUDA context and kernels, outside PyTorch's allocator: between 300 MiB and 2 GiB
-                   when PyTorch first uses CUDA (peers.md, "Physical facts").
+``cuda_context``   CUDA context and kernels, outside PyTorch's allocator: a few hundred MiB to about
+                   2 GiB, by the GPU, the driver and the libraries loaded (PyTorch's CUDA semantics
+                   notes: the context is not counted by the caching allocator).
 ``comm_buffers``   temporary buffers of inter-GPU communication: about 0.8 to 2 (the paper's "GB",
                    i.e. GiB) per device, by the paper's §6.
 ``fragmentation``  allocator fragmentation: 5 % to 30 % of allocated memory, by the paper's §6.
@@ -17,14 +18,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil
 
-from .config import ConfigError
+from .config import ConfigError, show
 
 __all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES"]
 
 GIB, MIB = 2**30, 2**20
 
 SOURCES = {
-    "cuda_context": "300 MiB to 2 GiB when PyTorch first uses CUDA (calculator notes cited in peers.md)",
+    "cuda_context": "300 MiB to 2 GiB outside PyTorch's caching allocator, by GPU, driver and libraries "
+                    "(PyTorch docs, CUDA semantics: memory management)",
     "comm_buffers": "0.8 to 2 GiB per device for inter-GPU transfers (arXiv 2502.07846 §6)",
     "fragmentation": "5 % to 30 % of allocated memory (arXiv 2502.07846 §6)",
 }
@@ -59,7 +61,7 @@ def overheads(preset: str = "low", **changes) -> Overheads:
     try:
         base = OVERHEAD_PRESETS[preset]
     except KeyError:
-        raise ConfigError(f"overhead={preset!r} must be one of {', '.join(OVERHEAD_PRESETS)}") from None
+        raise ConfigError(f"overhead={show(preset)} must be one of {', '.join(OVERHEAD_PRESETS)}") from None
     vals = {k: getattr(base, k) for k in ("cuda_context", "comm_buffers", "fragmentation")}
     for k, x in changes.items():
         if x is None:

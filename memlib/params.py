@@ -23,7 +23,8 @@ from .symbols import sym
 
 __all__ = [
     "values", "tensor_counts", "layer_params", "layer_counts", "model_params", "activated_params",
-    "mtp_params", "buffer_params", "by_block", "expert_params", "per_layer_totals",
+    "mtp_params", "buffer_params", "by_block", "expert_params", "per_layer_totals", "readable",
+    "block_formulas", "total_formula",
 ]
 
 
@@ -100,6 +101,36 @@ def by_block(b: Breakdown) -> Breakdown:
         parts = key.split(".")
         return parts[0] if parts[0] != "mtp" or len(parts) == 2 else "mtp." + parts[1]
     return b.grouped(block)
+
+
+def readable(expr: sp.Expr) -> sp.Expr:
+    """``expr`` as a person writes it: expanded, then each latent or compressed width collected
+    with its cofactor factored (MLA's d_c' (h + n_h (d_h + d_h^R) + 1) + ...); the value is
+    unchanged."""
+    e = sp.expand(expr)
+    return sp.collect(e, [sym("d_cq"), sym("d_c")], func=sp.factor) if e.is_Add else sp.factor(e)
+
+
+def block_formulas(m: ModelConfig) -> dict[str, sp.Expr]:
+    """The per-layer blocks of eq. (3.6), each in :func:`readable` form: ``mla`` (the attention
+    with its latent norms), ``norms`` (the two block RMSNorms), ``ffn`` (a dense FFN) and ``moe``
+    (router, shared and routed experts)."""
+    moe, dense = by_block(layer_params(m, "moe")), by_block(layer_params(m, "dense"))
+    return {
+        "mla": readable(moe["attention"]),
+        "norms": readable(moe["norms"]),
+        "ffn": readable(dense["dense_ffn"]),
+        "moe": sp.Add(*(readable(moe[k]) for k in ("router", "shared_experts", "routed_experts") if k in moe)),
+    }
+
+
+def total_formula(m: ModelConfig) -> sp.Expr:
+    """The main model's parameter count in the book's form (eq. 3.6): embedding, head and final
+    norm, then every layer's MLA and norms, the dense layers' FFNs and the MoE layers' experts,
+    each block written once.  Equal to :func:`model_params` (a test expands both)."""
+    n, b = layer_counts(m), block_formulas(m)
+    ends = tensor_counts(embedding_tensors()).total + tensor_counts(head_tensors(m)).total
+    return ends + (n["dense"] + n["moe"]) * (b["mla"] + b["norms"]) + n["dense"] * b["ffn"] + n["moe"] * b["moe"]
 
 
 def expert_params(m: ModelConfig) -> sp.Expr:

@@ -15,7 +15,7 @@ Two conventions (*profiles*) say which tensors are TP-split:
     arXiv 2502.07846 §3: W^UQ, W^UK, W^UV, W^O split; W^DQ, W^DKV, W^QR, W^KR, all RMSNorms, the
     router and the shared experts replicated; no MTP.  The paper does not say how the dense FFN
     and the embedding/head are laid out (it analyses MoE stages only); memlib splits them by TP
-    (vocab-parallel embedding and head), as the reference reconstruction of its stage-0 figure does.
+    (vocab-parallel embedding and head), as Megatron-Core does.
 ``megatron``
     Megatron-Core: W^QR is split with W^UQ (one column-parallel ``linear_q_up_proj``), the
     shared experts are TP-split like the dense FFN, and the MTP modules sit on the last stage.
@@ -31,13 +31,14 @@ import sympy as sp
 
 from .architecture import (
     Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, mtp_embedding_copy, mtp_tensors,
+    tied_head_copy,
 )
 from .breakdown import Breakdown
-from .config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
-__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout",
+__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
            "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages",
            "check_chunking"]
 
@@ -124,6 +125,25 @@ def default_layout(num_layers: int, pp: int) -> tuple[int, ...]:
     return (per,) * (pp - 1) + (last,)
 
 
+def balanced_layout(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Layers spread as evenly as possible: every stage gets floor(l / n) or one more, and the
+    stages with one fewer are the ends, first and last alternately (they also hold the embedding
+    and the head).
+
+    >>> balanced_layout(61, 16)
+    (3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3)
+    >>> balanced_layout(60, 16)
+    (3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3)
+    """
+    if not 1 <= stages <= num_layers:
+        raise ConfigError(f"pp={stages} with num_hidden_layers={num_layers}: every stage needs at least one layer")
+    base, extra = divmod(num_layers, stages)
+    light = stages - extra                        # stages that get base layers, taken from the ends
+    order = [i // 2 if i % 2 == 0 else stages - 1 - i // 2 for i in range(stages)]   # 0, n-1, 1, n-2, ...
+    ends = set(order[:light])
+    return tuple(base if i in ends else base + 1 for i in range(stages))
+
+
 #: pipeline schedules and how many model chunks each device holds
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 
@@ -131,7 +151,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 def check_chunking(train: TrainingConfig) -> None:
     """Rules on the schedule and the model chunks per device (checked before any layout)."""
     if train.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule={train.schedule!r} must be one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"schedule={show(train.schedule)} must be one of {', '.join(SCHEDULES)}")
     p, v = train.pp, train.vpp
     if train.schedule == "interleaved" and v < 2:
         raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
@@ -232,13 +252,14 @@ class Partition:
         self.model = load_model(model)
         self.train = train
         if train.profile not in PROFILES:
-            raise ConfigError(f"profile={train.profile!r} must be one of {', '.join(PROFILES)}")
+            raise ConfigError(f"profile={show(train.profile)} must be one of {', '.join(PROFILES)}")
         self.profile = PROFILES[train.profile]
         m = self.model
         self.layout = resolve_layout(m, train)
         self.stages = build_stages(self.layout, train)
         self._check()
-        self.values = {**model_values(m), **parallel_values(train)}
+        self.model_values = model_values(m)
+        self.values = {**self.model_values, **parallel_values(train)}
 
     # ------------------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -284,6 +305,11 @@ class Partition:
                     out += [(t, n) for t in decoder_layer_tensors(m, kind)]
             if chunk.last:
                 out += [(t, 1) for t in head_tensors(m)]
+                if m.tie_word_embeddings and not any(c.first for c in chunks):
+                    # the stage that computes the logits needs the shared weight: Megatron-Core keeps a
+                    # copy there (shared_embedding_or_output_weight) and all-reduces its gradient with
+                    # the embedding's; where one rank holds both ends (PP 1, DualPipe) there is none
+                    out += [(t, 1) for t in tied_head_copy()]
                 if self.profile.include_mtp and m.num_nextn_predict_layers:
                     kind = m.layer_kinds[-1] if self.profile.mtp_like_last_layer else None
                     for j in range(m.num_nextn_predict_layers):

@@ -27,7 +27,7 @@ from enum import IntEnum
 import sympy as sp
 
 from .breakdown import Breakdown
-from .config import ConfigError
+from .config import ConfigError, show
 from .partition import Partition, Stage
 from .symbols import sym
 
@@ -106,7 +106,7 @@ def recipe(name: str) -> Recipe:
     try:
         return RECIPES[name]
     except KeyError:
-        raise ConfigError(f"precision={name!r} must be one of {', '.join(RECIPES)}") from None
+        raise ConfigError(f"precision={show(name)} must be one of {', '.join(RECIPES)}") from None
 
 
 P, P_ne, P_e = sym("P"), sym("P_ne"), sym("P_e")

@@ -13,9 +13,10 @@ A table uses one unit family throughout.
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
-__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "fmt_decimal", "parse_bytes"]
+__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "fmt_decimal", "parse_bytes", "parse_number"]
 
 #: bytes per unit, exact
 UNITS: dict[str, int] = {
@@ -57,8 +58,29 @@ def fmt_billions(n: int, digits: int = 2) -> str:
     return fmt_decimal(Fraction(int(n), 10**9), digits) + "B"
 
 
-def parse_bytes(text: str) -> int:
-    """Parse ``"80GiB"``, ``"80 GB"``, ``"1234"`` into bytes (exact; decimals allowed)."""
+#: a plain decimal number: digits, an optional fraction and an optional exponent (no sign, no
+#: underscores, no infinities); its length and exponent are bounded before it is converted, so a
+#: number with thousands of digits is refused at once instead of being built
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+MAX_NUMBER_CHARS = 40
+MAX_EXPONENT = 30
+
+
+def parse_number(text: str) -> Fraction:
+    """An exact, non-negative decimal number (``"0.1"``, ``"80"``, ``"1.5e9"``), bounded: at most
+    40 characters and an exponent of at most 30, so that no input takes long to read."""
+    t = text.strip()
+    if len(t) > MAX_NUMBER_CHARS or not _NUMBER.fullmatch(t):
+        raise ValueError("is not a plain decimal number of at most 40 characters (e.g. 80, 0.1, 1.5e9)")
+    mantissa, _, exp = t.lower().partition("e")
+    if exp and abs(int(exp)) > MAX_EXPONENT:
+        raise ValueError(f"has an exponent beyond ±{MAX_EXPONENT}")
+    return Fraction(t)
+
+
+def parse_bytes(text: str, maximum: int = 2**60) -> int:
+    """Parse ``"80GiB"``, ``"80 GB"``, ``"1234"`` into bytes (exact; decimals allowed; at most
+    ``maximum`` bytes)."""
     t = text.strip().replace(" ", "")
     for unit in sorted(UNITS, key=len, reverse=True):
         if t.endswith(unit) and unit != "B":
@@ -67,9 +89,11 @@ def parse_bytes(text: str) -> int:
     else:
         unit, num = "B", t[:-1] if t.endswith("B") else t
     try:
-        value = Fraction(num) * UNITS[unit]
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"cannot read a memory size from {text!r} (e.g. 80GiB, 80GB)") from None
+        value = parse_number(num) * UNITS[unit]
+    except ValueError:
+        raise ValueError("cannot read a memory size from it (e.g. 80GiB, 80GB)") from None
     if value <= 0 or value.denominator != 1:
-        raise ValueError(f"memory size {text!r} must be a positive whole number of bytes")
+        raise ValueError("must be a positive whole number of bytes")
+    if value > maximum:
+        raise ValueError(f"exceeds 2^{maximum.bit_length() - 1} bytes, the largest memlib accepts")
     return int(value)

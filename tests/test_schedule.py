@@ -1,7 +1,9 @@
 """Pipeline schedules: micro-batches in flight per rank and chunk, chunk placement, and the rules.
 
-GPipe keeps all M, 1F1B min(p - r, M) (Narayanan et al.), Megatron's interleaved 1F1B
-2(p - r - 1) + (V - 1)p + 1 chunk-micro-batches (Korthikanti's p(1 + (p - 1)/(pV)) on rank 0,
+The replay's step orders are checked against orders written out by hand from the sources
+(Megatron's 1F1B and interleaved schedules, DualPipe.step); its peaks against the closed forms of
+the literature: GPipe keeps all M, 1F1B min(p - r, M) (Narayanan et al.), Megatron's interleaved
+1F1B 2(p - r - 1) + (V - 1)p + 1 chunk-micro-batches (Korthikanti's p(1 + (p - 1)/(pV)) on rank 0,
 mbridge's per-chunk rules), DualPipe p + 1 and 2x parameters (the DualPipe README's table).
 """
 from __future__ import annotations
@@ -11,64 +13,115 @@ import pytest
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
 from memlib.memory import estimate
 from memlib.partition import Partition, build_stages, resolve_layout
-from memlib.schedule import check_schedule, in_flight
+from memlib.schedule import Moment, check_schedule, in_flight, moments, replay_microbatches, steps, timeline
 from memlib.states import model_states
 
 import tiny as T
 
 
-def stages(p, schedule="1f1b", v=1, m=None, layout=None):
+def stages(p, schedule="1f1b", v=1, m=None, layout=None):  # noqa: D103 - the chunks of each rank
     train = TrainingConfig(pp=p, schedule=schedule, vpp=v, num_microbatches=m)
     return train, build_stages(layout or (1,) * (p * v), train)
 
 
 # ---------------------------------------------------------------------------------------------
-# in-flight counts
+# the replay: step orders written out by hand
 # ---------------------------------------------------------------------------------------------
+def ops(train, r, m=None):
+    """A rank's steps as text: 'F0.2' is the forward of micro-batch 2 on chunk 0, 'F0.3+B1.1' an
+    overlapped pair, 'B1.0*' a backward whose weight gradient is deferred, 'W1.0' that gradient."""
+    def one(op):
+        return f"{op.kind}{op.chunk}.{op.mb}" + ("*" if op.deferred else "")
+    return [" +".join(one(op) for op in step).replace(" +", "+") for step in steps(train, r, m)]
+
+
+def test_1f1b_by_hand():
+    # rank 1 of 4 with 4 micro-batches: p - r - 1 = 2 warm-up forwards, then one forward, one backward
+    train = TrainingConfig(pp=4, num_microbatches=4)
+    assert ops(train, 1) == ["F0.0", "F0.1", "F0.2", "B0.0", "F0.3", "B0.1", "B0.2", "B0.3"]
+    held = [mo.counts[0] for _, mo in timeline(train, 1)]
+    assert held == [1, 2, 3, 3, 3, 3, 2, 1]
+    assert ops(TrainingConfig(pp=4, num_microbatches=2), 0) == ["F0.0", "F0.1", "B0.0", "B0.1"]
+
+
+def test_interleaved_warmup_by_hand():
+    # Megatron's interleaved 1F1B, p = 2, V = 2, M = 2, rank 1: (V - 1) p = 2 warm-up forwards on
+    # chunk 0 (forwards k // p mod V), then backwards from the last chunk (V - 1 - (k // p) mod V)
+    train = TrainingConfig(pp=2, vpp=2, schedule="interleaved", num_microbatches=2)
+    assert ops(train, 1) == ["F0.0", "F0.1", "F1.2", "B1.0", "F1.3", "B1.1", "B0.2", "B0.3"]
+    # rank 0 warms up 2 (p - 1) + 2 = 4 forwards: every forward before the first backward
+    assert ops(train, 0) == ["F0.0", "F0.1", "F1.2", "F1.3", "B1.0", "B1.1", "B0.2", "B0.3"]
+
+
+def test_dualpipe_by_hand():
+    """DualPipe.step of deepseek-ai/DualPipe for 4 ranks and 8 micro-batches, traced by hand from
+    the source: chunk 0 is the shallow model stage of the rank, chunk 1 the deep one."""
+    train = TrainingConfig(pp=4, schedule="dualpipe", num_microbatches=8)
+    # rank 0 (half rank 0): step 1 two F0; step 2 F0 F1; step 3 B1 (zero bubble) W F1; step 4 the
+    # overlapped pairs; step 5 B1 and a pair; step 6 B1, then B0 with zero bubble; steps 7-8 the W's
+    assert ops(train, 0) == ["F0.0", "F0.1", "F0.2", "F1.0", "B1.0*", "W1.0", "F1.1", "F0.3+B1.1", "F1.2+B0.0",
+                             "B1.2", "F1.3+B0.1", "B1.3", "B0.2*", "W0.2", "B0.3*", "W0.3"]
+    # rank 1 (half rank 1): no step 1, two rounds of step 2, two of step 4, then step 6 with the
+    # second round deferred
+    assert ops(train, 1) == ["F0.0", "F1.0", "F0.1", "F1.1", "F0.2+B1.0", "F1.2+B0.0", "F0.3+B1.1", "F1.3+B0.1",
+                             "B1.2", "B0.2", "B1.3*", "B0.3*", "W1.3", "W0.3"]
+    # the mirror ranks run the same steps
+    assert ops(train, 3) == ops(train, 0) and ops(train, 2) == ops(train, 1)
+    # the peak: the overlapped step's new forward is on the shallow chunk, p - h of it and h + 1 deep
+    assert max(mo.total for _, mo in timeline(train, 0)) == 5
+    assert moments(train, 0) == [Moment((4, 1), (0, 1))]
+    assert moments(train, 1) == [Moment((3, 2), (0, 1))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the closed forms of the literature, against the replay
+# ---------------------------------------------------------------------------------------------
+def peak(train, r, m=None):
+    """The moment holding the most micro-batches (the first such), from the replay."""
+    return max((mo for _, mo in timeline(train, r, m)), key=lambda mo: mo.total)
+
+
 @pytest.mark.parametrize("p", [1, 2, 4, 16])
 @pytest.mark.parametrize("m", [1, 3, 16, 64])
 def test_gpipe_keeps_every_microbatch(p, m):
-    train, sts = stages(p, "gpipe", m=m)
-    assert [in_flight(train, st) for st in sts] == [([m], -1)] * p
+    train = TrainingConfig(pp=p, schedule="gpipe", num_microbatches=m)
+    for r in range(p):
+        assert peak(train, r).counts == (m,) == tuple(in_flight(train, r))
+        assert moments(train, r) == [Moment((m,), (0,))]
 
 
-@pytest.mark.parametrize("p", [1, 2, 4, 16])
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 16])
 @pytest.mark.parametrize("m", [None, 1, 3, 16, 64])
-def test_1f1b(p, m):
-    train, sts = stages(p, "1f1b", m=m)
-    got = [in_flight(train, st) for st in sts]
-    want = [([p - r if m is None else min(p - r, m)], -1) for r in range(p)]
-    assert got == want
-    if m is None:
-        assert got[0] == ([p], -1) and got[-1] == ([1], -1)
+def test_1f1b_replay_is_narayanans_min_p_minus_r_m(p, m):
+    train = TrainingConfig(pp=p, num_microbatches=m)
+    for r in range(p):
+        mm = m if m is not None else p
+        assert peak(train, r, mm).total == min(p - r, mm) == in_flight(train, r)[0]
+        assert [mo.counts for mo in moments(train, r)] == [(min(p - r, mm),)]
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 @pytest.mark.parametrize("v", [2, 3, 4])
 def test_interleaved_rank0_is_korthikantis_factor(p, v):
-    train, sts = stages(p, "interleaved", v=v)
-    counts, extra = in_flight(train, sts[0])
-    assert extra == -1 and len(counts) == v
-    assert sum(counts) == p * v + p - 1
-    # in stage units (one chunk is 1/V of a stage): p (1 + (p - 1)/(p V))
+    """Korthikanti et al.: the first rank of the interleaved schedule holds p (1 + (p - 1)/(p V))
+    stages' worth of activations, p V + p - 1 chunk-micro-batches."""
     from fractions import Fraction
-    assert Fraction(sum(counts), v) == p * (1 + Fraction(p - 1, p * v))
+    train = TrainingConfig(pp=p, vpp=v, schedule="interleaved")
+    top = peak(train, 0)
+    assert Fraction(top.total, v) == p * (1 + Fraction(p - 1, p * v))
+    assert list(top.counts) == in_flight(train, 0)
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 @pytest.mark.parametrize("v", [2, 3, 4])
 @pytest.mark.parametrize("m", [None, "p", "2p", "8p"])
-def test_interleaved_per_rank(p, v, m):
+def test_interleaved_replay_peaks_at_the_warmup_plus_one(p, v, m):
     mb = {None: None, "p": p, "2p": 2 * p, "8p": 8 * p}[m]
-    train, sts = stages(p, "interleaved", v=v, m=mb)
-    for r, st in enumerate(sts):
-        counts, _ = in_flight(train, st)
-        n = 2 * (p - r - 1) + (v - 1) * p + 1
-        if mb is not None:
-            n = min(n, mb * v)
-        assert sum(counts) == n, r
-        # forwards run p micro-batches per chunk in turn: chunk (k // p) mod V
-        assert counts == [sum(1 for k in range(n) if (k // p) % v == c) for c in range(v)]
+    train = TrainingConfig(pp=p, vpp=v, schedule="interleaved", num_microbatches=mb)
+    for r in range(p):
+        top = peak(train, r, mb)
+        assert top.total == min(2 * (p - r - 1) + (v - 1) * p + 1, (mb or 10**9) * v)
+        assert list(top.counts) == in_flight(train, r)
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
@@ -76,49 +129,76 @@ def test_interleaved_per_rank(p, v, m):
 def test_interleaved_agrees_with_mbridge_on_first_and_middle_chunks(p, v):
     """mbridge (peers.md §3): chunk 0 holds p + max(2(p - r) - 1 - p, 0), a middle chunk p.  Its
     last-chunk rule, min(2(p - r) + 1, p), counts two more than Megatron's warm-up on the ranks
-    where 2(p - r) + 1 < p; memlib follows Megatron's warm-up: min(2(p - r) - 1, p)."""
-    train, sts = stages(p, "interleaved", v=v)
-    for r, st in enumerate(sts):
-        counts, _ = in_flight(train, st)
+    where 2(p - r) + 1 < p; the replay of Megatron's step order gives min(2(p - r) - 1, p)."""
+    train = TrainingConfig(pp=p, vpp=v, schedule="interleaved")
+    for r in range(p):
+        counts = peak(train, r).counts
         assert counts[0] == p + max((p - r) * 2 - 1 - p, 0)
         assert all(c == p for c in counts[1:-1])
         assert counts[-1] == min(2 * (p - r) - 1, p)
 
 
-def test_interleaved_by_hand():
-    train, sts = stages(4, "interleaved", v=2)
-    # rank 0: 11 forwards = 4 on chunk 0, 4 on chunk 1, 3 more on chunk 0
-    assert [in_flight(train, st)[0] for st in sts] == [[7, 4], [5, 4], [4, 3], [4, 1]]
-    train, sts = stages(4, "interleaved", v=2, m=4)
-    assert [in_flight(train, st)[0] for st in sts] == [[4, 4], [4, 4], [4, 3], [4, 1]]
-
-
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
-def test_dualpipe_counts(p):
-    train, sts = stages(p, "dualpipe")
-    for r, st in enumerate(sts):
-        counts, extra = in_flight(train, st)
-        half = min(r, p - 1 - r)
-        assert counts == [p - half - 1, half + 1] and extra == -2
-        assert sum(counts) == p
+@pytest.mark.parametrize("m", [None, "2p", "2p+2", "6p"])
+def test_dualpipe_replay_holds_p_plus_one(p, m):
+    """The DualPipe README's table: activations of PP + 1 micro-batches, on every rank, for any M."""
+    mb = {None: None, "2p": 2 * p, "2p+2": 2 * p + 2, "6p": 6 * p}[m]
+    train = TrainingConfig(pp=p, schedule="dualpipe", num_microbatches=mb)
+    for r in range(p):
+        h = min(r, p - 1 - r)
+        top = peak(train, r, mb)
+        assert top.total == p + 1
+        assert list(top.counts) == [p - h, h + 1] == in_flight(train, r)
+        assert moments(train, r) == [Moment((p - h, h + 1), (0, 1))]
 
 
-@pytest.mark.parametrize("p", [2, 4, 8, 16])
-def test_dualpipe_chunks(p):
-    train, sts = stages(p, "dualpipe", layout=tuple(range(1, p + 1)))
-    for r, st in enumerate(sts):
-        assert {c.index for c in st.chunks} == {r, p - 1 - r}
-        assert st.first == st.last == (r in (0, p - 1))
-    assert sts[0].chunks[0].index == 0 and sts[-1].chunks[0].index == 0
+@pytest.mark.parametrize("schedule,v,p", [(sch, v, p) for sch, v in (("1f1b", 1), ("interleaved", 2),
+                                                                      ("interleaved", 3), ("dualpipe", 1))
+                                            for p in (2, 3, 4, 6, 8) if sch != "dualpipe" or p % 2 == 0])
+def test_replay_stops_where_more_microbatches_repeat(schedule, v, p):
+    """moments() replays at most replay_microbatches(); the peak candidates of a full replay of many
+    more micro-batches are the same (the steady state repeats)."""
+    def undominated(seen):
+        def dom(a, b):
+            return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and set(a.running) <= set(b.running)
+        return {a for a in seen if not any(dom(a, b) for b in seen)}
+
+    for mult in (2, 5, 11):
+        train = TrainingConfig(pp=p, vpp=v, schedule=schedule, num_microbatches=p * mult)
+        assert replay_microbatches(train) <= p * mult
+        for r in range(p):
+            full = undominated({mo for _, mo in timeline(train, r, p * mult)})
+            assert set(moments(train, r)) == full
+
+
+def test_replay_is_bounded_for_huge_m():
+    train = TrainingConfig(pp=16, schedule="dualpipe", num_microbatches=2**30)
+    assert replay_microbatches(train) == 32
+    assert moments(train, 0) == [Moment((16, 1), (0, 1))]
+
+
+def test_dualpipe_puts_the_extra_microbatch_on_the_shallow_chunk():
+    """Rank 0 of DeepSeek-V3 under DualPipe holds model stages 0 (embedding, layers 0-3) and 15
+    (layer 60, the head, MTP): its peak holds 16 micro-batches of stage 0 and one of stage 15, not
+    the other way round."""
+    est = estimate("deepseek-v3", PAPER_TRAINING.with_(schedule="dualpipe", recompute="full", zero=1,
+                                                     profile="megatron"))
+    a = est.stages[0].activations
+    assert [(c["stage"], c["in_flight"]) for c in a["chunks"]] == [(0, 16), (15, 1)]
+    assert a["chunks"][1]["per_microbatch"] > a["chunks"][0]["per_microbatch"]      # the heavy one
+    assert a["microbatches_in_flight"] == 17 and a["schedule_extra"] == 0
+    held = sum(c["per_microbatch"] * c["in_flight"] for c in a["chunks"])
+    assert est.stages[0].bytes["activations"] == held + a["recompute_working_set"]
 
 
 def test_dualpipe_p_plus_one_in_flight_on_every_rank():
     est = estimate("deepseek-v3", PAPER_TRAINING.with_(schedule="dualpipe", recompute="full", zero=1))
     assert [s.activations["microbatches_in_flight"] for s in est.stages] == [17] * 16
-    for s in est.stages:
+    for r, s in enumerate(est.stages):
         a = s.activations
-        assert sum(c["in_flight"] for c in a["chunks"]) == 16
-        assert a["schedule_extra"] == max(c["per_microbatch"] for c in a["chunks"])
+        h = min(r, 15 - r)
+        assert [c["in_flight"] for c in a["chunks"]] == [16 - h, h + 1]
+        assert a["schedule_extra"] == 0
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved"])
@@ -130,8 +210,6 @@ def test_counts_reach_estimate(schedule):
     want = {"1f1b": [p - r for r in range(p)], "gpipe": [32] * p,
             "interleaved": [2 * (p - r - 1) + p + 1 for r in range(p)]}[schedule]
     assert got == want
-    for s in est.stages:
-        assert [c["in_flight"] for c in s.activations["chunks"]] == in_flight(est.train, s.stage)[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import sympy as sp
 
-from ..activations import MODULES, POLICIES, Saved, entry_bytes, ledger_bytes, parse_policy
+from ..activations import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
 from ..breakdown import Breakdown
 from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
 from ..ledgers import gpt_layer, paper_layer
@@ -131,15 +131,15 @@ _DTYPE_NAMES = {"act": "bf16", "mask": "mask", "fp32": "fp32", "int64": "int64"}
 
 
 def _dtype_cell(e: Saved, train: TrainingConfig) -> str:
-    one = entry_bytes(e, None, recipe(train.precision)).xreplace({x: 1 for x in _PARALLEL}) / e.elements
-    return f"{sp.nsimplify(one)} ({_DTYPE_NAMES[e.dtype]})"
+    return f"{element_bytes(e, recipe(train.precision))} ({_DTYPE_NAMES[e.dtype]})"
 
 
 def _divisor_cell(e: Saved, train: TrainingConfig) -> str:
-    names = [d for d in ("TP", "SP", "CP", "ETP") if d in e.shard]
+    names = [d for d in ("TP", "SP", "CP", "EP", "ETP") if d in e.shard]
     if not names:
         return "—"
-    return ", ".join(f"${d}$" for d in names)
+    text = ", ".join(f"${d}$" for d in names)
+    return text + (" (tokens rounded up)" if e.mean_rows else "")
 
 
 def _dropped_by(e: Saved) -> str:

@@ -25,6 +25,7 @@ from ..params import activated_params, layer_params, model_params, mtp_params, p
 from ..partition import Partition
 from ..reference import DEEPSEEK_OFFICIAL, PAPER
 from ..units import fmt_decimal, fmt_billions, fmt_bytes, fmt_count
+from ..states import recipe
 from . import static, zero
 from .core import md_table
 
@@ -54,6 +55,7 @@ KINDS = {
     "accounting": "a term counted differently from what an implementation stores",
     "statement": "a rounded public statement",
     "transcription": "an error of a secondary source",
+    "reading": "a figure that is right once read as its source means it",
 }
 
 
@@ -74,7 +76,7 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
     """All items, computed for ``model`` under ``train`` (the paper's configuration by default)."""
     m = load_model(model)
     t6 = static.table6_values(m, train)
-    printed6 = {r["module"]: r for r in PAPER["table6"]}
+    printed6 = PAPER["table6"]
     deltas = static.profile_deltas(m, train)
     t8 = zero.table8_values(m, train)
     printed8 = PAPER["table8"]
@@ -140,7 +142,7 @@ def errata(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAP
             f"The paper keeps W^QR replicated under TP; Megatron-Core fuses it with W^UQ into one "
             f"column-parallel projection, which stores {fmt_count(deltas['wqr'])} fewer parameters per device."),
         Erratum(
-            "s3-shared-replicated", "static", "paper, §3.3", "convention", fmt_count(PAPER["table6"][3]["params"]),
+            "s3-shared-replicated", "static", "paper, §3.3", "convention", fmt_count(PAPER["table6"]["MoE"]["params"]),
             f"{fmt_count(t6['moe'])} (paper's convention); {fmt_count(t6['moe'] - deltas['shared'])} with the "
             f"shared expert split",
             f"The paper replicates the shared expert on every TP rank; Megatron-Core splits it like a dense "
@@ -159,19 +161,26 @@ def _billions(n: int) -> str:
     return f"{fmt_billions(n)} ({fmt_count(n)})"
 
 
+def _printed_gap(printed: str, n: int) -> str:
+    """How far a printed count in billions lies above ``n``, in billions."""
+    return fmt_billions(int(Fraction(printed) * 10**9) - n, 2)
+
+
 def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> list[Erratum]:
     vals = values(m)
     layers = per_layer_totals(m)
     moe_layer = layer_params(m, "moe").evaluate_total(vals)
     part = Partition(m, train)
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
-    t3 = {r["layers"]: r for r in PAPER["table3"]}
-    t4 = {r["stage"]: r for r in PAPER["table4"]}
+    t3 = PAPER["table3"]
+    t4 = PAPER["table4"]
     mla_matrices = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
                        if k.startswith("attention.W_"))
     replicated = sum(x for k, x in layer_params(m, "moe").evaluate(vals).items()
                      if k in ("attention.W_DQ", "attention.W_DKV", "attention.W_QR", "attention.W_KR"))
     share = fmt_decimal(Fraction(100 * replicated, mla_matrices), 1) + "%"
+    t6 = static.table6_values(m, train)
+    device_share = fmt_decimal(Fraction(100 * t6["mla_replicated"], t6["mla_replicated"] + t6["mla_split"]), 1) + "%"
     lite = load_model("deepseek-v2-lite")
     v2 = load_model("deepseek-v2")
     lite_act = activated_params(lite).evaluate_total(values(lite))
@@ -194,10 +203,13 @@ def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> 
             f"{t3['1-2']['params']} + {t3['3-59']['params']}); the exact layers are "
             f"{', '.join(fmt_count(x) for x in layers[:4])} (the first with the embedding added in the table)."),
         Erratum(
-            "dd-replicated-share", "parameters", "the paper's transcription (DD)", "transcription",
-            SECONDARY["dd_replicated_share"], f"{share} ({fmt_count(replicated)} of {fmt_count(mla_matrices)})",
-            "The share of MLA matrix parameters that tensor parallelism leaves replicated (the down-projections "
-            "and W^QR) is the exact ratio shown; the transcription's figure is not."),
+            "dd-replicated-share", "parameters", "the paper's transcription (DD)", "reading",
+            SECONDARY["dd_replicated_share"],
+            f"{device_share} of one TP{train.tp} device's MLA parameters ({fmt_count(t6['mla_replicated'])} of "
+            f"{fmt_count(t6['mla_replicated'] + t6['mla_split'])}); {share} of the unsplit matrices "
+            f"({fmt_count(replicated)} of {fmt_count(mla_matrices)})",
+            "The figure is the share on one device: tensor parallelism halves the split matrices but not the "
+            "replicated ones (the down-projections and W^QR), so these weigh more there than in the model."),
         Erratum(
             "ref-v2lite-activated", "parameters", "the project's reference notes", "transcription",
             SECONDARY["summary_v2lite_activated"], _billions(lite_act),
@@ -207,13 +219,16 @@ def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> 
             "ds-activated", "parameters", "DeepSeek-V3 model card and weights documentation", "statement",
             f"{off['activated']}B and {off['activated_weights_doc']}B",
             f"{_billions(act)} with the embedding; {_billions(act_ne)} without it",
-            "Both statements are roundings of the same count: with the embedding matrix counted whole "
-            "(a token reads one row of it) and without it."),
+            f"With the embedding matrix counted whole (a token reads one row of it) the count is "
+            f"{fmt_billions(act, 1)}, which the model card's {off['activated']}B truncates; without it, "
+            f"{fmt_billions(act_ne, 1)}, not {off['activated_weights_doc']}B: the weights documentation counts "
+            f"{_printed_gap(off['activated_weights_doc'], act_ne)} more than either reading of memlib's count, which "
+            f"memlib cannot attribute to a tensor."),
         Erratum(
             "ds-mtp", "parameters", "DeepSeek-V3 weights documentation", "statement", f"{off['mtp']}B",
             f"{_billions(mtp)}; its decoder block alone {_billions(mtp_block)}",
-            "memlib counts the MTP module's own projection and three RMSNorms with its decoder block; the "
-            "stated figure matches the decoder block rounded, or the module rounded down."),
+            f"The stated figure is the MTP module's decoder block ({fmt_billions(mtp_block, 1)}); the whole "
+            f"module, with its own projection and three RMSNorms, is {fmt_billions(mtp, 1)}."),
         Erratum(
             "ds-checkpoint", "parameters", "DeepSeek-V3 model card", "statement", f"{off['checkpoint']}B",
             _billions(total + mtp + 2 * m.vocab_size * m.hidden_size),
@@ -223,8 +238,28 @@ def _parameter_items(m: ModelConfig, train: TrainingConfig = PAPER_TRAINING) -> 
 
 
 def _activation_items(m: ModelConfig, train: TrainingConfig) -> list[Erratum]:
+    from ..activations import ledger_bytes, parse_policy, training_values
+    from ..ledgers import megatron_layer, paper_layer
+    from ..partition import parallel_values
+
     b_, s_, n_r = train.micro_batch, train.seq_len, m.num_experts_per_tok
-    paper_tokens = b_ * s_ * n_r // train.ep
+    paper_tokens = -(-b_ * s_ * n_r // train.ep)
+    vals = {**values(m), **parallel_values(train), **training_values(train)}
+    rec = recipe(train.precision)
+    moe_layers = static.stage_names(m, train)["moe_layers"]
+    full = parse_policy("full")
+
+    def stage_bytes(layer, policy=None, t=train):
+        return moe_layers * ledger_bytes(layer(m, "moe"), t, rec, policy).evaluate_total(vals)
+
+    one = TrainingConfig(sp=False)
+    unsplit = {**vals, **{k: 1 for k in parallel_values(one)}}
+    latents = ("attention.c_q", "attention.c_kv")
+    paper_lat = sum(ledger_bytes([e for e in paper_layer(m, "moe") if e.key in latents], one, rec)
+                    .evaluate(unsplit).values())
+    meg_keys = {f"{k}{x}" for k in latents for x in ("", "_normed")}
+    meg_lat = sum(ledger_bytes([e for e in megatron_layer(m, "moe") if e.key in meg_keys], one, rec)
+                  .evaluate(unsplit).values())
     held_tokens = b_ * s_ * n_r * train.etp // (train.tp if train.sp else 1)
     return [
         Erratum(
@@ -241,6 +276,20 @@ def _activation_items(m: ModelConfig, train: TrainingConfig) -> list[Erratum]:
             "The transcription's notes give the MoE block's full-recomputation term without sequence "
             "parallelism; the paper's configuration halves the layer input."),
         Erratum(
+            "s5-full-checkpoints", "activations", "paper, §5 and Table 10, AC = Full", "convention",
+            f"8 b s h + 8 b s N_r = {fmt_count(stage_bytes(paper_layer, full))} bytes for {moe_layers} layers",
+            f"{fmt_count(stage_bytes(megatron_layer, full))} bytes in Megatron-Core (megatron profile)",
+            "The paper keeps each block's input, the attention's and the MoE's, and the routing map; "
+            "Megatron-Core's full recomputation checkpoints one tensor per layer, the layer's input, and "
+            "recomputes the rest from it, routing included."),
+        Erratum(
+            "s5-latent-norms", "activations", "paper, §5.1", "convention",
+            f"2 b s (d_c' + d_c) = {fmt_count(paper_lat)} bytes per layer, without parallelism",
+            f"{fmt_count(meg_lat)} bytes in Megatron-Core (megatron profile)",
+            "The paper counts each latent, c^Q and c^KV, once; the latent RMSNorm keeps its input for its own "
+            "backward and the up-projection keeps the norm's output for its weight gradient, so an "
+            "implementation holds each latent twice (plus one fp32 statistic per token)."),
+        Erratum(
             "s5-value-dim", "activations", "paper, §5.1", "convention", "2 b s d_h n_h (values, attention output)",
             "2 b s d_v n_h", "The paper writes d_h for the value head dimension; DeepSeek's configs keep it "
             "apart (v_head_dim). Both are the same in DeepSeek-V3, so no number changes."),
@@ -248,12 +297,32 @@ def _activation_items(m: ModelConfig, train: TrainingConfig) -> list[Erratum]:
 
 
 def errata_counts(model: ModelConfig | str = "deepseek-v3", train: TrainingConfig = PAPER_TRAINING) -> dict[str, str]:
-    """How many items there are, in all and of each kind (formatted for glue)."""
+    """How many items there are, in all and of each kind (formatted for glue), and ``summary``: a
+    sentence that names every kind present with its count (they add up to ``all``)."""
     items = errata(model, train)
     out = {"all": fmt_count(len(items))}
-    for k in KINDS:
-        out[k] = fmt_count(sum(1 for e in items if e.kind == k))
+    counts = {k: sum(1 for e in items if e.kind == k) for k in KINDS}
+    for k, n in counts.items():
+        out[k] = fmt_count(n)
+    parts = [f"{fmt_count(n)} {'is' if n == 1 else 'are'} {_KIND_PHRASE[k][n != 1]}" for k, n in counts.items() if n]
+    out["summary"] = (", ".join(parts[:-1]) + " and " + parts[-1]) if len(parts) > 1 else "".join(parts)
     return out
+
+
+#: each kind in a sentence, singular and plural
+_KIND_PHRASE = {
+    "unit": ("a unit or rounding slip", "unit or rounding slips"),
+    "rounding": ("a sum of rounded terms", "sums of rounded terms"),
+    "label": ("a mislabelled term", "mislabelled terms"),
+    "convention": ("a modelling convention rather than an error", "modelling conventions rather than errors"),
+    "omission": ("a term left out", "terms left out"),
+    "accounting": ("a term counted differently from what an implementation stores",
+                   "terms counted differently from what an implementation stores"),
+    "statement": ("a rounded public statement", "rounded public statements"),
+    "transcription": ("an error of a secondary source", "errors of a secondary source"),
+    "reading": ("a figure that is right once read as its source means it",
+                "figures that are right once read as their source means them"),
+}
 
 
 def kinds_table() -> str:

@@ -147,7 +147,7 @@ def intro_facts(m: ModelConfig | str | None = None, train: TrainingConfig = PAPE
     moe = layer_params(m, "moe").evaluate_total(vals)
     total = model_params(m).evaluate_total(vals)
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
-    paper_moe = next(r for r in PAPER["table3"] if r["layers"] == "3-59")["memory_gb"]
+    paper_moe = PAPER["table3"]["3-59"]["memory_gb"]
     return {
         "gib_bytes": fmt_count(UNITS["GiB"]),
         "gb_bytes": fmt_count(UNITS["GB"]),
@@ -160,7 +160,7 @@ def intro_facts(m: ModelConfig | str | None = None, train: TrainingConfig = PAPE
         "device_bytes": fmt_count(weight_bytes(dev)),
         "device_gib": fmt_bytes(weight_bytes(dev), "GiB"),
         "device_gb": fmt_bytes(weight_bytes(dev), "GB"),
-        "paper_device": PAPER["table6"][-1]["memory_gb"] + " GB",
+        "paper_device": PAPER["table6"]["total"]["memory_gb"] + " GB",
         "model_gib": fmt_bytes(weight_bytes(total), "GiB"),
         "model_gb": fmt_bytes(weight_bytes(total), "GB"),
         "moe_layer_params": fmt_count(moe),
@@ -168,7 +168,7 @@ def intro_facts(m: ModelConfig | str | None = None, train: TrainingConfig = PAPE
         "moe_layer_gib2": _gib(moe, 2),
         "paper_moe_layer": paper_moe + " GB",
         "stage0_exact": fmt_billions(stage0),
-        "paper_stage0": next(r for r in PAPER["table4"] if r["stage"] == "0")["params"],
+        "paper_stage0": PAPER["table4"]["0"]["params"],
         "paper_unit_note": PAPER_UNIT_NOTE,
     }
 
@@ -436,8 +436,7 @@ def _components(kind: str, first: bool, last: bool) -> str:
 
 
 def _paper_row(table: str, key: str, label: str) -> dict | None:
-    want = label.replace(DASH, "-")
-    return next((r for r in PAPER[table] if r[key] == want), None)
+    return PAPER[table].get(label.replace(DASH, "-"))
 
 
 def layer_table_rows(m: ModelConfig | None = None) -> list[list[str]]:

@@ -226,13 +226,13 @@ _T6_ROWS = (  # (memlib key, label, the paper's row or None)
 
 def printed_gb(module: str) -> str:
     """What the paper's Table 6 prints in its "GB" (= GiB) column for ``module``."""
-    return {r["module"]: r for r in PAPER["table6"]}[module]["memory_gb"]
+    return PAPER["table6"][module]["memory_gb"]
 
 
 def table6(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING, stage: int = 1) -> str:
     """The paper's Table 6: memlib's exact counts, bytes and GiB beside the paper's printed values."""
     v = table6_values(model, train, stage)
-    printed = {r["module"]: r for r in PAPER["table6"]}
+    printed = PAPER["table6"]
     rows = []
     for key, label, paper_row in _T6_ROWS:
         p = printed.get(paper_row) if paper_row else None

@@ -30,7 +30,7 @@ __all__ = [
     "recipes_table", "formula", "formula_lhs", "shard_formula", "sharding_values", "sharding_table",
     "table8_values", "table8", "table8_printed", "prose_swap", "prose_swap_table",
     "megatron_per_param", "megatron_table", "zero_paper_check", "states_figure", "stage_label",
-    "rule_totals", "problem_answers",
+    "rule_totals", "problem_answers", "ep_sweep", "ep_sweep_table", "ep_sweep_summary",
 ]
 
 #: the paper's table numbers, as names (prose cannot type digits)
@@ -196,7 +196,7 @@ def table8_printed(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAIN
     """The paper's printed Table 8 (its "GB" are GiB), the sum of its printed terms and memlib's total."""
     v = table8_values(model, train, stage)
     rows = []
-    for i, (z, row) in enumerate(zip(STAGES, PAPER["table8"])):
+    for i, (z, row) in enumerate(zip(STAGES, PAPER["table8"].values())):
         rows.append([stage_label(z)] + [row[t] for t in TERMS] + [row["total"], _printed_sum(row),
                     fmt_bytes(v["total"][i], "GiB", with_unit=False)])
     headers = ["ZeRO stage", "parameters", "gradients", "optimizer states", "total", "sum of printed terms",
@@ -310,6 +310,41 @@ def rule_totals(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING
         out[name] = [int(states_formula(int(z), rec).total.xreplace(subs)) for z in STAGES]
     out["difference"] = [a - b for a, b in zip(out["paper"], out["megatron"])]
     return out
+
+
+def ep_sweep(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING, stage: int = 1,
+             zero: ZeroStage = ZeroStage.OS_G_PARAMS) -> list[dict[str, int]]:
+    """Model-state bytes of a device of ``stage`` under ZeRO stage ``zero`` for every power-of-two EP
+    that the experts and the stage's ranks allow, with the paper's convention (router and shared
+    expert sharded over EDP) and Megatron-Core's (over DP CP), the rest of ``train`` unchanged."""
+    m = estimate(model, train).model
+    rows, ep = [], 1
+    while m.n_routed_experts % ep == 0 and (train.dp * train.tp * train.cp) % (ep * train.etp) == 0:
+        t = train.with_(ep=ep, zero=int(zero))
+        rows.append({"ep": ep, "edp": t.edp,
+                     "paper": estimate(model, t.with_(profile="paper")).stages[stage].model_states,
+                     "megatron": estimate(model, t.with_(profile="megatron")).stages[stage].model_states})
+        ep *= 2
+    return rows
+
+
+def ep_sweep_table(rows: list[dict[str, int]]) -> str:
+    return md_table(["$EP$", "$EDP$", "paper's convention", "Megatron-Core's"],
+                    [[fmt_count(r["ep"]), fmt_count(r["edp"]), fmt_bytes(r["paper"]), fmt_bytes(r["megatron"])]
+                     for r in rows], "rrrr")
+
+
+def ep_sweep_summary(rows: list[dict[str, int]]) -> dict[str, str]:
+    """Glue values for the prose: whether each convention ever rises with EP, and the end points."""
+    def rises(key):
+        return any(b[key] > a[key] for a, b in zip(rows, rows[1:]))
+    return {
+        "paper_rises": "rise" if rises("paper") else "never rise",
+        "megatron_rises": "rise" if rises("megatron") else "never rise",
+        "ep_first": fmt_count(rows[0]["ep"]), "ep_last": fmt_count(rows[-1]["ep"]),
+        "paper_first": fmt_bytes(rows[0]["paper"]), "paper_last": fmt_bytes(rows[-1]["paper"]),
+        "megatron_first": fmt_bytes(rows[0]["megatron"]), "megatron_last": fmt_bytes(rows[-1]["megatron"]),
+    }
 
 
 def problem_answers(model: ModelConfig | str, train: TrainingConfig = PAPER_TRAINING, stage: int = 1) -> dict[str, object]:

@@ -1,0 +1,25 @@
+"""The book's configuration: which model it is built for.
+
+``make book MODEL=deepseek-v2`` (any preset name or config.json path) builds the whole book for that
+model: it sets ``MEMLIB_BOOK_MODEL``, which every chapter's configuration cell reads through
+:data:`BOOK_MODEL`, and which the book's Sphinx extension (``book/_ext/memlib_book.py``) reads to
+set the tag ``paper_model`` when the model is the paper's DeepSeek-V3 (prose that compares with the
+paper is written inside ``{only} paper_model`` blocks).
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["BOOK_MODEL", "ENV", "book_tags"]
+
+ENV = "MEMLIB_BOOK_MODEL"
+
+#: the model the book is built for (``deepseek-v3`` unless ``make book MODEL=...``)
+BOOK_MODEL = os.environ.get(ENV) or "deepseek-v3"
+
+
+def book_tags(model: str = BOOK_MODEL) -> set[str]:
+    """The Sphinx tags of a build for ``model``: ``paper_model`` when it is the paper's."""
+    from ..paper import is_paper_model
+
+    return {"paper_model"} if is_paper_model(model) else set()

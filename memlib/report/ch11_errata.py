@@ -1,0 +1,30 @@
+"""Chapter 11, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
+from __future__ import annotations
+
+from ..memory import Estimate
+from ..paper.errata import counts, errata
+from .format import fmt_count
+from .tables import errata_summary, errata_table, kinds_table, notation_recap
+
+__all__ = ["CHAPTERS", "values", "table", "kinds", "notation"]
+
+#: the chapters the items belong to, in the book's order
+CHAPTERS = ("parameters", "static", "zero", "activations")
+
+
+def values(est: Estimate) -> dict[str, str]:
+    items = errata(est)
+    return {"n_all": fmt_count(len(items)), "summary": errata_summary(counts(items))} if items else {}
+
+
+def table(est: Estimate, chapter: str) -> str:
+    return errata_table(errata(est), chapter)
+
+
+def kinds() -> str:
+    return kinds_table()
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["b", "s", "n_h", "d_h", "d_v", "N", "N_r", "TP", "EP", "ETP", "EDP", "B_g", "B_o"],
+                          est.model, est.train)

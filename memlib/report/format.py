@@ -1,0 +1,101 @@
+"""Formatting: the one set of formatters the book uses, and Markdown tables.
+
+Numbers stay exact (integers, :class:`fractions.Fraction`) until one of these turns them into text.
+Every byte count names its unit; a table uses one unit family.
+
+>>> pct(110_886_912, 429_654_016)
+'25.8%'
+>>> span(4, 7), span(3, 3)
+('4–7', '3')
+>>> layout_text((4, 4, 4, 4, 1))
+'4 × 4, 1'
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+import sympy as sp
+
+from ..config import ModelConfig
+from ..symbols import SYMBOLS
+from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+
+__all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text",
+           "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
+           "yes_no"]
+
+DASH = "–"  # en dash: ranges of layers and stages
+
+#: display names of the shipped presets (anything else is shown by its name)
+MODEL_NAMES = {"deepseek-v3": "DeepSeek-V3", "deepseek-v2": "DeepSeek-V2", "deepseek-v2-lite": "DeepSeek-V2-Lite"}
+
+
+def model_name(m: ModelConfig | str) -> str:
+    """``DeepSeek-V3`` for the preset ``deepseek-v3``; a config file by its name."""
+    name = m if isinstance(m, str) else m.name
+    return MODEL_NAMES.get(name, name)
+
+
+def pct(part: int | Fraction, whole: int | Fraction, digits: int = 1) -> str:
+    """``part`` as a percentage of ``whole``, rounded for display only: ``'25.8%'``."""
+    return fmt_decimal(Fraction(part) * 100 / Fraction(whole), digits) + "%"
+
+
+def ratio(a: int | Fraction, b: int | Fraction, digits: int = 2) -> str:
+    """``a / b`` as a decimal factor, ``'1.06'``."""
+    return fmt_decimal(Fraction(a) / Fraction(b), digits)
+
+
+def span(a: int, b: int) -> str:
+    """A range of layers or stages: ``'4–7'``, or ``'3'`` for one."""
+    return str(a) if a == b else f"{a}{DASH}{b}"
+
+
+def layout_text(layout: Sequence[int]) -> str:
+    """Layers per stage, runs collapsed: ``(4, 4, 4, 1)`` → ``'4 × 3, 1'``."""
+    runs: list[list[int]] = []
+    for x in layout:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return ", ".join(f"{x} × {n}" if n > 1 else str(x) for x, n in runs)
+
+
+def signed_bytes(n: int, unit: str = "GiB", digits: int = 2) -> str:
+    """A change in bytes with its sign: ``'+1.20 GiB'``, ``'−0.40 GiB'``."""
+    body = fmt_bytes(abs(n), unit, digits)
+    return ("−" if n < 0 else "+") + body
+
+
+def yes_no(x: bool | None) -> str:
+    return "—" if x is None else ("yes" if x else "no")
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
+    """A Markdown table; ``align`` is one letter per column (``l``, ``r``, ``c``)."""
+    headers = list(headers)
+    align = align or "l" + "r" * (len(headers) - 1)
+    sep = {"l": ":--", "r": "--:", "c": ":-:"}
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(sep[a] for a in align) + " |"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c).replace("|", r"\|") for c in r) + " |")
+    return "\n".join(lines)
+
+
+def tex(expr) -> str:
+    """LaTeX of a SymPy expression (a string passes through)."""
+    return expr if isinstance(expr, str) else sp.latex(expr)
+
+
+def sym_tex(key: str) -> str:
+    """The LaTeX of the registry symbol ``key`` (``"d_hR"`` → ``d_h^R``)."""
+    return sp.latex(SYMBOLS[key].symbol)
+
+
+def math(expr_or_key) -> str:
+    """Inline math for a table cell or a glued phrase: ``$...$``; a registry key is looked up."""
+    if isinstance(expr_or_key, str) and expr_or_key in SYMBOLS:
+        return f"${sym_tex(expr_or_key)}$"
+    return f"${tex(expr_or_key)}$"

@@ -1,0 +1,97 @@
+"""Glue: hand a chapter's values to its prose (myst-nb ``glue``), and show them when the notebook
+is run in Jupyter.
+
+In the book the cells that glue are removed (``remove-cell``) and only the prose shows the values;
+run in Jupyter, every glue call also displays what it glued (a table of the values, the equation,
+the table, the figure), so a reader who reruns a chapter sees its numbers.
+
+Keys are letters, digits and ``_``, starting with a letter.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Sequence
+
+from .format import md_table
+
+__all__ = ["glue", "glue_values", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
+           "glue_equations", "equation_key", "equation_label"]
+
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def check_key(key: str) -> str:
+    if not _KEY.match(key):
+        raise ValueError(f"glue key {key!r} must be letters, digits and '_' and start with a letter")
+    return key
+
+
+def _myst_glue(key: str, value, display: bool) -> None:
+    from myst_nb import glue as _glue
+
+    _glue(check_key(key), value, display=display)
+
+
+def glue(key: str, value: str) -> str:
+    """Glue one ready-formatted string (for ``{glue:text}``) without displaying it."""
+    _myst_glue(key, value, False)
+    return value
+
+
+def glue_values(prefix: str, values: Mapping[str, str]) -> None:
+    """Glue every value under ``{prefix}_{key}`` and display them as one table (in Jupyter)."""
+    from IPython.display import Markdown, display
+
+    for key, text in values.items():
+        _myst_glue(f"{prefix}_{key}", text, False)
+    if values:
+        display(Markdown(md_table(["glue key", "value"], [[f"`{prefix}_{k}`", v] for k, v in values.items()], "ll")))
+
+
+def glue_md(key: str, text: str) -> str:
+    """Glue Markdown for ``{glue:md}`` (with ``:format: myst``), displayed in Jupyter."""
+    from IPython.display import Markdown
+
+    _myst_glue(key, Markdown(text), True)
+    return text
+
+
+def glue_table(key: str, headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
+    """Glue a Markdown table."""
+    return glue_md(key, md_table(headers, rows, align))
+
+
+def glue_math(key: str, latex: str) -> str:
+    """Glue an equation for ``{glue:math}`` (LaTeX, usually :meth:`memlib.formulas.Formula.latex`)."""
+    from IPython.display import Math
+
+    _myst_glue(key, Math(latex), True)
+    return latex
+
+
+def glue_figure(key: str, fig) -> None:
+    """Glue a matplotlib figure for ``{glue:figure}`` (shown in Jupyter) and close it."""
+    import matplotlib.pyplot as plt
+
+    _myst_glue(key, fig, True)
+    plt.close(fig)
+
+
+def equation_key(name: str) -> str:
+    """The glue key of the registry formula ``name``: ``states.zero1`` -> ``eq_states_zero1``."""
+    return "eq_" + name.replace(".", "_")
+
+
+def equation_label(name: str) -> str:
+    """Its label in the book: ``states.zero1`` -> ``eq-states-zero1`` (cited as {eq}`eq-states-zero1`)."""
+    return "eq-" + name.replace(".", "-").replace("_", "-")
+
+
+def glue_equations(names, model, train=None) -> None:
+    """Glue each registry formula of ``names`` as the book shows it (``{glue:math}`` with the key
+    :func:`equation_key` and the label :func:`equation_label`): the same LaTeX ``memlib formula NAME
+    --latex`` prints."""
+    from ..formulas import equation
+
+    for name in names:
+        glue_math(equation_key(name), equation(name, model, train))

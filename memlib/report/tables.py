@@ -1,0 +1,108 @@
+"""Tables every chapter uses: the notation recap of a chapter and its errata.
+
+>>> print(notation_recap(["h", "DP"]))
+| symbol | meaning | unit |
+| :-- | :-- | :-- |
+| $h$ | hidden dimension | elements |
+| $DP$ | data-parallel size | ranks |
+"""
+from __future__ import annotations
+
+import string
+from fractions import Fraction
+from typing import Sequence
+
+import sympy as sp
+
+from ..paper.errata import KINDS, Erratum, Q
+from ..states import recipe
+from ..symbols import REGISTRY, SYMBOLS
+from .format import fmt_billions, fmt_bytes, fmt_count, md_table, pct
+
+__all__ = ["notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
+           "errata_summary"]
+
+
+def _value(n, model, train) -> str:
+    if n.kind == "model" and model is not None:
+        x = getattr(model, n.field)
+        return "— (null)" if x is None else fmt_count(x)
+    if n.kind in ("parallel", "training") and train is not None:
+        x = train.edp if n.key == "EDP" else getattr(train, n.field)
+        return "— (schedule default)" if x is None else fmt_count(x)
+    if n.kind == "precision" and train is not None:
+        rec = recipe(train.precision)
+        return fmt_count({"B_w": rec.weights, "B_g": rec.gradients, "B_o": rec.optimizer_bytes}[n.key])
+    return "per device"
+
+
+def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
+    """A chapter's notation: the registry entries ``keys`` with meaning and unit and, when ``model``
+    or ``train`` is given, their values in the chapter's configuration."""
+    with_values = model is not None or train is not None
+    rows = []
+    for k in keys:
+        n = SYMBOLS[k]
+        row = [f"${sp.latex(n.symbol)}$", n.meaning, n.unit]
+        if with_values:
+            row.append(_value(n, model, train))
+        rows.append(row)
+    return md_table(["symbol", "meaning", "unit"] + (["value here"] if with_values else []), rows,
+                    "lll" + ("r" if with_values else ""))
+
+
+def notation_table(kinds=("model", "parallel", "training", "stage", "precision"), model=None) -> str:
+    """The whole registry (the notation chapter), with a model's values where given."""
+    rows = []
+    for n in REGISTRY:
+        if n.kind not in kinds:
+            continue
+        row = [f"${sp.latex(n.symbol)}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
+        if model is not None:
+            row.append(_value(n, model, None) if n.kind == "model" else "—")
+        rows.append(row)
+    return md_table(["symbol", "meaning", "unit", "config field"] + (["value"] if model is not None else []),
+                    rows, "llll" + ("r" if model is not None else ""))
+
+
+def _show(q: Q) -> str:
+    if q.unit == "text":
+        return str(q.value)
+    if q.unit == "count":
+        return fmt_count(q.value)
+    if q.unit == "bytes":
+        return f"{fmt_bytes(q.value, 'GiB', q.digits)} ({fmt_count(q.value)} bytes)"
+    if q.unit in ("GiB", "MiB", "GB"):
+        return fmt_bytes(q.value, q.unit, q.digits)
+    if q.unit == "billions":
+        return fmt_billions(q.value, q.digits)
+    if q.unit == "percent":
+        return pct(Fraction(q.value), 1, q.digits)
+    raise ValueError(f"unknown unit {q.unit!r}")
+
+
+def render(template: str, values: dict[str, Q]) -> str:
+    """A template with ``{name}`` fields filled from ``values``, each formatted by its unit."""
+    names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    return template.format(**{k: _show(values[k]) for k in names})
+
+
+def errata_rows(items: list[Erratum], chapter: str | None = None) -> list[list[str]]:
+    return [[e.id, e.source, KINDS[e.kind][0], e.printed, render(e.computed, e.values), render(e.reason, e.values)]
+            for e in items if chapter is None or e.chapter == chapter]
+
+
+def errata_table(items: list[Erratum], chapter: str | None = None) -> str:
+    """The items (of one chapter, or all); the paper's printed "GB" are GiB."""
+    return md_table(["id", "where", "kind", "printed (\"GB\" = GiB)", "memlib (exact)", "why"],
+                    errata_rows(items, chapter), "llllll")
+
+
+def kinds_table() -> str:
+    return md_table(["kind", "meaning"], [[k, one] for k, (one, _) in KINDS.items()], "ll")
+
+
+def errata_summary(counts: dict[str, int]) -> str:
+    """``'3 are unit or rounding slips, 4 are sums of rounded terms and 1 is a mislabelled term'``."""
+    parts = [f"{fmt_count(n)} {'is' if n == 1 else 'are'} {KINDS[k][n != 1]}" for k, n in counts.items() if n]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
