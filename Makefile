@@ -21,10 +21,16 @@ venv: $(STAMP)
 # Reinstalls only when the pins or the package metadata change. pip itself is not upgraded
 # (nothing unpinned enters the venv). The measure extra brings torch, pinned by constraints.txt to
 # the CPU build (2.13.0+cpu, a local wheel on these machines): never a CUDA download.
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+# megatron-core (the megatron profile's ground truth, memlib.measure_megatron) is a second call:
+# its 0.19.2 wheel for CPython 3.11 declares Python >= 3.12, and resolving its dependencies would
+# pick a numpy that builds from source; it needs only torch, numpy and packaging, pinned above.
+MCORE := megatron-core==0.19.2
+$(STAMP): requirements.txt constraints.txt pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q \
 		-r requirements.txt -c constraints.txt -e '.[measure]'
+	$(BIN)/python -m pip install --disable-pip-version-check -q \
+		--no-deps --ignore-requires-python -c constraints.txt $(MCORE)
 	touch $@
 
 book: $(STAMP)

@@ -4,11 +4,14 @@ The modules follow the data: :mod:`~memlib.config` (model and training configs) 
 :mod:`~memlib.architecture` (tensors and shapes) → :mod:`~memlib.params` (counts) →
 :mod:`~memlib.partition` (what each device stores, per schedule) → :mod:`~memlib.states`
 (precision, ZeRO) → :mod:`~memlib.activations` (the saved-tensor ledger and recompute policies) →
-:mod:`~memlib.ledgers` (what each implementation saves: paper, megatron, hf-eager) →
+:mod:`~memlib.ledgers` (what each implementation saves: paper, :mod:`~memlib.ledgers_megatron`,
+:mod:`~memlib.ledgers_hf`) →
 :mod:`~memlib.schedule` (micro-batches in flight) → :mod:`~memlib.overhead` (named overheads) →
 :mod:`~memlib.memory` (per-device totals) → :mod:`~memlib.formulas` (named formulas) →
 :mod:`~memlib.report` (book helpers).  :mod:`~memlib.measure` (optional, needs torch) checks the
-ledgers against PyTorch.  :mod:`~memlib.symbols` (the notation), :mod:`~memlib.breakdown` and
+ledgers against PyTorch and transformers, :mod:`~memlib.measure_megatron` (optional, needs torch and
+megatron-core) the megatron profile against Megatron-Core.  :mod:`~memlib.symbols` (the notation),
+:mod:`~memlib.kernels` (the megatron profile's kernel choices), :mod:`~memlib.breakdown` and
 :mod:`~memlib.units` serve all.
 
 Every result is a :class:`~memlib.breakdown.Breakdown` of named SymPy terms; substituting a

@@ -86,6 +86,9 @@ class Saved:
     linear_input: bool = False        #: input of a Linear: cached in FP8 by an fp8 recipe
     fp8_exception: str = ""           #: format used instead of FP8 (e.g. ``E5M6``), if any
     note: str = ""                    #: where the term comes from, or what is uncertain
+    #: saved only when one of these is recomputed (module names, or ``"full"`` for a fully recomputed
+    #: layer): the inputs a checkpoint keeps that nothing keeps otherwise; empty: always saved
+    only_when: frozenset = frozenset()
     #: features per row (the contiguous last dimension) before any split; ``elements / width`` rows.
     #: Required for a Linear input (FP8 tiles run along it) and for ``mean_rows``
     width: sp.Expr | None = None
@@ -103,6 +106,8 @@ DIVISORS = frozenset({"TP", "SP", "CP", "ETP", "EP"})
 
 def saved(key, name, elements, dtype="act", shard=(), modules=(), *, width=None, **kw) -> Saved:
     """Shorthand constructor of a :class:`Saved` entry (checks that it can be counted in whole bytes)."""
+    if "only_when" in kw:
+        kw["only_when"] = frozenset(kw["only_when"])
     e = Saved(key, name, sp.sympify(elements), dtype, frozenset(shard), frozenset(modules),
               width=None if width is None else sp.sympify(width), **kw)
     unknown = e.shard - DIVISORS
@@ -131,7 +136,10 @@ class Policy:
     block_layers: int | None = None   #: full-block:K, only the first K layers of each chunk
 
     def drops(self, e: Saved) -> bool:
-        """Whether ``e`` is dropped (recomputed) in a layer this policy recomputes."""
+        """Whether ``e`` is dropped (recomputed) in a layer this policy recomputes; an entry that only a
+        checkpoint keeps (``only_when``) is dropped unless this policy recomputes what it checkpoints."""
+        if e.only_when:
+            return not (e.only_when & ({"full"} if self.full else self.modules))
         if self.full:
             return not e.keep_full
         return bool(e.modules & self.modules)
@@ -222,9 +230,10 @@ def entry_bytes(e: Saved, train: TrainingConfig | None = None, recipe: Recipe | 
 
 def ledger_bytes(entries: Iterable[Saved], train: TrainingConfig | None = None, recipe: Recipe | None = None,
                  policy: Policy | None = None) -> Breakdown:
-    """Bytes per entry (dropped entries omitted), keyed by entry key."""
+    """Bytes per entry (dropped entries omitted), keyed by entry key.  Without a policy nothing is
+    recomputed: entries that only a checkpoint keeps are omitted too."""
     return Breakdown([(e.key, entry_bytes(e, train, recipe)) for e in entries
-                      if policy is None or not policy.drops(e)])
+                      if not (e.only_when if policy is None else policy.drops(e))])
 
 
 def training_values(train: TrainingConfig) -> dict:

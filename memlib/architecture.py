@@ -149,13 +149,15 @@ def head_tensors(m: ModelConfig) -> list[Tensor]:
     return t
 
 
-def mtp_tensors(m: ModelConfig, j: int = 0) -> list[Tensor]:
+def mtp_tensors(m: ModelConfig, j: int = 0, kind: str | None = None) -> list[Tensor]:
     """One MTP module (DeepSeek-V3 report, Sec. 2.2): its own norms, projection and decoder block.
 
     Its embedding and output head are shared with the main model and are not counted again.  The
-    block is typed like decoder layer ``l + j`` (MoE in DeepSeek-V3).
+    block is typed like decoder layer ``l + j`` (MoE in DeepSeek-V3), or as ``kind`` says (Megatron-Core
+    builds it like the last decoder layer).
     """
-    kind = "moe" if m.is_moe_layer(m.num_hidden_layers + j) else "dense"
+    if kind is None:
+        kind = "moe" if m.is_moe_layer(m.num_hidden_layers + j) else "dense"
     own = [
         Tensor("mtp.enorm", r"\mathrm{RMSNorm}_{e}", (h,), "enorm.weight", "norm"),
         Tensor("mtp.hnorm", r"\mathrm{RMSNorm}_{h}", (h,), "hnorm.weight", "norm"),

@@ -2,7 +2,8 @@
 
 ``memlib params``   parameter counts of a model (total, activated, MTP, per component).
 ``memlib estimate`` per-stage, per-device memory under a training configuration.
-``memlib measure``  measured against predicted activation bytes (needs ``pip install memlib[measure]``).
+``memlib measure``  measured against predicted activation bytes (needs ``pip install memlib[measure]``;
+                    ``--framework megatron-core`` also megatron-core 0.19.2).
 
 Output with ``--json`` is a contract: keys are added by later versions, never renamed.  Bad input
 prints one line on stderr naming the field, its value and the rule, and exits with code 2.
@@ -15,6 +16,7 @@ import re
 import sys
 
 from .config import LIMITS, PAPER_TRAINING, ConfigError, TrainingConfig, load_model, show
+from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
 from .params import activated_params, buffer_params, by_block, model_params, mtp_params, values
 from .states import RECIPES
 from .units import fmt_bytes, fmt_count, parse_bytes, parse_number
@@ -113,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--num-microbatches", type=_count("num_microbatches"), default=None,
                     help="M per step (default: enough to fill the pipeline)")
     pe.add_argument("--vpp", type=_count("vpp"), default=1, help="V, model chunks per device (interleaved schedule)")
+    _kernel_options(pe, d)
     pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
     pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
     pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
@@ -122,18 +125,61 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--json", action="store_true", help="machine-readable output")
 
     pm = sub.add_parser("measure", help="measured against predicted activation bytes (needs memlib[measure])",
-                        description="Builds the model with transformers (random weights, bf16, CPU), runs one "
-                                    "training forward pass with labels and counts what autograd saves for "
-                                    "backward, per layer, beside the activation ledger's prediction; then "
-                                    "gradient and AdamW-state bytes after backward and one step.")
+                        description="Builds the model with random weights on the CPU, runs one training forward "
+                                    "pass with labels and counts what autograd saves for backward, per layer and "
+                                    "per tensor, beside the activation ledger's prediction; then gradient (and "
+                                    "optimizer-state) bytes after backward. --framework transformers (default): "
+                                    "Hugging Face transformers against the hf-eager ledger. --framework "
+                                    "megatron-core: Megatron-Core's GPTModel (transformer_impl local) against the "
+                                    "megatron ledger, with its parameters and main_grad buffers. Exit code 0 only "
+                                    "when every number agrees.")
+    pm.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
+                    help="the implementation measured (default transformers)")
     pm.add_argument("--model", required=True, help="preset name or path to a config.json (keep it small)")
     pm.add_argument("--micro-batch", type=_count("micro_batch"), default=1, help="b, sequences per micro-batch (default 1)")
     pm.add_argument("--seq-len", type=_count("seq_len"), default=16, help="s, tokens per sequence (default 16)")
-    pm.add_argument("--profile", default="hf-eager", help="activation ledger to compare with (default hf-eager)")
+    pm.add_argument("--profile", default=None,
+                    help="activation ledger to compare with (default hf-eager; megatron for megatron-core)")
+    pm.add_argument("--recompute", default="none", help="megatron-core: recompute policy (as for estimate)")
+    pm.add_argument("--precision", default="megatron", choices=("megatron", "fp32"),
+                    help="megatron-core: megatron (bf16, Float16Module, fp32 main grads) or fp32 (default megatron)")
+    _kernel_options(pm, TrainingConfig(transformer_impl=TransformerImpl.LOCAL), measure=True)
     pm.add_argument("--seed", type=_count("seed", 0), default=0, help="seed of the random weights and tokens (default 0)")
     pm.add_argument("--no-step", dest="step", action="store_false", help="skip backward and the optimizer step")
     pm.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def _kernel_options(p: argparse.ArgumentParser, d: TrainingConfig, measure: bool = False) -> None:
+    """The megatron profile's kernel choices, spelled as Megatron-LM's arguments."""
+    if not measure:
+        p.add_argument("--transformer-impl", default=d.transformer_impl.value,
+                       choices=[x.value for x in TransformerImpl],
+                       help=f"megatron profile: modules built from (default {d.transformer_impl})")
+        p.add_argument("--attention-backend", default=d.attention_backend.value, choices=[x.value for x in AttnBackend],
+                       help=f"megatron profile: attention kernel; local and unfused keep the s x s probabilities "
+                            f"(default {d.attention_backend})")
+        p.add_argument("--cross-entropy-fusion-impl", default=d.cross_entropy_fusion_impl.value,
+                       choices=[x.value for x in CrossEntropyFusionImpl],
+                       help="megatron profile: with --cross-entropy-loss-fusion (default native)")
+    p.add_argument("--attention-softmax-in-fp32", action="store_true",
+                   help="megatron profile: the s x s softmax in fp32 (local and unfused attention)")
+    p.add_argument("--no-bias-swiglu-fusion", dest="bias_swiglu_fusion", action="store_false",
+                   help="megatron profile: unfused SwiGLU (keeps SiLU(gate) and up as well)")
+    p.add_argument("--cross-entropy-loss-fusion", action="store_true",
+                   help="megatron profile: fused cross-entropy (see --cross-entropy-fusion-impl)")
+    p.add_argument("--moe-router-load-balancing-type", dest="moe_aux_loss", default=d.moe_aux_loss.value,
+                   choices=[x.value for x in LoadBalancing],
+                   help=f"megatron profile: the auxiliary loss (default {d.moe_aux_loss}, as DeepSeek-V3)")
+
+
+def _kernel_kwargs(args) -> dict:
+    out = {"attention_softmax_in_fp32": args.attention_softmax_in_fp32, "bias_swiglu_fusion": args.bias_swiglu_fusion,
+           "cross_entropy_loss_fusion": args.cross_entropy_loss_fusion, "moe_aux_loss": args.moe_aux_loss}
+    for name in ("transformer_impl", "attention_backend", "cross_entropy_fusion_impl"):
+        if hasattr(args, name):
+            out[name] = getattr(args, name)
+    return out
 
 
 def _params(args) -> int:
@@ -188,7 +234,7 @@ def _estimate(args) -> int:
                            sp=args.sp, layout=args.layout, zero=args.zero, precision=args.precision,
                            profile=args.profile, micro_batch=args.micro_batch, seq_len=args.seq_len,
                            recompute=args.recompute, schedule=args.schedule,
-                           num_microbatches=args.num_microbatches, vpp=args.vpp)
+                           num_microbatches=args.num_microbatches, vpp=args.vpp, **_kernel_kwargs(args))
     ovh = overheads(args.overhead, cuda_context=_size("cuda_context", args.cuda_context),
                     comm_buffers=_size("comm_buffers", args.comm_buffers),
                     fragmentation=_fraction("fragmentation", args.fragmentation))
@@ -235,16 +281,27 @@ def _estimate(args) -> int:
 
 
 def _measure(args) -> int:
+    if args.framework == "megatron-core":
+        return _measure_megatron(args)
     from .measure import compare, require  # torch and transformers only when asked for
 
     require()
+    args.profile = args.profile or "hf-eager"
+    kernels = _kernel_kwargs(args)
+    default = TrainingConfig()
+    for name, value in kernels.items():
+        if str(value) != str(getattr(default, name)):
+            raise ConfigError(f"{name}={value} applies to framework=megatron-core only")
+    if args.recompute != "none" or args.precision != "megatron":
+        raise ConfigError("recompute and precision apply to framework=megatron-core only "
+                          "(transformers is measured in bf16 without recomputation)")
     for name in ("micro_batch", "seq_len"):
         if getattr(args, name) < 1:
             raise ConfigError(f"{name}={getattr(args, name)} must be a positive integer")
     r = compare(args.model, args.micro_batch, args.seq_len, args.profile, seed=args.seed, step=args.step)
     if args.json:
         print(json.dumps({k: x for k, x in r.items() if k != "storages"}, indent=2))
-        return 0
+        return 0 if r["exact"] else 1
     print(f"{r['model']} · profile {r['profile']} · b={r['micro_batch']} s={r['seq_len']} · seed {r['seed']} "
           f"(bytes saved for backward, measured with autograd hooks)")
     rows = [(x["region"], f"{x['predicted']:,}", f"{x['measured']:,}", f"{x['difference']:+,}") for x in r["regions"]]
@@ -259,7 +316,71 @@ def _measure(args) -> int:
     for x in rows:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(x)))
     print("exact" if r["exact"] else "NOT exact")
-    return 0
+    return 0 if r["exact"] else 1
+
+
+def _measure_megatron(args) -> int:
+    from .measure_megatron import compare, require   # torch and megatron-core only when asked for
+
+    require()
+    if args.profile not in (None, "megatron"):
+        raise ConfigError(f"profile={args.profile}: framework=megatron-core is compared with profile=megatron")
+    model = load_model(args.model)
+    train = TrainingConfig(micro_batch=args.micro_batch, seq_len=args.seq_len, recompute=args.recompute,
+                           precision=args.precision, profile="megatron", transformer_impl=TransformerImpl.LOCAL,
+                           dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, **_kernel_kwargs(args))
+    _check_small(model)
+    r = compare(model, train, seed=args.seed, step=args.step)
+    if "error" in r:
+        raise ConfigError(f"megatron-core failed to run the configuration: {r['error']}")
+    if args.json:
+        print(json.dumps({k: x for k, x in r.items() if k != "storages"}, indent=2))
+        return 0 if r["exact"] else 1
+    print(f"{r['model']} · megatron-core (transformer_impl local, CPU) against profile megatron · "
+          f"b={args.micro_batch} s={args.seq_len} · recompute {args.recompute} · precision {args.precision} · "
+          f"seed {r['seed']}")
+    print("(bytes saved for backward, measured with autograd hooks; per region, per block, then each ledger entry "
+          "and each measured storage)")
+    labels = [k for reg in r["entries"].values() for k in reg] + [
+        f"{d['site']} {d['dtype']}{list(d['shape'])}" for d in r["storages"]]
+    w = max(map(len, labels)) + 8
+    print(f"{'':<{w}}{'predicted':>14}{'measured':>14}{'difference':>12}")
+    for row in r["regions"]:
+        print(f"{row['region']:<{w}}{row['predicted']:>14,}{row['measured']:>14,}{row['difference']:>+12,}")
+        for blk in (x for x in r["blocks"] if x["region"] == row["region"]):
+            print(f"  {blk['block']:<{w - 2}}{blk['predicted']:>14,}{blk['measured']:>14,}{blk['difference']:>+12,}")
+            keys = [k for k, x in r["entries"].get(row["region"], {}).items() if x and _entry_block(k) == blk["block"]]
+            for k in keys:
+                print(f"      {k:<{w - 6}}{r['entries'][row['region']][k]:>14,}")
+            for d in r["storages"]:
+                if d["region"] == row["region"] and d["block"] == blk["block"]:
+                    label = f"{d['site']} {d['dtype']}{list(d['shape'])}"
+                    print(f"      {label:<{w - 6}}{'':>14}{d['bytes']:>14,}")
+    a = r["activations"]
+    print(f"{'total':<{w}}{a['predicted']:>14,}{a['measured']:>14,}{a['difference']:>+12,}")
+    for k in ("parameters", "main_grad"):
+        if k in r:
+            print(f"{k + ' bytes':<{w}}{r[k]['predicted']:>14,}{r[k]['measured']:>14,}{r[k]['difference']:>+12,}")
+    if r["ctx_held"]:
+        print(f"tensors kept as autograd ctx attributes (not counted): {r['ctx_held']}")
+    print("exact" if r["exact"] else "NOT exact")
+    return 0 if r["exact"] else 1
+
+
+def _entry_block(key: str) -> str:
+    from .measure_megatron import entry_block
+
+    return entry_block(key)
+
+
+def _check_small(model) -> None:
+    from .measure import MAX_MEASURED_PARAMS
+    from .params import model_params, values
+
+    n = model_params(model).evaluate_total(values(model))
+    if n > MAX_MEASURED_PARAMS:
+        raise ConfigError(f"model={model.name} has {n} parameters, more than {MAX_MEASURED_PARAMS} that measure builds "
+                          f"on the CPU; use a small config")
 
 
 def _formula(args) -> int:

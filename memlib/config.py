@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Optional
+
+from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl, parse_choice
 
 __all__ = [
     "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
@@ -112,6 +115,9 @@ class ModelConfig:
     num_nextn_predict_layers: int = 0  #: MTP modules (not built by HF transformers)
     tie_word_embeddings: bool = False  #: head shares the embedding matrix
     router_bias: bool = False        #: e_score_correction_bias buffer (``topk_method: noaux_tc``)
+    n_group: int = 1                 #: n_g, expert groups of group-limited routing (1: none)
+    topk_group: int = 1              #: k_g, groups each token may route to
+    scoring_func: str = "softmax"    #: router score function: ``softmax`` (V2) or ``sigmoid`` (V3)
     name: str = "custom"             #: preset name or file path
     source: str = ""                 #: where the values come from
 
@@ -152,6 +158,20 @@ def model_from_dict(d: Mapping, name: str = "custom", source: str = "") -> Model
     kw["tie_word_embeddings"] = tie
     topk = d.get("topk_method")
     kw["router_bias"] = topk == "noaux_tc" or (topk is None and d.get("model_type") == "deepseek_v3")
+    kw["n_group"] = _int_field({"n_group": d.get("n_group", 1) or 1}, "n_group")
+    kw["topk_group"] = _int_field({"topk_group": d.get("topk_group", 1) or 1}, "topk_group")
+    if kw["n_routed_experts"] % kw["n_group"]:
+        raise ConfigError(f"n_group={kw['n_group']} must divide n_routed_experts={kw['n_routed_experts']}")
+    if kw["topk_group"] > kw["n_group"]:
+        raise ConfigError(f"topk_group={kw['topk_group']} must not exceed n_group={kw['n_group']}")
+    if kw["n_group"] > 1 and kw["topk_group"] * (kw["n_routed_experts"] // kw["n_group"]) < kw["num_experts_per_tok"]:
+        raise ConfigError(f"topk_group={kw['topk_group']} groups of n_routed_experts/n_group="
+                          f"{kw['n_routed_experts'] // kw['n_group']} experts must hold num_experts_per_tok="
+                          f"{kw['num_experts_per_tok']} (group-limited routing picks experts from those groups only)")
+    scoring = d.get("scoring_func") or ("sigmoid" if d.get("model_type") == "deepseek_v3" else "softmax")
+    if scoring not in ("softmax", "sigmoid"):
+        raise ConfigError(f"scoring_func={scoring!r} must be softmax or sigmoid")
+    kw["scoring_func"] = scoring
     if kw["num_experts_per_tok"] > kw["n_routed_experts"]:
         raise ConfigError(
             f"num_experts_per_tok={kw['num_experts_per_tok']} must not exceed n_routed_experts={kw['n_routed_experts']}")
@@ -238,6 +258,14 @@ class TrainingConfig:
     schedule: str = "1f1b"           #: gpipe, 1f1b, interleaved, dualpipe (memlib.schedule)
     num_microbatches: Optional[int] = None  #: M per step; None: enough to fill the pipeline
     vpp: int = 1                     #: V, model chunks per device (interleaved schedule)
+    # kernel choices of the megatron profile (Megatron-LM's command-line names and defaults)
+    transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE  #: --transformer-impl
+    attention_backend: AttnBackend = AttnBackend.AUTO                       #: --attention-backend
+    attention_softmax_in_fp32: bool = False    #: --attention-softmax-in-fp32 (s x s attention only)
+    bias_swiglu_fusion: bool = True            #: off with --no-bias-swiglu-fusion
+    cross_entropy_loss_fusion: bool = False    #: --cross-entropy-loss-fusion
+    cross_entropy_fusion_impl: CrossEntropyFusionImpl = CrossEntropyFusionImpl.NATIVE  #: --cross-entropy-fusion-impl
+    moe_aux_loss: LoadBalancing = LoadBalancing.SEQ_AUX_LOSS  #: --moe-router-load-balancing-type
 
     def __post_init__(self):
         for name in ("dp", "tp", "ep", "etp", "cp"):
@@ -264,6 +292,25 @@ class TrainingConfig:
                 raise ConfigError(f"layout={text if len(text) <= 80 else show(text)} must be non-negative integers (layers per stage, "
                                   f"at most {_bound_text(bound)} each)")
             object.__setattr__(self, "layout", lay)
+        for name, cls in (("transformer_impl", TransformerImpl), ("attention_backend", AttnBackend),
+                          ("cross_entropy_fusion_impl", CrossEntropyFusionImpl), ("moe_aux_loss", LoadBalancing)):
+            try:
+                object.__setattr__(self, name, parse_choice(cls, getattr(self, name)))
+            except ValueError as exc:
+                raise ConfigError(f"{name}={getattr(self, name)!r} {exc}") from None
+        for name in ("sp", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
+        impl, backend = self.transformer_impl, self.attention_backend
+        if not impl.uses_te and backend.needs_te():
+            raise ConfigError(f"attention_backend={backend} needs transformer_impl=transformer_engine "
+                              f"(transformer_impl={impl} builds Megatron-Core's own DotProductAttention)")
+        if not impl.supports_sequence_parallel and self.sp and self.tp > 1:
+            raise ConfigError(f"sp=True with transformer_impl={impl} and tp={self.tp}: Megatron-Core's local "
+                              f"RMSNorm (torch.nn.RMSNorm) does not support sequence parallelism; pass --no-sp")
+        if not impl.uses_te and self.cp > 1:
+            raise ConfigError(f"cp={self.cp} with transformer_impl={impl}: Megatron-Core's local "
+                              f"DotProductAttention supports no context parallelism (only TEDotProductAttention)")
 
     @property
     def edp(self) -> int:
@@ -289,6 +336,9 @@ class TrainingConfig:
     def values(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["layout"] = list(self.layout) if self.layout is not None else None
+        for k, x in d.items():
+            if isinstance(x, Enum):
+                d[k] = x.value
         d["edp"] = self.edp
         d["world_size"] = self.world_size
         return d

@@ -385,7 +385,8 @@ def _lookup(name: str) -> Formula:
     try:
         return FORMULAS[name]
     except KeyError:
-        raise ConfigError(f"formula={show(name)} is unknown; known: {', '.join(sorted(FORMULAS))}") from None
+        raise ConfigError(f"formula={show(name)} is unknown: `memlib formula --list` lists the {len(FORMULAS)} "
+                          f"formulas") from None
 
 
 def formula(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None,

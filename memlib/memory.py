@@ -27,7 +27,7 @@ same terms with every symbol given, and :func:`stage_formula` returns them with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Mapping
 
 import sympy as sp
@@ -111,21 +111,29 @@ class StageExpressions:
         return Breakdown({**self.states, "activations": self.activations()})
 
 
-@lru_cache(maxsize=512)
-def _ledger_bytes(model: ModelConfig, profile: str, precision: str, sp_on: bool,
-                  name: str) -> dict[str, tuple[sp.Expr, Saved]]:
+_LEDGERS: dict = {}
+
+
+def _ledger_bytes(model: ModelConfig, ap, precision: str, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
-    ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``)."""
-    ap, rec = act_profile(profile), recipe(precision)
-    train = TrainingConfig(sp=sp_on)
-    if name.startswith("layer."):
-        entries = ap.layer(model, name.split(".")[1])
-    elif name.startswith("mtp."):
-        entries = ap.mtp(model, int(name.split(".")[1]))
-    else:
-        entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
-    mv = model_values(model)
-    return {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+    ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
+    activation profile ``ap``; cached by the model, the profile's name and binding key, the precision
+    and sequence parallelism, which are all the entries' bytes depend on."""
+    cache_key = (model, ap.name, ap.key, precision, sp_on, name)
+    if cache_key not in _LEDGERS:
+        if len(_LEDGERS) > 4096:
+            _LEDGERS.clear()
+        rec = recipe(precision)
+        train = TrainingConfig(sp=sp_on)
+        if name.startswith("layer."):
+            entries = ap.layer(model, name.split(".")[1])
+        elif name.startswith("mtp."):
+            entries = ap.mtp(model, int(name.split(".")[1]))
+        else:
+            entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
+        mv = model_values(model)
+        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+    return _LEDGERS[cache_key]
 
 
 class Estimate:
@@ -138,7 +146,7 @@ class Estimate:
         self.train = train
         self.recipe = recipe(train.precision)
         check_schedule(train)
-        self.act_profile = act_profile(train.profile)
+        self.act_profile = act_profile(train.profile, train)
         for axis in self.act_profile.no_parallel:
             if getattr(train, axis) != 1:
                 raise ConfigError(f"{axis}={getattr(train, axis)} must be 1 under profile={train.profile} "
@@ -167,7 +175,7 @@ class Estimate:
     def _ledger(self, name: str, build) -> dict[str, tuple[sp.Expr, Saved]]:
         """Bytes of every entry of a ledger, model values substituted (cached for the model, the
         profile, the precision and sequence parallelism: nothing else changes them)."""
-        return _ledger_bytes(self.model, self.act_profile.name, self.recipe.name, self.train.sp, name)
+        return _ledger_bytes(self.model, self.act_profile, self.recipe.name, self.train.sp, name)
 
     def _layer_ledger(self, kind: str):
         return self._ledger(f"layer.{kind}", None)

@@ -49,6 +49,11 @@ SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by
 
 _PAPER_TP = {"attention.W_UQ", "attention.W_Q", "attention.W_UK", "attention.W_UV", "attention.W_O"}
 
+#: Megatron-Core's local spec (transformer_impl=local) builds MLA's down-projections as ColumnParallelLinear
+#: (then gathers their outputs): W^DQ split over d_c', the fused [W^DKV; W^KR] over d_c + d_h^R
+_LOCAL_TP = {"attention.W_DQ": sym("d_cq"), "attention.W_DKV": sym("d_c") + sym("d_hR"),
+             "attention.W_KR": sym("d_c") + sym("d_hR")}
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -59,6 +64,9 @@ class Profile:
     include_mtp: bool
     #: blocks whose model states shard over EDP (the others over DP CP)
     edp_blocks: frozenset = frozenset({"routed_experts"})
+    #: the MTP block is typed like the last decoder layer (Megatron-Core's get_gpt_mtp_block_spec), not
+    #: like decoder layer l + j (Hugging Face's rule)
+    mtp_like_last_layer: bool = False
 
     def sharding(self, t: Tensor) -> str:
         """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
@@ -81,7 +89,7 @@ PROFILES = {
                      edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
-                        include_mtp=True),
+                        include_mtp=True, mtp_like_last_layer=True),
     "hf-eager": Profile("hf-eager", "transformers' DeepseekV3ForCausalLM (eager attention): tensors split as "
                         "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
@@ -265,16 +273,22 @@ class Partition:
                               f"(each expert group spans EP*ETP of a stage's ranks)")
         if m.num_attention_heads % t.tp:
             raise ConfigError(f"tp={t.tp} must divide num_attention_heads={m.num_attention_heads}")
+        if self._local_tp and ("moe" in m.layer_kinds or (self.profile.include_mtp and m.num_nextn_predict_layers
+                                                          and m.layer_kinds[-1] == "moe")):
+            raise ConfigError(f"tp={t.tp} with transformer_impl=local and MoE layers: Megatron-Core requires sequence "
+                              f"parallelism for MoE with TP (moe_layer.py), which its local RMSNorm does not support")
         seen = set()
         for stage in self.stages:
             for tensor, _ in self.tensors(stage):
-                if self.profile.sharding(tensor) != "tp" or tensor.tp_dim in seen:
+                dim = self._tp_dim(tensor)
+                if self.sharding(tensor) != "tp" or dim in seen:
                     continue
-                seen.add(tensor.tp_dim)
-                size = int(tensor.tp_dim.xreplace(model_values(m)))
+                seen.add(dim)
+                size = int(dim.xreplace(model_values(m)))
                 if size % t.tp:
-                    raise ConfigError(f"tp={t.tp} must divide {_field_text(tensor.tp_dim)}={size} "
-                                      f"({tensor.key} is split by TP under the {t.profile} profile)")
+                    raise ConfigError(f"tp={t.tp} must divide {_field_text(dim)}={size} "
+                                      f"({tensor.key} is split by TP under the {t.profile} profile"
+                                      + (" with transformer_impl=local)" if self._local_tp else ")"))
 
     def tensors(self, stage: Stage | Chunk) -> list[tuple[Tensor, int]]:
         """The tensors stored on ``stage`` (all its chunks) with how many times each occurs."""
@@ -297,8 +311,9 @@ class Partition:
                     # the embedding's; where one rank holds both ends (PP 1, DualPipe) there is none
                     out += [(t, 1) for t in tied_head_copy()]
                 if self.profile.include_mtp and m.num_nextn_predict_layers:
+                    kind = m.layer_kinds[-1] if self.profile.mtp_like_last_layer else None
                     for j in range(m.num_nextn_predict_layers):
-                        out += [(t, 1) for t in mtp_tensors(m, j)]
+                        out += [(t, 1) for t in mtp_tensors(m, j, kind)]
                     if not any(c.first for c in chunks):
                         # the MTP modules embed the shifted tokens: a stage without the embedding keeps
                         # its own copy (Megatron-Core builds one where mtp_process; DualPipe's placement
@@ -306,7 +321,18 @@ class Partition:
                         out += [(t, 1) for t in mtp_embedding_copy()]
         return out
 
+    @property
+    def _local_tp(self) -> bool:
+        """Megatron-Core's local modules with TP > 1 (they split MLA's down-projections too)."""
+        return self.profile.name == "megatron" and not self.train.transformer_impl.uses_te and self.train.tp > 1
+
+    def _tp_dim(self, tensor: Tensor):
+        key = tensor.key.removeprefix("mtp.")
+        return _LOCAL_TP[key] if self._local_tp and key in _LOCAL_TP else tensor.tp_dim
+
     def sharding(self, tensor: Tensor) -> str:
+        if self._local_tp and tensor.key.removeprefix("mtp.") in _LOCAL_TP:
+            return "tp"
         return self.profile.sharding(tensor)
 
     def params(self, stage: Stage, *, buffers: bool = False) -> Breakdown:

@@ -60,6 +60,8 @@ REGISTRY: tuple[Notation, ...] = (
     _n("N", "N", "routed experts per MoE layer", "experts", "n_routed_experts", "model"),
     _n("N_s", "N_s", "shared experts per MoE layer", "experts", "n_shared_experts", "model"),
     _n("N_r", "N_r", "routed experts activated per token", "experts", "num_experts_per_tok", "model"),
+    _n("n_g", "n_g", "expert groups of group-limited routing (1: none)", "groups", "n_group", "model"),
+    _n("k_g", "k_g", "expert groups a token may route to", "groups", "topk_group", "model"),
     _n("l", "l", "decoder layers", "layers", "num_hidden_layers", "model"),
     _n("k_dense", "k_{dense}", "leading decoder layers with a dense FFN", "layers", "first_k_dense_replace", "model", nonneg=True),
     _n("v", "v", "vocabulary size", "tokens", "vocab_size", "model"),

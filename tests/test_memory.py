@@ -103,12 +103,17 @@ def test_working_set_is_what_a_layer_recomputes():
 def test_stronger_recomputation_never_needs_more_on_deepseek_v3(profile, zero):
     """The regression: full recomputation once came out above selective on stage 15, because only
     full counted a working set.  With the same rule for every policy: none >= selective >= full and
-    deepseek >= full on every stage."""
+    deepseek >= full on every stage.  Under the megatron profile (Transformer Engine, flash attention)
+    selective recomputation of the attention core drops only the softmax statistic, while its
+    checkpoint keeps the dataset's [b, 1, s, s] attention mask: it can hold more than none (pinned in
+    tests/test_kernels.py), so only selective >= full is asked there."""
     alloc = {pol: [s.allocated for s in estimate(
         "deepseek-v3", PAPER_TRAINING.with_(recompute=pol, profile=profile, zero=zero)).stages]
         for pol in ("none", "selective", "deepseek", "full")}
     for i in range(16):
-        assert alloc["full"][i] <= alloc["selective"][i] <= alloc["none"][i], i
+        assert alloc["full"][i] <= alloc["selective"][i], i
+        if profile == "paper":
+            assert alloc["selective"][i] <= alloc["none"][i], i
         assert alloc["full"][i] <= alloc["deepseek"][i] <= alloc["none"][i], i
 
 

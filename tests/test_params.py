@@ -309,10 +309,12 @@ def test_tiny_mtp_modules_typed_by_their_layer_index():
     dense_block = 310 + 16 + 384     # MLA + block norms + dense FFN
     moe_block = 310 + 16 + 32 + 96 + 384
     assert total(mtp_params(m), m) == 152 + dense_block + 152 + moe_block == 1852
-    # the same count as the last pipeline stage holds under the megatron profile
+    # Megatron-Core builds every MTP module like the last decoder layer (get_gpt_mtp_block_spec takes
+    # spec.layer_specs[-1]; measured against megatron-core in tests/test_measure_megatron.py): layer 2 is
+    # MoE, so the megatron profile's last stage holds two MoE blocks
     from memlib.config import TrainingConfig
     from memlib.partition import Partition
 
     part = Partition(m, TrainingConfig(profile="megatron"))
     stored = part.params(part.stages[-1]).select(lambda k: k.startswith("mtp."))
-    assert stored.evaluate_total(part.values) == 1852
+    assert stored.evaluate_total(part.values) == 2 * (152 + moe_block) == 1980

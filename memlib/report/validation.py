@@ -22,7 +22,9 @@ from .core import PALETTE, latex, md_table, new_figure
 
 __all__ = ["GPU_RESULT", "gpu_result", "gpu_table", "CONFIGS", "PRESETS", "versions", "results", "summary", "comparison_table", "comparison_figure",
            "preset_checks", "preset_table", "layer_entries", "entry_table", "group_table", "group_values",
-           "GROUPS", "random_check", "problem_answers"]
+           "GROUPS", "random_check", "problem_answers", "MEGATRON_CONFIGS", "megatron_versions", "megatron_results",
+           "megatron_summary", "megatron_table", "SIDE_GROUPS", "megatron_group", "ground_truths",
+           "ground_truth_table", "megatron_entry_table", "kernel_differences"]
 
 #: a spread of small configs: (label, the config.json fields that differ from ``_BASE``, b, s)
 _BASE = {
@@ -326,3 +328,194 @@ def gpu_table() -> str:
             for r in data["rows"]]
     return md_table(["config", "b", "s", "predicted (bytes)", "saved (bytes)", "exact", "held after forward",
                      "logits", "peak in forward", "reserved"], rows, "lrrrrlrrrr")
+
+
+# ------------------------------------------------------------------------------------------------
+# the second ground truth: Megatron-Core (memlib.measure_megatron, megatron-core 0.19.2 on the CPU)
+# ------------------------------------------------------------------------------------------------
+#: small configs measured against megatron-core: (label, config.json changes from ``_BASE``, training options)
+MEGATRON_CONFIGS = (
+    ("V3-like, MTP, b 2, s 16", {"num_nextn_predict_layers": 1, "n_group": 4, "topk_group": 2}, {}),
+    ("selective recompute", {"num_nextn_predict_layers": 1}, {"recompute": "selective"}),
+    ("no q LoRA, softmax routing", {"q_lora_rank": None, "model_type": "deepseek_v2"}, {}),
+    ("fp32 softmax, unfused SwiGLU", {}, {"attention_softmax_in_fp32": True, "bias_swiglu_fusion": False}),
+    ("DeepSeek recompute", {"num_nextn_predict_layers": 1}, {"recompute": "deepseek"}),
+    ("full recompute, fp32", {"num_nextn_predict_layers": 1}, {"recompute": "full", "precision": "fp32"}),
+)
+
+
+def _megatron_pair(label: str, changes: dict, train: dict, b: int = 2, s: int = 16):
+    m = model_from_dict({**_BASE, **changes}, name=label)
+    t = TrainingConfig(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", micro_batch=b,
+                       seq_len=s, **{"precision": "megatron", **train})
+    return m, t
+
+
+def megatron_versions() -> dict[str, str]:
+    """The installed megatron-core and torch versions, and the pinned one."""
+    from importlib.metadata import version
+
+    from ..measure_megatron import MCORE_VERSION
+
+    return {"megatron_core": version("megatron-core"), "pinned": MCORE_VERSION, "torch": versions()["torch"]}
+
+
+@lru_cache(maxsize=None)
+def megatron_results() -> tuple[dict, ...]:
+    """:func:`memlib.measure_megatron.compare` for each of :data:`MEGATRON_CONFIGS`, in one worker process."""
+    from ..measure_megatron import compare_many
+
+    pairs = [_megatron_pair(*c) for c in MEGATRON_CONFIGS]
+    out = []
+    for (label, _, _), r in zip(MEGATRON_CONFIGS, compare_many(pairs, step=True)):
+        r["label"] = label
+        out.append(r)
+    return tuple(out)
+
+
+def megatron_summary() -> dict:
+    """How many configs, regions, blocks and storages were compared against megatron-core, and how many differ."""
+    rs = megatron_results()
+    blocks = [x for r in rs for x in r["blocks"]]
+    return {
+        "configs": len(rs), "exact_configs": sum(1 for r in rs if r["exact"]),
+        "regions": sum(len(r["regions"]) for r in rs), "blocks": len(blocks),
+        "mismatched_blocks": sum(1 for x in blocks if x["difference"]),
+        "storages": sum(len(r["storages"]) for r in rs),
+        "measured_bytes": sum(r["activations"]["measured"] for r in rs),
+        "parameter_bytes": sum(r["parameters"]["measured"] for r in rs),
+        "main_grad_bytes": sum(r["main_grad"]["measured"] for r in rs),
+    }
+
+
+def megatron_table() -> str:
+    """One row per config: activations predicted and measured, parameters and main_grad buffers (Δ)."""
+    rows = []
+    for r, (label, changes, train) in zip(megatron_results(), MEGATRON_CONFIGS):
+        m, t = _megatron_pair(label, changes, train)
+        a, p, g = r["activations"], r["parameters"], r["main_grad"]
+        rows.append([label, _kinds(m), f"`{t.recompute}`", t.precision, fmt_count(a["predicted"]),
+                     fmt_count(a["measured"]), f"{a['difference']:+,}", f"{fmt_count(p['measured'])} ({p['difference']:+,})",
+                     f"{fmt_count(g['measured'])} ({g['difference']:+,})"])
+    return md_table(["config", "dense, MoE", "recompute", "precision", "predicted", "measured", "Δ",
+                     "parameters (Δ)", "main_grad (Δ)"], rows, "llllrrrrr")
+
+
+#: entry groups of the side-by-side view, in data-flow order
+SIDE_GROUPS = ("RMSNorms", "MLA latents and projections", "RoPE", "attention scores", "router", "dispatch",
+               "routed experts", "shared experts", "dense FFN")
+
+
+def megatron_group(key: str) -> str:
+    """The group of a megatron or hf-eager ledger entry key (one layer)."""
+    part, _, rest = key.partition(".")
+    if rest.startswith("routed"):
+        return "routed experts"
+    if rest.startswith("shared"):
+        return "shared experts"
+    if part == "dense_ffn":
+        return "RMSNorms" if "norm" in rest else "dense FFN"
+    if part == "moe":
+        if "norm" in rest:
+            return "RMSNorms"
+        return "dispatch" if rest.startswith("permute") or rest.startswith("routed.token") else "router"
+    if "norm" in rest or rest.endswith(("_fp32", "_rstd", "_normalized", "input_fp32")) and rest.startswith("c_"):
+        return "RMSNorms"
+    if "rope" in rest:
+        return "RoPE"
+    if any(w in rest for w in ("softmax", "probs")):
+        return "attention scores"
+    return "MLA latents and projections"
+
+
+def _one_layer(model: ModelConfig, kind: str, profile: str, train: TrainingConfig) -> dict[str, int]:
+    from ..activations import ledger_bytes
+
+    vals = {**values(model), **parallel_values(train), **training_values(train)}
+    return ledger_bytes(act_profile(profile, train).layer(model, kind), train, recipe(train.precision)).evaluate(vals)
+
+
+def ground_truths(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                  s: int | None = None) -> dict:
+    """One decoder layer on one device under the three implementations memlib checks: Hugging Face
+    eager (hf-eager, measured), Megatron-Core's local modules (measured) and Megatron-Core with
+    Transformer Engine (its kernels' sources): bytes per entry and per group, and the totals."""
+    from .. import ledgers_hf  # noqa: F401  (registers hf-eager)
+
+    m = load_model(model)
+    b = PAPER_TRAINING.micro_batch if b is None else b
+    s = PAPER_TRAINING.seq_len if s is None else s
+    one = dict(dp=1, tp=1, pp=1, ep=1, etp=1, micro_batch=b, seq_len=s, precision="megatron")
+    cols = {"hf-eager": _one_layer(m, kind, "hf-eager", TrainingConfig(profile="hf-eager", **one)),
+            "megatron-local": _one_layer(m, kind, "megatron",
+                                         TrainingConfig(profile="megatron", transformer_impl="local", **one)),
+            "megatron-te": _one_layer(m, kind, "megatron", TrainingConfig(profile="megatron", **one))}
+    groups = {g: {c: 0 for c in cols} for g in SIDE_GROUPS}
+    for c, entries in cols.items():
+        for key, x in entries.items():
+            groups[megatron_group(key)][c] += x
+    groups = {g: v for g, v in groups.items() if any(v.values())}
+    groups["total"] = {c: sum(e.values()) for c, e in cols.items()}
+    return {"entries": cols, "groups": groups, "b": b, "s": s}
+
+
+def ground_truth_table(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                       s: int | None = None) -> str:
+    rows = []
+    for g, v in ground_truths(model, kind, b, s)["groups"].items():
+        cells = [fmt_bytes(v[c], "MiB", with_unit=False) for c in ("hf-eager", "megatron-local", "megatron-te")]
+        rows.append([f"**{g}**" if g == "total" else g, *cells])
+    return md_table(["entries", "Hugging Face eager, MiB (measured)", "Megatron-Core local, MiB (measured)",
+                     "Megatron-Core + TE, MiB (from the kernels' sources)"], rows, "lrrr")
+
+
+def megatron_entry_table(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                         s: int | None = None) -> str:
+    """Every entry of one megatron layer, local beside Transformer Engine, with where each number
+    comes from (measured on the CPU, or the kernel source that saves it)."""
+    from ..ledgers_megatron import Kernels, megatron_layer
+
+    m = load_model(model)
+    gt = ground_truths(m, kind, b, s)
+    loc, te = gt["entries"]["megatron-local"], gt["entries"]["megatron-te"]
+    notes = {e.key: e.note for e in megatron_layer(m, kind, Kernels())}
+    rows = []
+    for key in list(loc) + [k for k in te if k not in loc]:
+        rows.append([f"`{key}`", megatron_group(key),
+                     fmt_bytes(loc[key], "MiB") if key in loc else "—",
+                     fmt_bytes(te[key], "MiB") if key in te else "—", _source_of(notes[key]) if key in te else ""])
+    return md_table(["entry", "group", "local (measured)", "Transformer Engine", "TE value from"], rows, "llrrl")
+
+
+#: the kernels whose sources an entry's note may cite, in the order a label is looked up
+_KERNEL_LABELS = (("flash_attention", "flash-attention, TE fused attention"),
+                  ("te_unfused_attention", "TE unfused attention"), ("te_layernorm_linear", "TE LayerNormLinear"),
+                  ("te_rmsnorm", "TE RMSNorm"), ("te_cross_entropy", "TE cross-entropy"), ("te_linear", "TE Linear"))
+
+
+def _source_of(note: str) -> str:
+    """Where a Transformer Engine entry's bytes come from, from its note: a kernel's source, or
+    Megatron-Core's own code (measured on the CPU, or read where the CPU cannot run it)."""
+    from ..ledgers_megatron import KERNEL_SOURCES
+
+    for name, label in _KERNEL_LABELS:
+        if KERNEL_SOURCES[name] in note:
+            return label + " (source)"
+    return "Megatron-Core code (measured)" if "measured" in note else "Megatron-Core code (read)"
+
+
+def kernel_differences(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,
+                       s: int | None = None) -> dict[str, str]:
+    """The chapter's numbers for the local-against-TE differences of one layer, formatted."""
+    gt = ground_truths(model, kind, b, s)
+    loc, te, g = gt["entries"]["megatron-local"], gt["entries"]["megatron-te"], gt["groups"]
+    return {
+        "probs_local": fmt_bytes(loc["attention.softmax_out"], "GiB"),
+        "lse_te": fmt_bytes(te["attention.softmax_lse"], "MiB"),
+        "norms_local": fmt_bytes(g["RMSNorms"]["megatron-local"], "MiB"),
+        "norms_te": fmt_bytes(g["RMSNorms"]["megatron-te"], "MiB"),
+        "total_local": fmt_bytes(g["total"]["megatron-local"], "GiB"),
+        "total_te": fmt_bytes(g["total"]["megatron-te"], "GiB"),
+        "total_hf": fmt_bytes(g["total"]["hf-eager"], "GiB"),
+        "rope_local": fmt_bytes(loc["attention.rope_tables"], "MiB"),
+    }

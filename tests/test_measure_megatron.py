@@ -1,0 +1,282 @@
+"""Ground truth for the megatron profile: memlib against Megatron-Core's own modules on the CPU.
+
+The measurements need megatron-core 0.19.2 beside the measure extra (``make venv`` installs both);
+without them those tests are skipped, with the reason, and under CI (``CI=true``) they fail instead.
+
+* The local path (``transformer_impl=local``) of the megatron ledger against the bytes autograd holds
+  at the end of one training forward pass of megatron-core's GPTModel, to the byte, per region and
+  per block, with the parameters and main_grad buffers, on random small configs drawn fresh on every
+  run in one worker process (the seed is printed; ``MEMLIB_MCORE_SEED=...`` replays it,
+  ``MEMLIB_MCORE_CONFIGS=...`` draws more).  Every recompute policy megatron-core runs on the CPU,
+  bf16 and fp32, with and without q LoRA, MTP, shared experts, group-limited routing.
+* ``memlib estimate --profile megatron --transformer-impl local`` gives those bytes as the stage's
+  ``activations.per_microbatch``.
+* Several processes joined by gloo: TP 2 (without sequence parallelism: the local RMSNorm has none) on
+  a dense model, EP 2 on an MoE model; where megatron-core stops (CP, TP with SP, TP with MoE).
+* Without megatron-core: the kernel choices, their rules and the CLI.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+
+import pytest
+
+from memlib.cli import main
+from memlib.config import ConfigError, TrainingConfig, model_from_dict
+from memlib.measure_megatron import MISSING_MCORE, MCORE_VERSION, available
+
+SKIP_REASON = f"megatron-core {MCORE_VERSION} (and torch) not installed: megatron ground truth skipped"
+N_CONFIGS = int(os.environ.get("MEMLIB_MCORE_CONFIGS", "36"))
+
+#: a small DeepSeek-V3-style model: one dense and one MoE layer, q LoRA, shared expert, groups, MTP
+SMALL = {
+    "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16, "num_attention_heads": 4,
+    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "q_lora_rank": 16, "kv_lora_rank": 12,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+    "first_k_dense_replace": 1, "vocab_size": 64, "model_type": "deepseek_v3", "n_group": 4, "topk_group": 2,
+    "num_nextn_predict_layers": 1,
+}
+
+
+def small(**changes):
+    return model_from_dict({**SMALL, **changes}, name="small")
+
+
+def local(**kw):
+    base = dict(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", precision="megatron", transformer_impl="local",
+                micro_batch=2, seq_len=8)
+    return TrainingConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def mcore():
+    """Skips without megatron-core; under CI (``CI=true``, where `make venv` installs it) fails instead."""
+    if os.environ.get("CI", "").lower() in ("1", "true"):
+        assert available(), MISSING_MCORE
+        return
+    if not available():
+        pytest.skip(SKIP_REASON)
+
+
+def _seed() -> int:
+    env = os.environ.get("MEMLIB_MCORE_SEED")
+    return int(env) if env else int.from_bytes(os.urandom(4), "little")
+
+
+def _differences(r: dict) -> list:
+    if r.get("error"):
+        return [r["error"], r.get("traceback", "")[-600:]]
+    out = [x for x in r["blocks"] if x["difference"]] + r["ctx_held"]
+    for k in ("parameters", "main_grad"):
+        if k in r and r[k]["difference"]:
+            out.append({k: r[k]})
+    if r["parameters"]["blocks_predicted"] != r["parameters"]["blocks_measured"]:
+        out.append({"parameter blocks": r["parameters"]})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# random configs, one worker process
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def random_batch(mcore):
+    from memlib.measure_megatron import measure_many, random_request
+
+    seed = _seed()
+    print(f"\nMEMLIB_MCORE_SEED={seed} ({N_CONFIGS} random configs)")
+    rng = random.Random(seed)
+    reqs = [random_request(rng, i) for i in range(N_CONFIGS)]
+    return seed, reqs, measure_many(reqs)
+
+
+def test_random_configs_exact(random_batch):
+    from memlib.measure_megatron import compare_result
+
+    seed, reqs, results = random_batch
+    failures = []
+    for i, (req, meas) in enumerate(zip(reqs, results)):
+        r = compare_result(req, meas)
+        if not r["exact"]:
+            failures.append(f"config {i}: {req.label()} -> {_differences(r)}")
+    assert not failures, (f"MEMLIB_MCORE_SEED={seed}: {len(failures)} of {len(reqs)} random configs not exact:\n"
+                          + "\n".join(failures))
+
+
+def test_random_configs_cover_what_they_must(random_batch):
+    from memlib.measure_megatron import CPU_RECOMPUTE
+
+    seed, reqs, _ = random_batch
+    if len(reqs) < len(CPU_RECOMPUTE):
+        pytest.skip("fewer configs than recompute policies")
+    ms, ts = [r.model for r in reqs], [r.train for r in reqs]
+    assert {t.recompute for t in ts} == set(CPU_RECOMPUTE)
+    assert {t.precision for t in ts} == {"megatron", "fp32"}
+    assert any(m.q_lora_rank is None for m in ms) and any(m.q_lora_rank for m in ms)
+    assert any(m.num_nextn_predict_layers for m in ms) and any(not m.num_nextn_predict_layers for m in ms)
+    assert any("moe" in m.layer_kinds for m in ms) and any("dense" in m.layer_kinds for m in ms)
+    assert any(m.n_shared_experts for m in ms), f"MEMLIB_MCORE_SEED={seed}"
+    assert len({t.micro_batch for t in ts}) > 1 and len({t.seq_len for t in ts}) > 1
+
+
+def test_estimate_gives_the_measured_bytes(random_batch, tmp_path, capsys):
+    """`memlib estimate --profile megatron --transformer-impl local` on one device: per_microbatch is what
+    megatron-core saves (embedding, every layer, MTP, head and loss), for the first configs of the batch."""
+    seed, reqs, results = random_batch
+    for i, (req, meas) in enumerate(list(zip(reqs, results))[:6]):
+        m, t = req.model, req.train
+        path = tmp_path / f"config{i}.json"
+        path.write_text(json.dumps({**{f: getattr(m, f) for f in (
+            "hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads", "qk_nope_head_dim",
+            "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank", "n_routed_experts", "n_shared_experts",
+            "num_experts_per_tok", "num_hidden_layers", "first_k_dense_replace", "vocab_size", "moe_layer_freq",
+            "num_nextn_predict_layers", "tie_word_embeddings", "n_group", "topk_group", "scoring_func")},
+            "topk_method": "noaux_tc" if m.router_bias else "greedy", "model_type": "deepseek_v3"}))
+        argv = ["estimate", "--model", str(path), "--dp", "1", "--tp", "1", "--pp", "1", "--ep", "1", "--etp", "1",
+                "--profile", "megatron", "--transformer-impl", "local", "--precision", t.precision,
+                "--micro-batch", str(t.micro_batch), "--seq-len", str(t.seq_len), "--recompute", t.recompute,
+                "--moe-router-load-balancing-type", str(t.moe_aux_loss), "--num-microbatches", "1", "--json"]
+        argv += ["--attention-softmax-in-fp32"] if t.attention_softmax_in_fp32 else []
+        argv += ["--no-bias-swiglu-fusion"] if not t.bias_swiglu_fusion else []
+        argv += ["--cross-entropy-loss-fusion"] if t.cross_entropy_loss_fusion else []
+        assert main(argv) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["config"]["transformer_impl"] == "local"
+        measured = sum(meas["regions"].values())
+        assert data["stages"][0]["activations"]["per_microbatch"] == measured, f"MEMLIB_MCORE_SEED={seed} config {i}"
+
+
+# ------------------------------------------------------------------------------------------------
+# fixed configs
+# ------------------------------------------------------------------------------------------------
+def test_parameters_and_main_grad_buffers(mcore):
+    """Megatron-Core's parameters and DistributedDataParallel's main_grad buffers are the megatron
+    profile's per-device parameters times the recipe's bytes: bf16 weights and fp32 main grads
+    (precision megatron), fp32 both (fp32)."""
+    from memlib.measure_megatron import compare_many
+    from memlib.partition import Partition
+    from memlib.params import by_block
+
+    pairs = [(small(), local()), (small(), local(precision="fp32")), (small(q_lora_rank=None), local())]
+    for (m, t), r in zip(pairs, compare_many(pairs, step=True)):
+        part = Partition(m, t)
+        count = part.params(part.stages[0]).evaluate_total(part.values)
+        w, g = (2, 4) if t.precision == "megatron" else (4, 4)
+        assert r["parameters"]["measured"] == w * count, r["parameters"]
+        assert r["main_grad"]["measured"] == g * count, r["main_grad"]
+        assert r["parameters"]["blocks_measured"] == {k: x for k, x in by_block(part.params(part.stages[0])).evaluate(
+            part.values).items() if x}
+
+
+def test_mtp_module_is_typed_like_the_last_layer(mcore):
+    """moe_layer_freq 2 with 1 layer: decoder layer 0 is MoE, layer l = 1 would be dense by the Hugging
+    Face rule; Megatron-Core builds the MTP block like the last decoder layer (MoE)."""
+    from memlib.measure_megatron import compare
+
+    r = compare(small(num_hidden_layers=1, first_k_dense_replace=0, moe_layer_freq=2), local())
+    assert r["exact"], _differences(r)
+    assert "mtp.routed_experts" in r["parameters"]["blocks_measured"]
+
+
+def test_cli_measure_megatron_text_and_json(mcore, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL))
+    assert main(["measure", "--framework", "megatron-core", "--model", str(path), "--micro-batch", "2",
+                 "--seq-len", "6", "--recompute", "selective"]) == 0
+    out = capsys.readouterr().out
+    assert "attention.attn_mask_type" in out and "attention.softmax_out" not in out  # selective: core_attn
+    assert "mtp.0" in out and "main_grad bytes" in out
+    assert out.rstrip().endswith("exact") and "NOT exact" not in out
+    assert main(["measure", "--framework", "megatron-core", "--model", str(path), "--seq-len", "5", "--precision",
+                 "fp32", "--no-bias-swiglu-fusion", "--json", "--no-step"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["exact"] and data["activations"]["difference"] == 0 and "main_grad" not in data
+    assert data["train"]["precision"] == "fp32" and data["train"]["bias_swiglu_fusion"] == "False"
+
+
+# ------------------------------------------------------------------------------------------------
+# several processes (gloo)
+# ------------------------------------------------------------------------------------------------
+def test_tp2_without_sequence_parallelism_dense(mcore):
+    """TP 2 on a dense model: every rank saves the ledger's bytes (q, k, v, the probabilities and the
+    context split over TP; the vocabulary mask of the vocab-parallel embedding) and holds its share
+    of the parameters (the local spec splits W^DQ and [W^DKV; W^KR] too)."""
+    from memlib.measure_megatron import compare_many
+
+    m, t = small(first_k_dense_replace=2), local(tp=2, sp=False, recompute="core_attn")
+    ranks = compare_many([(m, t)], world=2)[0]
+    assert len(ranks) == 2
+    for r in ranks:
+        assert r["exact"], _differences(r)
+    assert ranks[0]["entries"]["embedding"]["embedding.vocab_mask"] == 2 * 8
+
+
+def test_ep2_sums_over_the_expert_group(mcore):
+    """EP 2 (DP 2): everything outside the routed experts is exact on each rank; how many tokens each
+    rank's experts receive follows the routing, and the two ranks together hold twice the ledger's
+    (balanced) share."""
+    from memlib.measure_megatron import compare_many
+
+    m, t = small(), local(dp=2, ep=2)
+    ranks = compare_many([(m, t)], world=2)[0]
+    for r in ranks:
+        assert not r.get("error"), r.get("traceback")
+        assert r["parameters"]["difference"] == 0 and r["main_grad"]["difference"] == 0
+        assert all(x["difference"] == 0 for x in r["blocks"] if x["block"] != "moe"), _differences(r)
+    for region in ("layer.1", "mtp.0"):
+        rows = [next(x for x in r["blocks"] if x["region"] == region and x["block"] == "moe") for r in ranks]
+        assert sum(x["measured"] for x in rows) == sum(x["predicted"] for x in rows), rows
+
+
+@pytest.mark.parametrize("kw,model,message", [
+    (dict(cp=2, dp=1), {}, "supports no context parallelism"),
+    (dict(tp=2, dp=1), {}, "does not support sequence parallelism"),
+    (dict(tp=2, dp=1, sp=False), {}, "requires sequence parallelism for MoE with TP"),
+])
+def test_where_megatron_core_stops_on_the_cpu(kw, model, message):
+    """What megatron-core's local path refuses (DotProductAttention asserts no CP, WrappedTorchNorm no SP,
+    moe_layer.py MoE with TP only with SP): named before anything runs."""
+    from memlib.memory import estimate
+
+    with pytest.raises(ConfigError, match=message):
+        estimate(small(**model), local(**kw))
+
+
+# ------------------------------------------------------------------------------------------------
+# without megatron-core: the CLI contract
+# ------------------------------------------------------------------------------------------------
+def test_measure_megatron_without_megatron_core_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    import importlib.metadata as md
+
+    real = md.version
+
+    def version(name):
+        if name == "megatron-core":
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(md, "version", version)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL))
+    assert main(["measure", "--framework", "megatron-core", "--model", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"memlib: error: {MISSING_MCORE}"
+    assert "pip install --no-deps --ignore-requires-python megatron-core==0.19.2" in err
+
+
+def test_measure_refuses_what_the_cpu_cannot_run(capsys, tmp_path, monkeypatch):
+    import memlib.measure_megatron as mm
+
+    monkeypatch.setattr(mm, "require", lambda: None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL))
+    for argv, message in ((["--recompute", "moe_act"], "recompute=moe_act with transformer_impl=local"),
+                          (["--recompute", "nonsense"], "recompute='nonsense' must be one of"),
+                          (["--micro-batch", "0"], "micro_batch=0 must be a positive integer")):
+        assert main(["measure", "--framework", "megatron-core", "--model", str(path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("memlib: error: ") and message in err and err.count("\n") == 1, err
+    assert main(["measure", "--model", str(path), "--no-bias-swiglu-fusion"]) == 2
+    assert "applies to framework=megatron-core only" in capsys.readouterr().err
