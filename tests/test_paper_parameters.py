@@ -117,6 +117,8 @@ def test_printed_value_helpers():
     mis = pp.misread_gib(12_500_729_856)                                       # "11.64 GB"
     assert mis["printed"] == Fraction("11.64") and mis["budget"] == 11_640_000_000
     assert mis["shortfall"] == 12_500_729_856 - 11_640_000_000
+    assert mis["shortfall_share"] == Fraction(mis["shortfall"], 11_640_000_000)
+    assert pp.misread_gib(1000)["shortfall_share"] is None                      # printed "0.00"
     assert pp.runs("aabbba") == [("a", 0, 1), ("b", 2, 4), ("a", 5, 5)]
     assert pp.index_runs([0, 2, 3, 4, 7]) == [(0, 0), (2, 4), (7, 7)] and pp.index_runs([]) == []
     assert pp.row_key(3, 59) == "3-59" and pp.row_key(0, 0) == "0"

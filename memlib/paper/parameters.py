@@ -492,7 +492,10 @@ def gib_and_gb() -> dict[str, int | Fraction]:
 
 def misread_gib(n_bytes: int, digits: int = 2) -> dict[str, int | Fraction]:
     """``n_bytes`` printed in GiB to ``digits`` decimals (``printed``) and read as decimal GB: the
-    bytes that reading budgets (``budget``) and the ``shortfall`` = ``n_bytes`` - ``budget``."""
+    bytes that reading budgets (``budget``), the ``shortfall`` = ``n_bytes`` - ``budget`` and its share
+    of the budget (``shortfall_share``; None for a budget of zero)."""
     printed = Fraction(fmt_decimal(Fraction(n_bytes, UNITS["GiB"]), digits).replace(",", ""))
     budget = int(printed * UNITS["GB"])
-    return {"printed": printed, "budget": budget, "shortfall": n_bytes - budget}
+    shortfall = n_bytes - budget
+    return {"printed": printed, "budget": budget, "shortfall": shortfall,
+            "shortfall_share": Fraction(shortfall, budget) if budget else None}

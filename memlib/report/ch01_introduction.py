@@ -1,0 +1,113 @@
+"""Chapter 1, "Introduction": units, display rounding and the library's modules, formatted from
+:mod:`memlib.paper.parameters`.
+
+Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+configuration cell); nothing here computes a quantity.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import importlib.util
+from pathlib import Path
+
+from ..config import PAPER_TRAINING
+from ..memory import Estimate
+from ..paper import is_paper_model
+from ..paper import parameters as pp
+from ..reference import PAPER
+from ..states import RECIPES
+from ..units import to_unit
+from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, pct, span
+from .tables import notation_recap
+
+__all__ = ["MODULES", "notation", "values", "paper_values", "library_table", "stages_text"]
+
+#: memlib's modules as the chapter lists them, in the order data flows (the package docstring's),
+#: with the kind of each: (module, kind, step of the pipeline or None)
+MODULES = (
+    ("config", "pipeline step", "1"), ("architecture", "pipeline step", "2"), ("params", "pipeline step", "3"),
+    ("partition", "pipeline step", "4"), ("states", "pipeline step", "5"), ("activations", "pipeline step", "6"),
+    ("ledgers", "pipeline step", "7"), ("ledgers_hf", "pipeline step", "7"), ("schedule", "pipeline step", "8"),
+    ("overhead", "pipeline step", "9"), ("memory", "pipeline step", "10"),
+    ("formulas", "view of the results", None), ("paper", "view of the results", None),
+    ("scenarios", "view of the results", None), ("report", "the book", None),
+    ("measure", "check (optional, needs torch)", None), ("cli", "command line", None),
+    ("symbols", "used by every step", None), ("breakdown", "used by every step", None),
+    ("units", "used by every step", None), ("reference", "used by every step", None),
+)
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["l", "N", "N_r", "DP", "TP", "PP", "EP", "ETP", "b", "s", "B_w"], est.model, est.train)
+
+
+def stages_text(stages: list[int]) -> str:
+    """Stages as ranges: ``1–14``, ``2–13, 15``."""
+    return ", ".join(span(a, b) for a, b in pp.index_runs(stages))
+
+
+def values(est: Estimate) -> dict[str, str]:
+    """The chapter's numbers: units, the largest per-device weights of the model under the
+    configuration, the whole model's weights, one MoE layer at two roundings."""
+    m, t, part = est.model, est.train, est.partition
+    u = pp.gib_and_gb()
+    dev = pp.largest_device(part)
+    misread = pp.misread_gib(dev["bytes"])
+    model_bytes = pp.weights(pp.totals(m)["total"], t.precision)
+    moe_bytes = pp.weights(pp.layer_blocks(m)["moe_layer"], t.precision)
+    return {
+        "model": model_name(m), "config": t.label(), "paper_config": PAPER_TRAINING.label(),
+        "gib_bytes": fmt_count(u["GiB"]), "gb_bytes": fmt_count(u["GB"]),
+        "gib_in_gb": fmt_decimal(u["gib_in_gb"], 4) + " GB", "gib_excess": pct(u["excess"], 1, 2),
+        "bf16_bytes": fmt_count(RECIPES[t.precision].weights),
+        "device_stages": stages_text(dev["stages"]), "device_stage_word": "stage" if len(dev["stages"]) == 1 else "stages", "device_params": fmt_count(dev["params"]),
+        "device_bytes": fmt_count(dev["bytes"]), "device_gib": fmt_bytes(dev["bytes"], "GiB"),
+        "device_gb": fmt_bytes(dev["bytes"], "GB"), "device_printed": fmt_decimal(misread["printed"], 2) + " GB",
+        "misread_budget": fmt_count(misread["budget"]), "misread_shortfall": fmt_count(misread["shortfall"]),
+        "misread_share": "—" if misread["shortfall_share"] is None else pct(misread["shortfall_share"], 1, 2),
+        "model_gib": fmt_bytes(model_bytes, "GiB"), "model_gb": fmt_bytes(model_bytes, "GB"),
+        "moe_layer_params": fmt_count(pp.layer_blocks(m)["moe_layer"]),
+        "moe_layer_gib3": fmt_bytes(moe_bytes, "GiB", 3), "moe_layer_gib2": fmt_bytes(moe_bytes, "GiB", 2),
+        "moe_layer_gb": fmt_bytes(moe_bytes, "GB", 2),
+        "stage0_exact": fmt_billions(pp.stage_summary(part)["first"]),
+    }
+
+
+def paper_values(est: Estimate) -> dict[str, str]:
+    """The paper's printed values the prose compares with (empty unless the model is the paper's)."""
+    if not is_paper_model(est.model):
+        return {}
+    m, t, part = est.model, est.train, est.partition
+    dev = pp.largest_device(part)
+    t6 = PAPER["table6"]["total"]
+    moe_row = PAPER["table3"]["3-59"]
+    moe_gib = pp.weights(pp.layer_blocks(m)["moe_layer"], t.precision)
+    offset = pp.printed_offset(to_unit(moe_gib), moe_row["memory_gb"])
+    return {
+        "paper_device": t6["memory_gb"] + " GB", "paper_device_params": fmt_count(t6["params"]),
+        "paper_device_reading": "the digits of GiB" if pp.rounds_to(to_unit(dev["bytes"]), t6["memory_gb"])
+        else "not the digits of GiB",
+        "paper_moe_layer": moe_row["memory_gb"] + " GB",
+        "paper_moe_last_digit": "the same" if offset == 0 else ("rounded up" if offset > 0 else "rounded down"),
+        "paper_stage0": PAPER["table4"]["0"]["params"],
+        "paper_stage0_relation": ("the sum" if pp.rounds_to(pp.printed_stage_sum(pp.paper_layers_of_stage(0))["sum"],
+                                                           PAPER["table4"]["0"]["params"]) else "not the sum")
+        + " of its own rounded per-layer values",
+    }
+
+
+def _docstring_summary(module: str) -> str:
+    """The first paragraph of a module's docstring, read from its source (nothing is imported), with
+    reST markup turned into Markdown: ``x`` into `x`, :class:`~a.b.C` into `C`."""
+    spec = importlib.util.find_spec(f"memlib.{module}")
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    first = re.sub(r":[a-z]+:`~?([\w.]+)`", lambda mt: f"`{mt.group(1).rsplit('.', 1)[-1]}`", first)
+    return first.replace("``", "`")
+
+
+def library_table() -> str:
+    """memlib's modules with the first line of each docstring (read from the source, not imported)."""
+    rows = [[step or "—", f"`memlib.{name}`", kind, _docstring_summary(name)] for name, kind, step in MODULES]
+    return md_table(["step", "module", "kind", "what it does"], rows, "clll")

@@ -1,0 +1,63 @@
+"""The introduction's module: its values and tables for DeepSeek-V3, V2 and V2-Lite, the paper's
+printed values only in DeepSeek-V3's, and the module table listing every module of memlib."""
+from __future__ import annotations
+
+import pkgutil
+
+import pytest
+
+import memlib
+from memlib import estimate
+from memlib.paper import paper_training
+from memlib.report import ch01_introduction as ch
+
+MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+#: DeepSeek-V3's numbers in this chapter (its largest device, an MoE layer, the first stage)
+V3_NUMBERS = ("6,250,364,928", "12,500,729,856", "11.64", "11,507,286,016", "21.434", "14.18B", "1,249.88",
+              "1,342.05 GB", "14.16B", "21.44")
+
+
+def chapter_text(model: str) -> str:
+    est = estimate(model, paper_training(model))
+    parts = [ch.notation(est), ch.library_table(), *ch.values(est).values(), *ch.paper_values(est).values()]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_function_runs(model):
+    est = estimate(model, paper_training(model))
+    v = ch.values(est)
+    assert v["model"] in ("DeepSeek-V3", "DeepSeek-V2", "DeepSeek-V2-Lite") and v["gib_bytes"] == "1,073,741,824"
+    assert v["config"].startswith("PP16@") and v["paper_config"] == "PP16@TP2@EP8@ETP1"
+
+
+def test_deepseek_v3_chapter_has_the_papers_numbers():
+    text = chapter_text("deepseek-v3")
+    assert not [n for n in V3_NUMBERS if n not in text]
+    p = ch.paper_values(estimate("deepseek-v3", paper_training("deepseek-v3")))
+    assert p["paper_device_reading"] == "the digits of GiB" and p["paper_moe_last_digit"] == "rounded up"
+    v = ch.values(estimate("deepseek-v3", paper_training("deepseek-v3")))
+    assert v["device_stages"] == "1–14" and v["device_printed"] == "11.64 GB" and v["gib_excess"] == "7.37%"
+    assert v["misread_budget"] == "11,640,000,000" and v["misread_shortfall"] == "860,729,856"
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
+def test_another_models_chapter_has_no_deepseek_v3_number(model):
+    assert ch.paper_values(estimate(model, paper_training(model))) == {}
+    text = chapter_text(model)
+    assert not [n for n in V3_NUMBERS if n in text]
+
+
+def test_the_module_table_lists_every_module():
+    table = ch.library_table()
+    modules = {m.name for m in pkgutil.iter_modules(memlib.__path__)} - {"__main__"}
+    assert {name for name, _, _ in ch.MODULES} == modules
+    for name in ("paper", "scenarios", "formulas", "report"):
+        assert f"`memlib.{name}`" in table
+    assert ":class:" not in table and "``" not in table
+    order = [name for name, _, _ in ch.MODULES]
+    assert order.index("formulas") > order.index("memory") and order.index("report") > order.index("scenarios")
+
+
+def test_stage_ranges():
+    assert ch.stages_text([1, 2, 3, 4]) == "1–4" and ch.stages_text([2, 3, 7]) == "2–3, 7"

@@ -1,0 +1,69 @@
+"""The architecture chapter's module: every table and value for DeepSeek-V3, V2 and V2-Lite, the
+model's own numbers in prose, the shipped models side by side in every book."""
+from __future__ import annotations
+
+import pytest
+
+from memlib import estimate
+from memlib.paper import paper_training
+from memlib.report import ch02_architecture as ch
+
+MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
+#: DeepSeek-V3's numbers in this chapter's prose and per-model tables (its MTP module, routed
+#: experts in all, the width h)
+V3_NUMBERS = ("11,610,067,968", "14,848", "7,168", "102,760,448")
+
+
+def est(model: str):
+    return estimate(model, paper_training(model))
+
+
+def per_model_text(model: str) -> str:
+    e = est(model)
+    parts = [ch.notation(e), ch.attention_table(e), ch.mtp_table(e), *ch.values(e).values(),
+             *ch.other_values(e).values()]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_function_runs(model):
+    e = est(model)
+    for table in (ch.notation(e), ch.attention_table(e), ch.layer_pattern_table(e), ch.model_fields_table(e),
+                  ch.mtp_table(e)):
+        assert table.startswith("| ")
+    assert ch.values(e)["model"] in ch.model_fields_table(e)
+    assert ch.other_values(e)["name"] != ch.values(e)["model"]
+
+
+def test_deepseek_v3_values():
+    v = ch.values(est("deepseek-v3"))
+    assert (v["l"], v["k_dense"], v["moe_layers"], v["N"], v["N_s"], v["n_mtp"]) == ("61", "3", "58", "256", "1", "1")
+    assert (v["qk_width"], v["rope_share"], v["kv_cache_width"], v["mha_kv_width"]) == ("192", "33.3%", "576", "40,960")
+    assert v["mtp_module"] == v["mtp_own"] == "11,610,067,968" and v["router_bias"] == "has such a buffer"
+    assert v["mla_matrices"] == "8" and v["d_cq"] == "1,536" and v["head_dims"] == "the same"
+    assert ch.other_values(est("deepseek-v3"))["routed_total"] == "1,664"          # V2-Lite: 26 x 64
+    assert not [n for n in V3_NUMBERS if n not in per_model_text("deepseek-v3")]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
+def test_another_models_chapter_is_about_that_model(model):
+    assert not [n for n in V3_NUMBERS if n in per_model_text(model)]
+    v = ch.values(est(model))
+    assert v["router_bias"] == "has no such buffer" and v["n_mtp"] == "0" and v["mtp_own"] == "0"
+
+
+def test_v2_lite_has_no_query_compression():
+    v = ch.values(est("deepseek-v2-lite"))
+    assert v["mla_matrices"] == "7" and v["mla_norms"] == "1" and v["d_cq"].startswith("null")
+    assert ch.other_values(est("deepseek-v2-lite"))["name"] == "DeepSeek-V2"
+    assert "$W^{Q}$" in ch.attention_table(est("deepseek-v2-lite"))
+
+
+def test_the_comparison_shows_every_preset_in_every_book():
+    p = ch.preset_values()
+    assert p["bias_presets"] == "DeepSeek-V3" and p["lite_q_lora"] == "null" and p["v2_router_bias"] == "has no"
+    assert p["equal_head_dims"] == "DeepSeek-V3, DeepSeek-V2, DeepSeek-V2-Lite"
+    for model in MODELS:
+        table = ch.model_fields_table(est(model))
+        assert all(name in table for name in ("DeepSeek-V3", "DeepSeek-V2", "DeepSeek-V2-Lite"))
+        assert "dense 0–2, MoE 3–60" in ch.layer_pattern_table(est(model))
