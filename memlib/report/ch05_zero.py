@@ -73,6 +73,10 @@ def values(est: Estimate) -> dict[str, str]:
 _KEYS = {"none": ZeroStage.NONE, "os": ZeroStage.OS, "os_g": ZeroStage.OS_G, "os_g_params": ZeroStage.OS_G_PARAMS}
 
 
+#: the keys of :func:`paper_values` (glued as placeholders for another model)
+PAPER_KEYS = ("printed_none", "printed_os", "printed_grads", "printed_opt", "printed_shard", "prose_quote")
+
+
 def paper_values(est: Estimate) -> dict[str, str]:
     """The paper's printed values the prose compares with (empty unless the model is the paper's)."""
     if not is_paper_model(est.model):

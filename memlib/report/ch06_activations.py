@@ -104,6 +104,10 @@ def values(est: Estimate) -> dict[str, str]:
     }
 
 
+#: the keys of :func:`paper_values` (glued as placeholders for another model)
+PAPER_KEYS = ("formulas", "formulas_equal", "formulas_verdict", "formulas_rounding")
+
+
 def paper_values(est: Estimate) -> dict[str, str]:
     """What the prose says of the paper's printed formulas (empty unless the model is the paper's)."""
     if not is_paper_model(est.model):

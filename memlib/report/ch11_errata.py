@@ -6,7 +6,10 @@ from ..paper.errata import counts, errata
 from .format import fmt_count
 from .tables import errata_summary, errata_table, kinds_table, notation_recap
 
-__all__ = ["CHAPTERS", "values", "table", "kinds", "notation"]
+__all__ = ["CHAPTERS", "PAPER_KEYS", "values", "table", "kinds", "notation"]
+
+#: the keys of :func:`values` (placeholders for another model, whose book has no item)
+PAPER_KEYS = ("n_all", "summary")
 
 #: the chapters the items belong to, in the book's order
 CHAPTERS = ("parameters", "static", "zero", "activations")

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Sequence
 
 from .format import md_table
 
-__all__ = ["glue", "glue_values", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
+__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
            "glue_equations", "equation_key", "equation_label"]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -46,6 +46,13 @@ def glue_values(prefix: str, values: Mapping[str, str]) -> None:
         _myst_glue(f"{prefix}_{key}", text, False)
     if values:
         display(Markdown(md_table(["glue key", "value"], [[f"`{prefix}_{k}`", v] for k, v in values.items()], "ll")))
+
+
+def glue_paper(prefix: str, values: Mapping[str, str], keys: Iterable[str]) -> None:
+    """Glue the values the prose compares with the paper (``{only} paper_model`` blocks): for another
+    model ``values`` is empty and each of ``keys`` gets a placeholder, since Sphinx resolves the glue
+    roles of a block before it drops it."""
+    glue_values(prefix, {**{k: "—" for k in keys}, **values})
 
 
 def glue_md(key: str, text: str) -> str:
