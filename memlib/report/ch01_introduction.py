@@ -28,12 +28,15 @@ __all__ = ["MODULES", "notation", "values", "paper_values", "library_table", "st
 MODULES = (
     ("config", "pipeline step", "1"), ("architecture", "pipeline step", "2"), ("params", "pipeline step", "3"),
     ("partition", "pipeline step", "4"), ("states", "pipeline step", "5"), ("activations", "pipeline step", "6"),
-    ("ledgers", "pipeline step", "7"), ("ledgers_hf", "pipeline step", "7"), ("schedule", "pipeline step", "8"),
+    ("ledgers", "pipeline step", "7"), ("ledgers_megatron", "pipeline step", "7"), ("ledgers_hf", "pipeline step", "7"),
+    ("schedule", "pipeline step", "8"),
     ("overhead", "pipeline step", "9"), ("memory", "pipeline step", "10"),
     ("formulas", "view of the results", None), ("paper", "view of the results", None),
     ("scenarios", "view of the results", None), ("report", "the book", None),
-    ("measure", "check (optional, needs torch)", None), ("cli", "command line", None),
-    ("symbols", "used by every step", None), ("breakdown", "used by every step", None),
+    ("measure", "check (optional, needs torch)", None),
+    ("measure_megatron", "check (optional, needs torch and megatron-core)", None), ("cli", "command line", None),
+    ("symbols", "used by every step", None), ("kernels", "used by every step", None),
+    ("breakdown", "used by every step", None),
     ("units", "used by every step", None), ("reference", "used by every step", None),
 )
 
