@@ -41,3 +41,9 @@ def test_the_figure_draws():
     matplotlib.use("Agg")
     fig = ch.states_figure(estimate("deepseek-v3", paper_training("deepseek-v3")))
     assert len(fig.axes[0].patches) == 12                                        # 4 ZeRO stages x 3 states
+
+
+def test_paper_keys_are_the_paper_values_keys():
+    """glue_paper glues placeholders under PAPER_KEYS for another model: they must be every key the
+    paper's book glues, or that model's build would miss one."""
+    assert set(ch.paper_values(estimate("deepseek-v3", paper_training("deepseek-v3")))) == set(ch.PAPER_KEYS)

@@ -104,3 +104,12 @@ def test_the_figures_draw():
     _, fig = ch.microbatch(e)
     assert [len(ax.lines) for ax in fig.axes] == [len(ch.sact.POLICIES_COMPARED)] * 2
     matplotlib.pyplot.close(fig)
+
+
+def test_paper_keys_are_the_paper_values_keys():
+    from memlib import estimate
+    from memlib.paper import paper_training
+    from memlib.report import ch06_activations
+
+    v3 = estimate("deepseek-v3", paper_training("deepseek-v3"))
+    assert set(ch06_activations.paper_values(v3)) == set(ch06_activations.PAPER_KEYS)

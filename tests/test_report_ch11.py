@@ -27,3 +27,7 @@ def test_no_item_for_another_model(model):
     e = est(model)
     assert errata(e) == [] and ch.values(e) == {}
     assert all(ch.table(e, c).count("\n") == 1 for c in ch.CHAPTERS)
+
+
+def test_paper_keys_are_the_values_keys():
+    assert set(ch.values(est("deepseek-v3"))) == set(ch.PAPER_KEYS)
