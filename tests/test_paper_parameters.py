@@ -45,6 +45,7 @@ def test_v3_totals_and_blocks(v3):
     assert (b["mla_matrix_count"], b["mla_norm_count"], b["mla_latent_norms"]) == (8, 2, 512 + 1536)
     assert b["moe_layer"] == 11_507_286_016 and b["layer_norms"] == 16_384 and b["expert"] == 44_040_192
     assert t["routed_share"] == Fraction(b["routed_experts"] * 58, V3_TOTAL)
+    assert all(c["equal"] for c in pp.per_layer_check(v3).values())
     assert t["mtp"] == 11_610_067_968 == t["mtp_block"] + t["mtp_proj"] + t["mtp_norms"]
     assert t["mtp_block"] == b["moe_layer"] and t["mtp_proj"] == 2 * 7168 * 7168
     assert t["checkpoint"] == 684_489_830_400 == t["total"] + t["mtp"] + 2 * 129_280 * 7168
@@ -137,7 +138,8 @@ def test_tiny_blocks_by_hand():
     assert (b["embedding"], b["head"], b["final_norm"]) == (T.EMBEDDING, T.HEAD, T.FINAL_NORM)
     # without q compression: W^Q (6 x 8) and W^QR (4 x 8) read h directly, one latent norm
     nq = pp.layer_blocks(T.tiny(q_lora_rank=None))
-    assert nq["mla"] == 48 + 32 + 32 + 16 + 4 + 24 + 40 + 80 and (nq["mla_matrix_count"], nq["mla_norm_count"]) == (7, 1)
+    assert nq["mla"] == 48 + 32 + 32 + 16 + 4 + 24 + 40 + 80
+    assert (nq["mla_matrix_count"], nq["mla_norm_count"]) == (7, 1)
     w = pp.mla_widths(T.tiny())
     assert (w["qk"], w["rope_share"], w["kv_cache"], w["mha_kv"]) == (5, Fraction(2, 5), 6, 2 * 5 + 2 * 5)
     assert pp.expert_counts(T.tiny()) == {"dense_layers": 1, "moe_layers": 2, "routed": 8, "shared": 2}
@@ -167,6 +169,7 @@ def test_tiny_layers_stages_and_totals_by_hand():
     assert t["routed_share"] == Fraction(2 * T.ROUTED, total) and t["mtp"] == t["mtp_copies"] == t["buffers"] == 0
     assert t["checkpoint"] == total and t["tie_saving"] == T.HEAD
     assert pp.table3_check(m)[0]["printed"] is None                            # not the paper's model
+    assert pp.per_layer_check(m)["mla"] == {"count": T.MLA, "printed": None, "equal": False}
     part = Partition(m, paper_training(m))                                     # PP 3: one layer per stage
     assert [(r["key"], r["params"]) for r in pp.stage_groups(part)] == [(r["key"], r["params"]) for r in rows]
     st = pp.stage_summary(part)

@@ -38,9 +38,11 @@ from . import PAPER_MODEL, is_paper_model, moe_stages
 
 __all__ = [
     "weights", "model_tensors", "tensor_rows", "layer_blocks", "mla_widths", "expert_counts", "runs", "row_key",
-    "layer_groups", "stage_groups", "stage_counts", "stage_summary", "STATEMENT_COUNTS", "largest_device", "layout_rule", "FIGURE_BLOCKS",
+    "layer_groups", "stage_groups", "stage_counts", "stage_summary", "STATEMENT_COUNTS", "largest_device",
+    "layout_rule", "FIGURE_BLOCKS",
     "stage_block_weights", "routed_largest", "mtp_module", "totals", "official", "matches_printed",
-    "official_rows", "printed_billions", "rounds_to", "printed_offset", "index_runs", "table3_check", "table4_check", "printed_stage_sum",
+    "official_rows", "printed_billions", "rounds_to", "per_layer_check", "printed_offset", "index_runs", "table3_check",
+    "table4_check", "printed_stage_sum",
     "gib_from_billions", "gib_and_gb", "misread_gib", "paper_layers_of_stage", "is_paper_layout",
 ]
 
@@ -134,7 +136,8 @@ def layer_blocks(m: ModelConfig) -> dict[str, int]:
         "mla_matrix_count": sum(1 for t in att if t.kind == "matrix"),
         "mla_norm_count": sum(1 for t in att if t.kind == "norm"),
         "norms": moe["norms"], "layer_norms": moe["norms"] + mla_norms, "dense_ffn": dense["dense_ffn"],
-        "router": moe["router"], "shared_experts": moe.get("shared_experts", 0), "routed_experts": moe["routed_experts"],
+        "router": moe["router"], "shared_experts": moe.get("shared_experts", 0),
+        "routed_experts": moe["routed_experts"],
         "expert": exact_int(expert_params(m), vals),
         "embedding": ends["embedding"], "final_norm": ends["final_norm"], "head": ends.get("head", 0),
     }
@@ -310,7 +313,8 @@ def totals(m: ModelConfig) -> dict[str, int | Fraction]:
     ``activated_no_embedding``, ``activated_share``; ``embedding``, ``head``, ``final_norm``; the MTP
     modules (``mtp_modules``; ``mtp`` = ``mtp_block`` + ``mtp_proj`` + ``mtp_norms``); ``mtp_copies``
     (the embedding and head a published checkpoint stores again with each MTP module),
-    ``mtp_stored`` = ``mtp`` + ``mtp_copies`` and ``checkpoint`` = ``total`` + ``mtp_stored``; ``buffers`` (the router's bias, in all;
+    ``mtp_stored`` = ``mtp`` + ``mtp_copies`` and ``checkpoint`` = ``total`` + ``mtp_stored``; ``buffers``
+    (the router's bias, in all;
     ``bias_per_layer`` entries in each of ``moe_layers`` layers); ``tie_saving`` (what tying the head
     to the embedding would remove: the head, 0 when tied) and its share of ``total``."""
     vals = model_values(m)
@@ -415,6 +419,18 @@ def official_rows(m: ModelConfig | str) -> list[dict]:
 # ------------------------------------------------------------------------------------------------
 # the paper's printed Tables 3 and 4 (DeepSeek-V3)
 # ------------------------------------------------------------------------------------------------
+def per_layer_check(m: ModelConfig) -> dict[str, dict]:
+    """The paper's per-layer counts of §2 (MLA; router and experts, its "MoE FFN") beside memlib's:
+    per block, ``count``, ``printed`` (None for another model) and ``equal``."""
+    b = layer_blocks(m)
+    paper = is_paper_model(m)
+    out = {}
+    for block, key in (("mla", "mla_per_layer"), ("moe", "moe_ffn_per_layer")):
+        printed = PAPER[key] if paper else None
+        out[block] = {"count": b[block], "printed": printed, "equal": printed == b[block]}
+    return out
+
+
 def gib_from_billions(count: int, digits: int = 2, precision: str = "paper") -> Fraction:
     """GiB of the weights of ``count`` parameters rounded first to ``digits`` decimals of billions
     (how a table computed from rounded counts gets its memory column)."""

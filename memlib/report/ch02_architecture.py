@@ -48,7 +48,8 @@ def values(est: Estimate) -> dict[str, str]:
         "h": fmt_count(m.hidden_size), "n_h": fmt_count(m.num_attention_heads), "l": fmt_count(m.num_hidden_layers),
         "k_dense": fmt_count(m.first_k_dense_replace), "dense_layers": fmt_count(s["dense_layers"]),
         "moe_layers": fmt_count(s["moe_layers"]),
-        "N": fmt_count(m.n_routed_experts), "N_s": fmt_count(m.n_shared_experts), "N_r": fmt_count(m.num_experts_per_tok),
+        "N": fmt_count(m.n_routed_experts), "N_s": fmt_count(m.n_shared_experts),
+        "N_r": fmt_count(m.num_experts_per_tok),
         "routed_total": fmt_count(s["routed"]),
         "mla_matrices": fmt_count(b["mla_matrix_count"]), "mla_norms": fmt_count(b["mla_norm_count"]),
         "router_bias": "has such a buffer" if m.router_bias else "has no such buffer",
@@ -71,7 +72,8 @@ def preset_values() -> dict[str, str]:
         "v2_h": fmt_count(v2["h"]), "v2_N": fmt_count(v2["N"]), "v2_N_s": fmt_count(v2["N_s"]),
         "v2_k_dense": fmt_count(v2["k_dense"]), "v2_router_bias": "has a" if v2["router_bias"] else "has no",
         "v2_mtp": fmt_count(v2["mtp"]),
-        "lite_q_lora": "null" if lite["d_cq"] is None else fmt_count(lite["d_cq"]), "lite_n_h": fmt_count(lite["n_h"]), "lite_l": fmt_count(lite["l"]),
+        "lite_q_lora": "null" if lite["d_cq"] is None else fmt_count(lite["d_cq"]),
+        "lite_n_h": fmt_count(lite["n_h"]), "lite_l": fmt_count(lite["l"]),
         "bias_presets": _names(sm.presets_where(lambda m: m.router_bias)),
         "mtp_presets": _names(sm.presets_where(lambda m: m.num_nextn_predict_layers > 0)),
         "untied_presets": _names(sm.presets_where(lambda m: not m.tie_word_embeddings)),
@@ -107,8 +109,8 @@ def attention_table(est: Estimate) -> str:
     rows = []
     for r in sm.attention_shapes(ms):
         t0 = r["tensor"]
-        rows.append([f"${t0.latex}$", f"`{t0.hf}`"] + ["—" if s is None else f"{_shape_tex(s[0].shape)} = {_shape_num(s[1])}"
-                                                      for s in r["shapes"]])
+        shapes = ["—" if s is None else f"{_shape_tex(s[0].shape)} = {_shape_num(s[1])}" for s in r["shapes"]]
+        rows.append([f"${t0.latex}$", f"`{t0.hf}`"] + shapes)
     return md_table(["tensor", "Hugging Face parameter"] + [model_name(m) for m in ms], rows, "l" * (2 + len(ms)))
 
 

@@ -76,7 +76,8 @@ def values(est: Estimate) -> dict[str, str]:
     prec = t.precision
     return {
         "model": model_name(m), "config": t.label(), "pp": fmt_count(t.pp), "layout": layout_text(part.layout),
-        "layout_rule": _RULES[pp.layout_rule(part)], "bf16_bytes": fmt_count(RECIPES[prec].weights), "format": _fmt(est),
+        "layout_rule": _RULES[pp.layout_rule(part)], "bf16_bytes": fmt_count(RECIPES[prec].weights),
+        "format": _fmt(est),
         "tied": "true" if m.tie_word_embeddings else "false",
         "ends": "one shared matrix" if m.tie_word_embeddings else "separate matrices",
         # per layer
@@ -100,7 +101,8 @@ def values(est: Estimate) -> dict[str, str]:
         "routed_share": pct(tot["routed_share"], 1), "routed": fmt_billions(tot["routed"]),
         "activated": fmt_count(tot["activated"]), "activated_b": fmt_billions(tot["activated"]),
         "activated_ne": fmt_count(tot["activated_no_embedding"]),
-        "activated_ne_b": fmt_billions(tot["activated_no_embedding"]), "activated_share": pct(tot["activated_share"], 1),
+        "activated_ne_b": fmt_billions(tot["activated_no_embedding"]),
+        "activated_share": pct(tot["activated_share"], 1),
         "embedding": fmt_count(tot["embedding"]), "embedding_b": fmt_billions(tot["embedding"]),
         "n_mtp": fmt_count(tot["mtp_modules"]), "mtp_own": fmt_count(tot["mtp"]), "mtp_own_b": fmt_billions(tot["mtp"]),
         "mtp_block_b": fmt_billions(tot["mtp_block"]), "mtp_proj": fmt_count(tot["mtp_proj"]),
@@ -126,7 +128,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
     if not is_paper_model(m):
         return {}
     prec = est.train.precision
-    b = pp.layer_blocks(m)
+    per_layer = pp.per_layer_check(m)
     tot = pp.totals(m)
     t3 = {r["key"]: r for r in pp.table3_check(m, prec)}
     t4 = {r["key"]: r for r in pp.table4_check(part)}
@@ -139,10 +141,10 @@ def paper_values(est: Estimate) -> dict[str, str]:
                 for rows, kind in ((t3, "layers"), (t4, "stages")) for k, r in rows.items()
                 for what, ok in (("count", r["params_agree"]), ("GiB", r["gib_agree"])) if ok is False]
     return {
-        "paper_mla_layer": fmt_count(PAPER["mla_per_layer"]),
-        "mla_exact": "exactly" if PAPER["mla_per_layer"] == b["mla"] else "not",
-        "paper_moe_ffn": fmt_count(PAPER["moe_ffn_per_layer"]),
-        "moe_ffn_exact": "exactly" if PAPER["moe_ffn_per_layer"] == b["moe"] else "not",
+        "paper_mla_layer": fmt_count(per_layer["mla"]["printed"]),
+        "mla_exact": "exactly" if per_layer["mla"]["equal"] else "not",
+        "paper_moe_ffn": fmt_count(per_layer["moe"]["printed"]),
+        "moe_ffn_exact": "exactly" if per_layer["moe"]["equal"] else "not",
         "paper_moe_layer": PAPER["table3"]["3-59"]["params"],
         "paper_moe_layer_gb": moe["printed"]["memory_gb"],
         "moe_layer_gib2": _gib(moe["bytes"], 2),
@@ -281,6 +283,10 @@ def stage_figure(est: Estimate):
     series = [Series(FIGURE_LABELS[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
     fig, ax = new_figure(7.0, 3.6)
     stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8, fontsize=8)
+    ax.use_sticky_edges = False          # zero-height segments would pin the top of the axis to the tallest bar
+    ax.margins(y=0.06)
+    ax.autoscale_view()
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel(f"{_fmt(est)} weights per stage, GiB")
     handles, labels = ax.get_legend_handles_labels()
