@@ -61,3 +61,9 @@ def test_the_module_table_lists_every_module():
 
 def test_stage_ranges():
     assert ch.stages_text([1, 2, 3, 4]) == "1–4" and ch.stages_text([2, 3, 7]) == "2–3, 7"
+
+
+def test_paper_keys_are_the_paper_values_keys():
+    """glue_paper glues placeholders under PAPER_KEYS for another model: they must be every key the
+    paper's book glues, or that model's build would miss one."""
+    assert set(ch.paper_values(estimate("deepseek-v3", paper_training("deepseek-v3")))) == set(ch.PAPER_KEYS)

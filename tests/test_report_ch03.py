@@ -77,3 +77,9 @@ def test_problems():
     assert p["lite_closest"] == "without the embedding" and p["lite_ne_relation"] == "truncates to it"
     assert p["lite_ne_rounded"] == "2.5B" and p["tie_saving"] == "926,679,040" and p["tie_saving_share"] == "0.14%"
     assert ch.problem_values(est("deepseek-v2"))["tie_saving"] == "524,288,000"
+
+
+def test_paper_keys_are_the_paper_values_keys():
+    """glue_paper glues placeholders under PAPER_KEYS for another model: they must be every key the
+    paper's book glues, or that model's build would miss one."""
+    assert set(ch.paper_values(estimate("deepseek-v3", paper_training("deepseek-v3")))) == set(ch.PAPER_KEYS)

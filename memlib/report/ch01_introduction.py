@@ -21,7 +21,7 @@ from ..units import to_unit
 from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, pct, span
 from .tables import notation_recap
 
-__all__ = ["MODULES", "notation", "values", "paper_values", "library_table", "stages_text"]
+__all__ = ["MODULES", "PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text"]
 
 #: memlib's modules as the chapter lists them, in the order data flows (the package docstring's),
 #: with the kind of each: (module, kind, step of the pipeline or None)
@@ -77,6 +77,11 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layer_gb": fmt_bytes(moe_bytes, "GB", 2),
         "stage0_exact": fmt_billions(pp.stage_summary(part)["first"]),
     }
+
+
+#: the keys of :func:`paper_values` (glued as placeholders for another model)
+PAPER_KEYS = ("paper_device", "paper_device_params", "paper_device_reading", "paper_moe_layer", "paper_moe_last_digit",
+              "paper_stage0", "paper_stage0_relation")
 
 
 def paper_values(est: Estimate) -> dict[str, str]:

@@ -24,8 +24,8 @@ from .format import (
 )
 from .tables import errata_table, notation_recap
 
-__all__ = ["notation", "values", "paper_values", "matrix_table", "layer_table", "stage_table", "totals_table",
-           "official_table", "stage_figure", "problem_values", "errata_md", "stages_text"]
+__all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "matrix_table", "layer_table", "stage_table",
+           "totals_table", "official_table", "stage_figure", "problem_values", "errata_md", "stages_text"]
 
 #: weight formats by bytes per element (the column headings)
 FORMATS = {1: "fp8", 2: "bf16", 4: "fp32"}
@@ -119,6 +119,15 @@ def _words(row: dict) -> str:
         return "rounds and truncates to it"
     return "rounds to it" if row["rounds"] else ("truncates to it" if row["truncates"] else
                                                  "neither rounds nor truncates to it")
+
+
+#: the keys of :func:`paper_values` (glued as placeholders for another model)
+PAPER_KEYS = ("paper_mla_layer", "mla_exact", "paper_moe_ffn", "moe_ffn_exact", "paper_moe_layer", "paper_moe_layer_gb",
+              "moe_layer_gib2", "moe_gib_from_rounded", "moe_rounded_b", "disagree", "disagree_n", "paper_stage0",
+              "stage0_sum_terms", "stage0_sum_is_printed", "layout_is_papers", "official_total", "total_relation",
+              "official_activated", "official_activated_doc", "card_relation", "doc_relation", "doc_gap",
+              "official_mtp", "mtp_block_relation", "mtp_relation", "official_checkpoint", "mtp_stored_b",
+              "checkpoint_b", "checkpoint_relation")
 
 
 def paper_values(est: Estimate) -> dict[str, str]:
