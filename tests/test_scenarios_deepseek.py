@@ -95,18 +95,18 @@ def test_each_technique_never_raises_what_it_targets(model):
 def test_deepseek_v3_ablation_peaks_exactly(v3_rows):
     """The peak device after each step (rank 1 throughout), low overhead preset, bytes."""
     assert [r["stage"] for r in v3_rows] == [1] * 6
-    assert [r["total"] for r in v3_rows] == [150_697_518_696, 197_442_053_736, 165_260_952_168, 162_240_289_588,
-                                             120_452_202_907, 75_809_141_966]
+    assert [r["total"] for r in v3_rows] == [150_678_862_081, 197_420_248_969, 165_239_147_401, 162_218_484_822,
+                                             120_430_398_141, 75_824_220_861]
     assert [r["states"] for r in v3_rows] == [29_459_349_504, 58_918_699_008, 28_270_030_848, 25_393_209_344,
                                               25_393_209_344, 25_393_209_344]
-    assert [r["activations"] for r in v3_rows] == [112_944_414_720, 128_003_670_016, 128_003_670_016,
-                                                   128_003_670_016, 88_205_492_224, 45_688_291_328]
-    assert [r["overhead"] for r in v3_rows] == [8_293_754_472, 10_519_684_712, 8_987_251_304, 8_843_410_228,
-                                                6_853_501_339, 4_727_641_294]
+    assert [r["activations"] for r in v3_rows] == [112_926_646_516, 127_982_903_572, 127_982_903_572,
+                                                   127_982_903_572, 88_184_725_780, 45_702_652_180]
+    assert [r["overhead"] for r in v3_rows] == [8_292_866_061, 10_518_646_389, 8_986_212_981, 8_842_371_906,
+                                                6_852_463_017, 4_728_359_337]
     assert [r["fits"] for r in v3_rows] == [False] * 5 + [True]
     assert [r["microbatches"] for r in v3_rows] == [15] + [17] * 5          # 1F1B: p - r; DualPipe: p + 1
     assert v3_rows[1]["parameters"] == 2 * v3_rows[0]["parameters"]         # rank 1 holds stages 1 and 14
-    assert v3_rows[-1]["total"] == 75_809_141_966 and v3_rows[-1]["margin"] == ds.CAPACITY - 75_809_141_966
+    assert v3_rows[-1]["total"] == 75_824_220_861 and v3_rows[-1]["margin"] == ds.CAPACITY - 75_824_220_861
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -137,12 +137,12 @@ def test_ablation_summary_by_hand():
 # -- ranks ----------------------------------------------------------------------------------------
 def test_deepseek_v3_ranks(v3_est):
     pk = ds.peak(v3_est)
-    assert pk["rank"] == 1 and pk["ranks"] == list(range(1, 15)) and pk["total"] == 75_809_141_966
-    assert pk["fits"] and pk["all_fit"] and pk["margin"] == ds.CAPACITY - 75_809_141_966
+    assert pk["rank"] == 1 and pk["ranks"] == list(range(1, 15)) and pk["total"] == 75_824_220_861
+    assert pk["fits"] and pk["all_fit"] and pk["margin"] == ds.CAPACITY - 75_824_220_861
     assert [(c["stage"], c["layers"], c["in_flight"]) for c in pk["chunks"]] == [(1, 4, 15), (14, 4, 2)]
     r0 = ds.rank_zero(v3_est)
-    assert r0["total"] == 67_652_880_936 and r0["layers"] == 5 and r0["peak_layers"] == 8 and r0["mtp"] == 1
-    assert r0["lighter"] and not r0["is_peak"] and r0["difference"] == 75_809_141_966 - 67_652_880_936
+    assert r0["total"] == 67_745_896_509 and r0["layers"] == 5 and r0["peak_layers"] == 8 and r0["mtp"] == 1
+    assert r0["lighter"] and not r0["is_peak"] and r0["difference"] == 75_824_220_861 - 67_745_896_509
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -169,7 +169,7 @@ def test_the_ledger_of_a_deepseek_v3_layer(v3_est):
     t = v3_est.train
     rows = ds.ledger_rows("deepseek-v3", t)
     tot = ds.layer_totals("deepseek-v3", t)
-    assert tot == {"plain": 1_882_406_912, "recipe": 661_536_768, "saved": 1_882_406_912 - 661_536_768}
+    assert tot == {"plain": 1_886_750_728, "recipe": 661_686_276, "saved": 1_886_750_728 - 661_686_276}
     # rank 1's shallow chunk is model stage 1, four MoE layers: its micro-batch is four ledgers
     assert 4 * tot["recipe"] == v3_est.stages[1].activations["chunks"][0]["per_microbatch"]
     assert all(r["recipe"] == 0 for r in rows if r["recomputed"])
@@ -187,7 +187,7 @@ def test_ledger_kind():
 # -- overheads and the worked problem -------------------------------------------------------------
 def test_the_overhead_range_of_deepseek_v3():
     o = ds.overhead_range("deepseek-v3", ds.deepseek_recipe("deepseek-v3"))
-    assert o["low"]["total"] == 75_809_141_966 and o["low"]["fits"]
+    assert o["low"]["total"] == 75_824_220_861 and o["low"]["fits"]
     high = estimate("deepseek-v3", ds.V3_TRAIN, OVERHEAD_PRESETS["high"]).peak.total
     assert o["high"]["total"] == high > o["low"]["total"] and not o["high"]["fits"]
 
@@ -195,7 +195,10 @@ def test_the_overhead_range_of_deepseek_v3():
 def test_two_sequences_per_micro_batch():
     p = ds.micro_batch_change("deepseek-v3", ds.V3_TRAIN, 2)
     assert p["rank"] == 1 and p["states_unchanged"] and p["states"] == p["states_before"] == 25_393_209_344
-    assert p["activations"] == 2 * p["activations_before"] == 2 * 45_688_291_328
+    # about twice: every token-indexed tensor doubles; a few per-layer constants of Megatron-Core's
+    # (the attention mask type kept by a checkpoint) do not
+    assert p["activations_before"] == 45_702_652_180 and p["activations_before"] < p["activations"]
+    assert p["activations"] <= 2 * p["activations_before"]
     assert not p["fits"] and p["excess"] == -p["margin"] == p["total"] - ds.CAPACITY
     lite = ds.micro_batch_change("deepseek-v2-lite", ds.deepseek_recipe("deepseek-v2-lite"), 2)
     assert lite["fits"] and lite["states_unchanged"]
