@@ -222,10 +222,11 @@ def test_cli_cold_start_imports_no_torch():
 
 
 # ------------------------------------------------------------------------------------------------
-# the Validation chapter's side-by-side view (memlib.report.validation)
+# the Validation chapter's side-by-side view (memlib.scenarios.validation, memlib.report.ch10_validation)
 # ------------------------------------------------------------------------------------------------
 def test_ground_truths_side_by_side():
-    from memlib.report import validation as v
+    from memlib.report import ch10_validation as ch
+    from memlib.scenarios import validation as v
 
     gt = v.ground_truths("deepseek-v3", "moe", 1, 4096)
     groups, entries = gt["groups"], gt["entries"]
@@ -234,12 +235,13 @@ def test_ground_truths_side_by_side():
     n_h, s_ = 128, 4096
     assert groups["attention scores"]["megatron-local"] == 2 * n_h * s_ * s_          # bf16 probabilities
     assert groups["attention scores"]["megatron-te"] == 4 * n_h * s_                   # fp32 log-sum-exp
-    assert groups["total"]["hf-eager"] == v.group_values("deepseek-v3", "moe", 1, 4096)["total"]["hf-eager"]
+    assert groups["total"]["hf-eager"] == v.layer_groups("deepseek-v3", "moe", 1, 4096)["total"]["hf-eager"]
     assert groups["total"]["hf-eager"] > groups["total"]["megatron-local"] > groups["total"]["megatron-te"]
-    table = v.megatron_entry_table("deepseek-v3", "moe", 1, 4096)
+    est = estimate("deepseek-v3", PAPER_TRAINING.with_(micro_batch=1, seq_len=4096))
+    table = ch.megatron_entry_table(est)
     keys = set(entries["megatron-local"]) | set(entries["megatron-te"])
     assert all(f"`{k}`" in table for k in keys)
     te_rows = [r for r in table.splitlines()[2:] if not r.split("|")[4].strip() == "—"]
     assert te_rows and all(r.split("|")[5].strip() for r in te_rows)                  # every TE value has a source
     assert "flash-attention" in table and "TE RMSNorm" in table and "Megatron-Core code (measured)" in table
-    assert v.kernel_differences("deepseek-v3", "moe", 1, 4096)["probs_local"] == "4.00 GiB"
+    assert v.kernel_differences("deepseek-v3", "moe", 1, 4096)["probs_local"] == 4 * 2**30

@@ -1,0 +1,415 @@
+"""Chapter 10, "Validation": tables, figures and glued values, formatted from
+:mod:`memlib.scenarios.validation`.
+
+Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+configuration cell); the measurements run on the model in miniature
+(:func:`memlib.scenarios.validation.miniature`), the one-layer views at the model's full size with
+the configuration's micro-batch and sequence length.  Nothing here computes a quantity: it reads the
+library's values, formats them and picks words from its booleans.
+"""
+from __future__ import annotations
+
+from ..memory import Estimate
+from ..reference import PYTORCH_ALLOCATOR
+from ..scenarios import validation as sv
+from .figures import OKABE_ITO, Series, new_figure, stacked_bars
+from .format import fmt_bytes, fmt_count, md_table, model_name, pct, ratio, tex, yes_no
+from .tables import notation_recap
+
+__all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
+           "group_table", "entry_table", "megatron_table", "side_table", "side_figure", "megatron_entry_table",
+           "gpu_values", "gpu_config_table", "gpu_bytes_table", "gpu_allocator_table", "problem_values"]
+
+#: what a Transformer Engine entry's bytes are read from (keys of memlib.scenarios.validation.TE_SOURCES)
+SOURCE_LABELS = {"flash_attention": "flash-attention, TE fused attention (source)",
+                 "te_unfused_attention": "TE unfused attention (source)",
+                 "te_layernorm_linear": "TE LayerNormLinear (source)", "te_rmsnorm": "TE RMSNorm (source)",
+                 "te_cross_entropy": "TE cross-entropy (source)", "te_linear": "TE Linear (source)",
+                 "measured": "Megatron-Core code (measured)", "read": "Megatron-Core code (read)"}
+
+#: the columns of the one-layer views
+COLUMN_LABELS = {"paper": "the paper's ledger", "hf-eager": "Hugging Face eager (hf-eager)",
+                 "megatron-local": "Megatron-Core local (megatron)",
+                 "megatron-te": "Megatron-Core + TE (megatron, TE sources)"}
+
+_KIND = {"moe": "MoE", "dense": "dense"}
+
+
+def _b_s(est: Estimate) -> tuple[int, int]:
+    return est.train.micro_batch, est.train.seq_len
+
+
+def _kind(est: Estimate) -> str:
+    return sv.analysed_kind(est.model)
+
+
+def _signed(n: int) -> str:
+    return f"{n:+,}".replace("-", "−")
+
+
+def _all(flag: bool, yes: str, no: str) -> str:
+    return yes if flag else no
+
+
+def _kinds(kinds) -> str:
+    return f"{kinds.count('dense')}, {kinds.count('moe')}"
+
+
+def notation(est: Estimate) -> str:
+    return notation_recap(["b", "s", "h", "n_h", "d_v", "N", "N_r"], est.model, est.train)
+
+
+def measure(est: Estimate) -> None:
+    """Run the chapter's measurements once (Megatron-Core's worker beside the transformers runs);
+    every later function reads their cached results."""
+    sv.measure_all(est.model)
+
+
+# ------------------------------------------------------------------------------------------------
+# the prose's values
+# ------------------------------------------------------------------------------------------------
+def values(est: Estimate) -> dict[str, str]:
+    """The chapter's numbers and words for its prose (every one of them, formatted)."""
+    m = est.model
+    b, s = _b_s(est)
+    kind = _kind(est)
+    mini = sv.miniature(m)
+    ver = sv.versions()
+    hf = sv.hf_summary(sv.hf_comparisons(m))
+    mc = sv.megatron_summary(sv.megatron_comparisons(m))
+    rc = sv.random_check()
+    pc = sv.parameter_checks(m)
+    groups = sv.layer_groups(m, kind, b, s)
+    gt = sv.ground_truths(m, kind, b, s)
+    kd = sv.kernel_differences(m, kind, b, s)
+    top = sv.largest_difference(m, kind, b, s)
+    zero = {"paper": 0, "hf-eager": 0}
+    more = groups["total"]["difference"] >= 0
+    return {
+        "model": model_name(m), "b": fmt_count(b), "s": fmt_count(s), "kind": _KIND[kind],
+        # versions
+        "torch": ver["installed"]["torch"], "transformers": ver["installed"]["transformers"],
+        "mcore": ver["installed"]["megatron_core"], "torch_pinned": ver["pinned"]["torch"],
+        "transformers_pinned": ver["pinned"]["transformers"], "mcore_pinned": ver["pinned"]["megatron_core"],
+        "versions_pinned": _all(all(ver["same"].values()), "the pinned ones", "not all the pinned ones"),
+        # the miniature
+        "mini_layers": fmt_count(mini.num_hidden_layers), "mini_kinds": ", ".join(_KIND[k] for k in mini.layer_kinds),
+        "mini_experts": fmt_count(mini.n_routed_experts), "mini_h": fmt_count(mini.hidden_size),
+        # parameters
+        "params_verdict": _all(pc[0]["ok"], "agree exactly", "do not agree"),
+        "params_class": pc[0]["class"], "params_tensors": fmt_count(len(pc[0]["tensors"])),
+        "params_differing": fmt_count(pc[0]["tensors_differing"]),
+        "params_buffers": fmt_count(pc[0]["buffers"]["transformers"]),
+        "others": _others(pc),
+        "others_verdict": _all(all(r["ok"] for r in pc[1:]), "agree exactly as well", "do not all agree"),
+        # hf-eager, measured
+        "hf_configs": fmt_count(hf["configs"]), "hf_exact": fmt_count(hf["exact_configs"]),
+        "hf_regions": fmt_count(hf["regions"]), "hf_mismatched": fmt_count(hf["mismatched_regions"]),
+        "hf_storages": fmt_count(hf["storages"]), "hf_bytes": fmt_count(hf["measured_bytes"]),
+        "hf_verdict": _all(hf["all_exact"], "match exactly", "do not all match"),
+        "random_configs": fmt_count(rc["configs"]), "random_exact": fmt_count(rc["exact"]),
+        "random_seed": fmt_count(rc["seed"]),
+        # megatron, measured
+        "m_configs": fmt_count(mc["configs"]), "m_exact": fmt_count(mc["exact_configs"]),
+        "m_blocks": fmt_count(mc["blocks"]), "m_mismatched": fmt_count(mc["mismatched_blocks"]),
+        "m_storages": fmt_count(mc["storages"]), "m_param_bytes": fmt_count(mc["parameter_bytes"]),
+        "m_grad_bytes": fmt_count(mc["main_grad_bytes"]),
+        "m_verdict": _all(mc["all_exact"], "agree byte for byte", "do not all agree"),
+        "m_states_verdict": _all(mc["parameter_difference"] == 0 and mc["main_grad_difference"] == 0,
+                                 "equal", "differ from"),
+        # one layer: the paper's ledger against hf-eager
+        "layer_paper": fmt_bytes(groups["total"]["paper"]), "layer_hf": fmt_bytes(groups["total"]["hf-eager"]),
+        "layer_more": "more" if more else "less", "layer_diff": fmt_bytes(abs(groups["total"]["difference"])),
+        "norms_paper": fmt_bytes(groups.get("RMSNorms", zero)["paper"], "MiB"),
+        "norms_hf": fmt_bytes(groups.get("RMSNorms", zero)["hf-eager"], "MiB"),
+        "scores_paper": fmt_bytes(groups.get("attention scores", zero)["paper"], "MiB"),
+        "scores_hf": fmt_bytes(groups.get("attention scores", zero)["hf-eager"], "MiB"),
+        "router_paper": fmt_bytes(groups.get("router", zero)["paper"], "MiB"),
+        "router_hf": fmt_bytes(groups.get("router", zero)["hf-eager"], "MiB"),
+        "top_group": top["group"], "top_share": pct(top["share"], 1, 0) if top["share"] is not None else "—",
+        # one layer, three implementations
+        "k_probs_local": fmt_bytes(kd["probs_local"]), "k_lse_te": fmt_bytes(kd["lse_te"], "MiB"),
+        "k_norms_local": fmt_bytes(kd["norms_local"], "MiB"), "k_norms_te": fmt_bytes(kd["norms_te"], "MiB"),
+        "k_rope_local": fmt_bytes(kd["rope_local"], "MiB"), "k_total_hf": fmt_bytes(kd["total_hf"]),
+        "k_total_local": fmt_bytes(kd["total_local"]), "k_total_te": fmt_bytes(kd["total_te"]),
+        "k_differ": _list(gt["local_te_differ"]), "k_differ_count": fmt_count(len(gt["local_te_differ"])),
+        # the allocator
+        "min_block": fmt_count(PYTORCH_ALLOCATOR["kMinBlockSize"]),
+    }
+
+
+def _others(checks) -> str:
+    """How many other presets were checked, in words: ``the two other shipped presets``."""
+    n = len(checks) - 1
+    words = {0: "no other shipped preset", 1: "the other shipped preset"}
+    return words.get(n, f"the {fmt_count(n)} other shipped presets")
+
+
+def _list(names) -> str:
+    names = list(names)
+    if not names:
+        return "none"
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# the miniature and the parameters
+# ------------------------------------------------------------------------------------------------
+_MINI_FIELDS = (("hidden_size", "h"), ("intermediate_size", "h_F"), ("moe_intermediate_size", "h_E"),
+                ("num_attention_heads", "n_h"), ("qk_nope_head_dim", "d_h"), ("qk_rope_head_dim", "d_hR"),
+                ("v_head_dim", "d_v"), ("q_lora_rank", "d_cq"), ("kv_lora_rank", "d_c"), ("vocab_size", "v"),
+                ("n_routed_experts", "N"), ("n_shared_experts", "N_s"), ("num_experts_per_tok", "N_r"),
+                ("n_group", None), ("topk_group", None), ("scoring_func", None), ("router_bias", None),
+                ("num_hidden_layers", "l"), ("first_k_dense_replace", None), ("num_nextn_predict_layers", None),
+                ("tie_word_embeddings", None))
+
+
+def _field(x) -> str:
+    if x is None:
+        return "— (null)"
+    if isinstance(x, bool):
+        return yes_no(x)
+    return fmt_count(x) if isinstance(x, int) else str(x)
+
+
+def miniature_table(est: Estimate) -> str:
+    """The model beside its miniature, field by field, and whether the miniature keeps the value."""
+    from .format import math
+
+    m, mini = est.model, sv.miniature(est.model)
+    rows = [[f"`{f}`" + (f" ({math(k)})" if k else ""), _field(getattr(m, f)), _field(getattr(mini, f)),
+             yes_no(getattr(m, f) == getattr(mini, f))] for f, k in _MINI_FIELDS]
+    return md_table(["field", model_name(m), "in miniature", "same"], rows, "lrrl")
+
+
+def parameter_table(est: Estimate) -> str:
+    """The model's parameters at full size, memlib against transformers, per memlib block."""
+    r = sv.parameter_checks(est.model)[0]
+    rows = [[x["block"].replace("_", " "), fmt_count(x["memlib"] or 0), fmt_count(x["transformers"] or 0),
+             _signed(x["difference"])] for x in r["block_rows"]]
+    rows.append(["**total**", fmt_count(r["total"]["memlib"]), fmt_count(r["total"]["transformers"]),
+                 _signed(r["difference"])])
+    return md_table(["block", "parameters, memlib", "parameters, transformers", "difference"], rows, "lrrr")
+
+
+# ------------------------------------------------------------------------------------------------
+# hf-eager against transformers
+# ------------------------------------------------------------------------------------------------
+def hf_table(est: Estimate) -> str:
+    """One row per measured case: shape, activation bytes predicted and measured, gradients and AdamW
+    state (measured, with the difference from the prediction), bytes."""
+    rows = []
+    for r in sv.hf_comparisons(est.model):
+        a, g, o = r["activations"], r["gradients"], r["optimizer_states"]
+        rows.append([r["label"], _kinds(r["kinds"]), fmt_count(r["micro_batch"]), fmt_count(r["seq_len"]),
+                     fmt_count(a["predicted"]), fmt_count(a["measured"]), _signed(a["difference"]),
+                     f"{fmt_count(g['measured'])} ({_signed(g['difference'])})",
+                     f"{fmt_count(o['measured'])} ({_signed(o['difference'])})"])
+    return md_table(["case", "dense, MoE", "$b$", "$s$", "predicted (bytes)", "measured (bytes)", "Δ",
+                     "gradients (Δ)", "AdamW state (Δ)"], rows, "llrrrrrrr")
+
+
+_CASE_COLORS = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "black")]
+
+
+def hf_figure(est: Estimate):
+    """Predicted against measured saved bytes, one point per region (hf-eager) or block (megatron)
+    of every measured case; the line is equality."""
+    from matplotlib.lines import Line2D
+
+    fig, ax = new_figure(7.0, 4.2)
+    cases = [("hf-eager: " + r["label"], [(x["predicted"], x["measured"]) for x in r["regions"]], "o")
+             for r in sv.hf_comparisons(est.model)]
+    cases += [("Megatron-Core: " + r["label"], [(x["predicted"], x["measured"]) for x in r["blocks"]], "s")
+              for r in sv.megatron_comparisons(est.model)]
+    points = [p for _, pts, _ in cases for p in pts if p[0] and p[1]]
+    lo, hi = min(min(p) for p in points), max(max(p) for p in points)
+    ax.plot([lo, hi], [lo, hi], color=OKABE_ITO["black"], alpha=0.4, lw=1, zorder=1)
+    handles = []
+    for color, (label, pts, marker) in zip(_CASE_COLORS, cases):
+        pts = [p for p in pts if p[0] and p[1]]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, s=24, alpha=0.85, zorder=3)
+        handles.append(Line2D([], [], ls="", marker=marker, color=color, label=label))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted by the ledger, bytes")
+    ax.set_ylabel("measured with autograd hooks, bytes")
+    ax.legend(handles=handles, fontsize=7, loc="upper left")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# one layer: the paper's ledger beside hf-eager
+# ------------------------------------------------------------------------------------------------
+def group_table(est: Estimate) -> str:
+    b, s = _b_s(est)
+    rows = []
+    for g, v in sv.layer_groups(est.model, _kind(est), b, s).items():
+        rows.append([f"**{g}**" if g == "total" else g, fmt_bytes(v["paper"], "MiB", with_unit=False),
+                     fmt_bytes(v["hf-eager"], "MiB", with_unit=False),
+                     ("+" if v["difference"] >= 0 else "−") + fmt_bytes(abs(v["difference"]), "MiB", with_unit=False),
+                     "—" if v["ratio"] is None else ratio(v["ratio"], 1)])
+    return md_table(["entries", "paper, MiB", "hf-eager, MiB", "difference, MiB", "hf-eager / paper"], rows, "lrrrr")
+
+
+def entry_table(est: Estimate) -> str:
+    b, s = _b_s(est)
+    rows = []
+    for e in sv.layer_entries(est.model, _kind(est), "hf-eager", b, s):
+        dtype = {"act": "bf16"}.get(e["dtype"], e["dtype"])
+        rows.append([f"`{e['key']}`", e["name"], dtype, f"${tex(e['formula'])}$", fmt_bytes(e["bytes"], "MiB")])
+    return md_table(["entry", "tensor", "dtype", "bytes", "MiB"], rows, "lllll")
+
+
+# ------------------------------------------------------------------------------------------------
+# megatron against Megatron-Core, and the three implementations
+# ------------------------------------------------------------------------------------------------
+def megatron_table(est: Estimate) -> str:
+    """One row per measured case: activations predicted and measured, parameters and main_grad
+    buffers (measured, with the difference), bytes."""
+    rows = []
+    for r in sv.megatron_comparisons(est.model):
+        a, p, g, t = r["activations"], r["parameters"], r["main_grad"], r["train"]
+        rows.append([r["label"], _kinds(r["kinds"]), f"`{t.recompute}`", t.precision, fmt_count(a["predicted"]),
+                     fmt_count(a["measured"]), _signed(a["difference"]),
+                     f"{fmt_count(p['measured'])} ({_signed(p['difference'])})",
+                     f"{fmt_count(g['measured'])} ({_signed(g['difference'])})"])
+    return md_table(["case", "dense, MoE", "recompute", "precision", "predicted (bytes)", "measured (bytes)", "Δ",
+                     "parameters (Δ)", "main_grad (Δ)"], rows, "llllrrrrr")
+
+
+def side_table(est: Estimate) -> str:
+    b, s = _b_s(est)
+    rows = []
+    for g, v in sv.ground_truths(est.model, _kind(est), b, s)["groups"].items():
+        cells = [fmt_bytes(v[c], "MiB", with_unit=False) for c in sv.COLUMNS]
+        rows.append([f"**{g}**" if g == "total" else g, *cells])
+    return md_table(["entries"] + [COLUMN_LABELS[c] + ", MiB" for c in sv.COLUMNS], rows, "lrrr")
+
+
+_GROUP_COLORS = dict(zip(sv.SIDE_GROUPS, [OKABE_ITO[k] for k in ("yellow", "sky", "purple", "vermillion", "black",
+                                                                  "green", "blue", "orange")] + ["#999999"]))
+
+
+def side_figure(est: Estimate):
+    """One layer of the model under the paper's ledger, Hugging Face eager, Megatron-Core local and
+    Megatron-Core with Transformer Engine: stacked bars by group of entries, GiB."""
+    b, s = _b_s(est)
+    cols = sv.by_group(est.model, _kind(est), b, s)
+    fig, ax = new_figure(7.0, 4.0)
+    series = [Series(g, _GROUP_COLORS[g], [cols[c][g] for c in cols]) for g in sv.SIDE_GROUPS]
+    stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2, fontsize=7)
+    ax.set_ylabel(f"one {_KIND[_kind(est)]} layer, GiB")
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def megatron_entry_table(est: Estimate) -> str:
+    """Every entry of one megatron layer, local beside Transformer Engine, with where each TE number
+    comes from (measured on the CPU, or the kernel source that saves it)."""
+    b, s = _b_s(est)
+    rows = [[f"`{e['key']}`", e["group"], "—" if e["local"] is None else fmt_bytes(e["local"], "MiB"),
+             "—" if e["te"] is None else fmt_bytes(e["te"], "MiB"), SOURCE_LABELS.get(e["source"], "")]
+            for e in sv.megatron_layer_entries(est.model, _kind(est), b, s)]
+    return md_table(["entry", "group", "local (measured)", "Transformer Engine", "TE value from"], rows, "llrrl")
+
+
+# ------------------------------------------------------------------------------------------------
+# the GPU run
+# ------------------------------------------------------------------------------------------------
+def gpu_values(est: Estimate) -> dict[str, str]:
+    """The recorded GPU run, in words and numbers: the device and versions, the verdict, and the
+    allocator's view of its largest configuration."""
+    run = sv.gpu_run()
+    big = next(r for r in run["rows"] if r["config"] == run["largest"])
+    widths = big["widths_of"]
+    return {
+        "device": run["device"], "torch": run["torch_version"], "torch_build": run["torch"],
+        "transformers": run["transformers"], "torch_pinned": run["pinned"]["torch"],
+        "torch_same": _all(run["same_torch"], "the version", "not the version"),
+        "transformers_same": _all(run["same_transformers"], "the pinned version", "not the pinned version"),
+        "configs": fmt_count(run["configs"]), "exact": fmt_count(run["exact"]),
+        "verdict": _all(run["all_exact"], "equals", "does not always equal"),
+        "prediction_same": _all(run["all_same_prediction"], "gives the same predictions", "gives other predictions"),
+        "big": big["config"], "big_widths": f"{model_name(widths)}'s widths" if widths else "the widths of no shipped preset",
+        "big_is_model": _all(widths == est.model.name, "this book's model", "not this book's model"),
+        "big_layers": fmt_count(big["model"].num_hidden_layers),
+        "big_kinds": " and ".join(f"{fmt_count(big['model'].layer_kinds.count(k))} {_KIND[k]}" for k in _KIND
+                                  if k in big["model"].layer_kinds),
+        "big_saved": fmt_bytes(big["saved"]), "big_saved_bytes": fmt_count(big["saved"]),
+        "big_logits": fmt_bytes(big["logits"], "MiB"), "big_beyond_logits": fmt_count(abs(big["held_beyond_logits"])),
+        "big_beyond_sign": "less" if big["held_beyond_logits"] < 0 else "more",
+        "big_transient": fmt_bytes(big["transient_above_held"]), "big_held": fmt_bytes(big["held_after_forward"]),
+        "big_reserved": fmt_bytes(big["reserved"]), "big_weights": fmt_bytes(big["weights"]),
+        "big_allocated": fmt_bytes(big["allocated_after_min"]), "big_peak": fmt_bytes(big["peak_min"]),
+        "big_peak_above": fmt_bytes(big["peak_above_before"]),
+        "big_over_allocated": fmt_bytes(big["reserved_over_allocated_max"]),
+        "big_over_peak": fmt_bytes(big["reserved_over_peak_max"]),
+    }
+
+
+def gpu_config_table() -> str:
+    """What each configuration of the GPU run is: widths, layers, b and s."""
+    rows = []
+    for name, _, b, s in sv.GPU_CONFIGS:
+        m = sv.gpu_model(name)
+        w = sv.widths_of(m)
+        rows.append([name, fmt_count(m.hidden_size), fmt_count(m.num_attention_heads), _field(m.q_lora_rank),
+                     fmt_count(m.kv_lora_rank), fmt_count(m.intermediate_size), fmt_count(m.moe_intermediate_size),
+                     fmt_count(m.n_routed_experts), fmt_count(m.num_experts_per_tok), fmt_count(m.n_shared_experts),
+                     fmt_count(m.vocab_size), _kinds(m.layer_kinds), fmt_count(b), fmt_count(s),
+                     model_name(w) if w else "—"])
+    return md_table(["config", "$h$", "$n_h$", "$d_c'$", "$d_c$", "$h_F$", "$h_E$", "$N$", "$N_r$", "$N_s$", "$v$",
+                     "dense, MoE", "$b$", "$s$", "widths of"], rows, "lrrrrrrrrrrlrrl")
+
+
+def gpu_bytes_table() -> str:
+    """Per configuration: the bytes memlib predicted then and predicts now, the bytes saved, and what
+    the forward pass left allocated beyond them (bytes, exact)."""
+    rows = [[r["config"], fmt_count(r["predicted"]), fmt_count(r["predicted_now"]), fmt_count(r["saved"]),
+             yes_no(r["exact"]), fmt_count(r["held_after_forward"]), fmt_count(r["logits"]),
+             _signed(r["held_beyond_logits"])] for r in sv.gpu_run()["rows"]]
+    return md_table(["config", "predicted in the run", "predicted today", "saved for backward", "exact",
+                     "held after forward", "logits", "held − saved − logits"], rows, "lrrrlrrr")
+
+
+def gpu_allocator_table() -> str:
+    """Per configuration, in GiB: the weights (memlib), what the forward pass left allocated and its
+    peak (lower bounds), what the allocator reserved, and how far reserved lies above them."""
+    rows = [[r["config"], fmt_bytes(r["weights"], with_unit=False), fmt_bytes(r["held_after_forward"], with_unit=False),
+             "≥ " + fmt_bytes(r["allocated_after_min"], with_unit=False),
+             fmt_bytes(r["peak_above_before"], with_unit=False), "≥ " + fmt_bytes(r["peak_min"], with_unit=False),
+             fmt_bytes(r["reserved"], with_unit=False),
+             "≤ " + fmt_bytes(r["reserved_over_peak_max"], with_unit=False)] for r in sv.gpu_run()["rows"]]
+    return md_table(["config", "weights (memlib)", "held after forward", "allocated after forward",
+                     "peak above before", "peak allocated", "reserved", "reserved − peak"], rows, "lrrrrrrr")
+
+
+# ------------------------------------------------------------------------------------------------
+# worked problems
+# ------------------------------------------------------------------------------------------------
+def _growth(r) -> str:
+    return "more than doubles" if r > 2 else ("exactly doubles" if r == 2 else "less than doubles")
+
+
+def problem_values(est: Estimate) -> dict[str, str]:
+    """(1) One layer at twice the sequence length under both ledgers; (2) the group of entries where
+    hf-eager keeps the most beyond the paper's ledger."""
+    b, s = _b_s(est)
+    kind = _kind(est)
+    ls = sv.longer_sequence(est.model, kind, b, s)
+    top = sv.largest_difference(est.model, kind, b, s)
+    return {
+        "s2": fmt_count(ls["s2"]), "paper_s2": fmt_bytes(ls["paper_s2"]), "hf_s2": fmt_bytes(ls["hf_s2"]),
+        "paper_ratio": ratio(ls["paper_ratio"], 1), "hf_ratio": ratio(ls["hf_ratio"], 1),
+        "paper_growth": _growth(ls["paper_ratio"]), "hf_growth": _growth(ls["hf_ratio"]),
+        "scores_paper_s2": fmt_bytes(ls["scores_paper_s2"]), "scores_hf_s2": fmt_bytes(ls["scores_hf_s2"]),
+        "others_paper_ratio": ratio(ls["others_ratio"]["paper"], 1),
+        "others_hf_ratio": ratio(ls["others_ratio"]["hf-eager"], 1),
+        "others_bound": _all(ls["others_at_most_double"], "no other group more than doubles",
+                             "other groups more than double too"),
+        "top_group": top["group"], "top_paper": fmt_bytes(top["paper"]), "top_hf": fmt_bytes(top["hf-eager"]),
+        "top_diff": fmt_bytes(abs(top["difference"])), "top_share": pct(top["share"], 1, 0) if top["share"] else "—",
+        "total_diff": fmt_bytes(abs(top["total_difference"])),
+        "total_sign": "more" if top["total_difference"] >= 0 else "less",
+    }
