@@ -34,20 +34,20 @@ construction, never a fraction rounded at display time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
 
 import sympy as sp
 
 from .breakdown import Breakdown
-from .config import ConfigError, TrainingConfig, show
+from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .states import Recipe
 from .symbols import sym
 
 __all__ = [
     "Saved", "MODULES", "POLICIES", "Policy", "parse_policy", "entry_bytes", "ledger_bytes",
     "training_values", "DTYPE_BYTES", "saved", "renamed", "element_bytes", "fp8_cached", "WIDTH_DIVISORS",
-    "DIVISORS", "FP8_TILE",
+    "DIVISORS", "FP8_TILE", "ActProfile",
 ]
 
 b, s = sym("b"), sym("s")
@@ -241,3 +241,24 @@ def training_values(train: TrainingConfig) -> dict:
     return {b: train.micro_batch, s: train.seq_len}
 
 
+
+
+@dataclass(frozen=True)
+class ActProfile:
+    """A ledger variant: what an implementation saves."""
+
+    name: str
+    description: str
+    layer: Callable[[ModelConfig, str], list[Saved]]
+    embedding: Callable[[ModelConfig], list[Saved]]
+    head: Callable[[ModelConfig], list[Saved]]
+    mtp: Callable[[ModelConfig, int], list[Saved]]
+    modules: frozenset = field(default_factory=lambda: frozenset(MODULES))
+    #: parallel axes the implementation does not have (their size must be 1), e.g. transformers has
+    #: no tensor, context or expert parallelism
+    no_parallel: tuple[str, ...] = ()
+    #: the profile for a training configuration's kernel choices (``None``: it has none)
+    bind: Callable[[TrainingConfig], "ActProfile"] | None = None
+    #: what a bound profile depends on (hashable): two profiles with the same name and key keep the same
+    #: entries, so their byte counts can be cached
+    key: tuple = ()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
-from enum import Enum
+from enum import Enum, IntEnum, StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Optional
@@ -25,7 +25,7 @@ from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Transfo
 
 __all__ = [
     "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
-    "preset_names", "LIMITS", "show", "check_count",
+    "preset_names", "LIMITS", "show", "check_count", "Schedule", "ZeroStage",
 ]
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -233,6 +233,72 @@ def load_model(spec: str | Path | ModelConfig) -> ModelConfig:
     return model_from_dict(data, name=name, source=source if isinstance(source, str) else str(path))
 
 
+class Schedule(StrEnum):
+    """A pipeline schedule: which model chunks a rank holds, and the rules it sets (the step order is
+    :mod:`memlib.schedule`'s replay).  The value is the CLI name."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    DUALPIPE = "dualpipe"
+
+    @property
+    def parameter_copies(self) -> int:
+        """Copies of every model stage over the pipeline ranks (DualPipe keeps two)."""
+        return 2 if self is Schedule.DUALPIPE else 1
+
+    def chunks(self, pp: int, vpp: int) -> int:
+        """Model chunks (stages) of the model: PP, or PP V virtual stages (interleaved)."""
+        return pp * vpp if self is Schedule.INTERLEAVED else pp
+
+    def rank_chunks(self, rank: int, pp: int, vpp: int) -> tuple[int, ...]:
+        """The model chunks rank ``rank`` holds, in the order the replay numbers them: one (GPipe, 1F1B);
+        V, virtual stages r, PP + r, ... (interleaved); two, the shallow stage min(r, PP - 1 - r) and
+        its mirror (DualPipe)."""
+        if self is Schedule.INTERLEAVED:
+            return tuple(c * pp + rank for c in range(vpp))
+        if self is Schedule.DUALPIPE:
+            h = min(rank, pp - 1 - rank)
+            return (h, pp - 1 - h)
+        return (rank,)
+
+    def check(self, train: "TrainingConfig") -> None:
+        """The rules on chunks and micro-batches (one-line errors)."""
+        p, v, m = train.pp, train.vpp, train.num_microbatches
+        if self is Schedule.INTERLEAVED:
+            if v < 2:
+                raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
+            if m is not None and m % p:
+                raise ConfigError(f"num_microbatches={m} must be a multiple of pp={p} for schedule=interleaved")
+        elif v != 1:
+            raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={self})")
+        if self is Schedule.DUALPIPE:
+            if p % 2:
+                raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
+            if m is not None and (m < 2 * p or m % 2):
+                raise ConfigError(f"num_microbatches={m} must be even and at least 2*pp={2 * p} for schedule=dualpipe")
+        if self is Schedule.GPIPE and m is None:
+            raise ConfigError("schedule=gpipe keeps every micro-batch: give num_microbatches")
+
+
+class ZeroStage(IntEnum):
+    """ZeRO stages, ordered: a higher stage shards more (Rajbhandari et al., arXiv 1910.02054)."""
+
+    NONE = 0          #: nothing sharded
+    OS = 1            #: optimizer states sharded (ZeRO-1, Megatron's distributed optimizer)
+    OS_G = 2          #: + gradients (ZeRO-2)
+    OS_G_PARAMS = 3   #: + parameters (ZeRO-3, FSDP)
+
+    @property
+    def label(self) -> str:
+        return ("none", "os", "os+g", "os+g+params")[self.value]
+
+    def shards(self, state: str) -> bool:
+        """Whether this stage shards ``state`` (``optimizer_states``, ``gradients``, ``parameters``)."""
+        return self >= {"optimizer_states": ZeroStage.OS, "gradients": ZeroStage.OS_G,
+                        "parameters": ZeroStage.OS_G_PARAMS}[state]
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """How the model is trained: parallel sizes, pipeline layout, ZeRO stage, precision, profile.
@@ -249,13 +315,13 @@ class TrainingConfig:
     cp: int = 1                      #: context-parallel size
     sp: bool = True                  #: sequence parallelism (with TP > 1)
     layout: Optional[tuple[int, ...]] = None  #: decoder layers per stage; None: the default rule
-    zero: int = 0                    #: ZeRO stage 0..3 (1: optimizer states, 2: +gradients, 3: +parameters)
+    zero: ZeroStage = ZeroStage.NONE  #: ZeRO stage 0..3 (1: optimizer states, 2: +gradients, 3: +parameters)
     precision: str = "paper"         #: precision recipe name (see memlib.states.RECIPES)
     profile: str = "paper"           #: implementation convention: "paper", "megatron", ...
     micro_batch: int = 1             #: b, sequences per micro-batch
     seq_len: int = 4096              #: s, tokens per sequence
     recompute: str = "none"          #: policy name or comma list of modules (memlib.activations)
-    schedule: str = "1f1b"           #: gpipe, 1f1b, interleaved, dualpipe (memlib.schedule)
+    schedule: Schedule = Schedule.ONE_F_ONE_B  #: gpipe, 1f1b, interleaved, dualpipe (memlib.schedule)
     num_microbatches: Optional[int] = None  #: M per step; None: enough to fill the pipeline
     vpp: int = 1                     #: V, model chunks per device (interleaved schedule)
     # kernel choices of the megatron profile (Megatron-LM's command-line names and defaults)
@@ -280,6 +346,12 @@ class TrainingConfig:
                               f"model chunks, the largest memlib accepts")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"zero={show(self.zero)} must be one of 0, 1, 2, 3")
+        object.__setattr__(self, "zero", ZeroStage(self.zero))
+        try:
+            object.__setattr__(self, "schedule", Schedule(self.schedule))
+        except ValueError:
+            raise ConfigError(f"schedule={show(self.schedule)} must be one of "
+                              f"{', '.join(s.value for s in Schedule)}") from None
         if not isinstance(self.sp, bool):
             raise ConfigError(f"sp={show(self.sp)} must be true or false")
         if self.layout is not None:

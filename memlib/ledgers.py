@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .activations import MODULES, Saved, renamed, saved as _S
+from .activations import MODULES, ActProfile, Saved, renamed, saved as _S
 from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .symbols import sym
 
@@ -172,32 +172,10 @@ def paper_layer(m: ModelConfig, kind: str) -> list[Saved]:
     return _paper_attention(m) + (_paper_moe(m) if kind == "moe" else _paper_dense(m))
 
 
-@dataclass(frozen=True)
-class ActProfile:
-    """A ledger variant: what an implementation saves."""
-
-    name: str
-    description: str
-    layer: Callable[[ModelConfig, str], list[Saved]]
-    embedding: Callable[[ModelConfig], list[Saved]]
-    head: Callable[[ModelConfig], list[Saved]]
-    mtp: Callable[[ModelConfig, int], list[Saved]]
-    modules: frozenset = field(default_factory=lambda: frozenset(MODULES))
-    #: parallel axes the implementation does not have (their size must be 1), e.g. transformers has
-    #: no tensor, context or expert parallelism
-    no_parallel: tuple[str, ...] = ()
-    #: the profile for a training configuration's kernel choices (``None``: it has none)
-    bind: Callable[[TrainingConfig], "ActProfile"] | None = None
-    #: what a bound profile depends on (hashable): two profiles with the same name and key keep the same
-    #: entries, so their byte counts can be cached
-    key: tuple = ()
-
-
-ACT_PROFILES: dict[str, ActProfile] = {
-    "paper": ActProfile(
-        "paper", "arXiv 2502.07846 §5: eager attention with dropout, bf16, every intermediate kept",
-        paper_layer, lambda m: common_embedding(), lambda m: common_head(), _paper_mtp),
-}
+#: the paper's ledger as a profile
+PAPER_PROFILE = ActProfile(
+    "paper", "arXiv 2502.07846 §5: eager attention with dropout, bf16, every intermediate kept",
+    paper_layer, lambda m: common_embedding(), lambda m: common_head(), _paper_mtp)
 
 
 #: TrainingConfig fields that choose kernels; only a profile with ``bind`` reads them
@@ -252,5 +230,9 @@ def gpt_layer() -> list[Saved]:
     ]
 
 
-# the megatron profile lives in its own module; importing it registers it (and the names tests use)
-from .ledgers_megatron import megatron_head, megatron_layer  # noqa: E402
+# the other implementations' ledgers live in their own modules; the registry names every profile here
+from .ledgers_hf import HF_EAGER_PROFILE  # noqa: E402
+from .ledgers_megatron import MEGATRON_PROFILE, megatron_head, megatron_layer  # noqa: E402
+
+#: every activation profile, by name
+ACT_PROFILES: dict[str, ActProfile] = {p.name: p for p in (PAPER_PROFILE, MEGATRON_PROFILE, HF_EAGER_PROFILE)}

@@ -41,15 +41,14 @@ What makes it differ from the paper's ledger (:mod:`memlib.ledgers`):
   normaliser (``total_weight``).
 * The embedding keeps the token ids (int64).
 
-Import this module to register the profile (``memlib.ledgers.ACT_PROFILES["hf-eager"]``).
+:mod:`memlib.ledgers` registers the profile (``ACT_PROFILES["hf-eager"]``).
 """
 from __future__ import annotations
 
 import sympy as sp
 
-from .activations import DTYPE_BYTES, Saved, saved as _S
+from .activations import DTYPE_BYTES, ActProfile, Saved, saved as _S
 from .config import ModelConfig
-from .ledgers import ACT_PROFILES, ActProfile
 from .symbols import sym
 
 __all__ = ["hf_eager_layer", "hf_embedding", "hf_head", "HF_VERSIONS"]
@@ -203,7 +202,8 @@ def _no_mtp(m: ModelConfig, j: int) -> list[Saved]:
     return []          # transformers builds no MTP module (partition profile hf-eager: include_mtp=False)
 
 
-ACT_PROFILES["hf-eager"] = ActProfile(
+#: the hf-eager profile (registered by :mod:`memlib.ledgers`)
+HF_EAGER_PROFILE = ActProfile(
     "hf-eager", "transformers 5.24.0 DeepseekV3ForCausalLM on torch 2.13.0: bf16, eager attention, grouped_mm "
     "experts, no dropout, loss included; exact to the byte against autograd",
     hf_eager_layer, hf_embedding, hf_head, _no_mtp,

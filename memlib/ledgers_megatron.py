@@ -39,10 +39,9 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from .activations import Policy, Saved, parse_policy, renamed, saved as _S
+from .activations import ActProfile, Policy, Saved, parse_policy, renamed, saved as _S
 from .config import ConfigError, ModelConfig, TrainingConfig
 from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
-from .ledgers import ACT_PROFILES, ActProfile
 from .states import recipe
 from .symbols import sym
 
@@ -603,4 +602,5 @@ def bind(train: TrainingConfig) -> ActProfile:
     return _profile(Kernels.of(train))
 
 
-ACT_PROFILES["megatron"] = _profile(TE_DEFAULT)
+#: the megatron profile with Megatron-LM's default kernels (bound to a configuration's by ``bind``)
+MEGATRON_PROFILE = _profile(TE_DEFAULT)

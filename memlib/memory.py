@@ -34,7 +34,6 @@ import sympy as sp
 
 from .activations import Policy, Saved, entry_bytes, parse_policy, training_values
 from .ledgers import act_profile
-from . import ledgers_hf  # noqa: F401  (registers the hf-eager activation profile)
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .overhead import Overheads

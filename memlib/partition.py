@@ -25,6 +25,7 @@ The data-parallel sizes follow Megatron: world = DP TP CP PP and EDP = DP TP CP 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 from math import ceil
 
 import sympy as sp
@@ -34,7 +35,7 @@ from .architecture import (
     tied_head_copy,
 )
 from .breakdown import Breakdown
-from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
+from .config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
 from .params import values as model_values
 from .symbols import SYMBOLS, sym
 
@@ -55,13 +56,28 @@ _LOCAL_TP = {"attention.W_DQ": sym("d_cq"), "attention.W_DKV": sym("d_c") + sym(
              "attention.W_KR": sym("d_c") + sym("d_hR")}
 
 
+def _paper_splits(t: Tensor) -> bool:
+    """The paper's §3: W^UQ (or W^Q), W^UK, W^UV and W^O split by TP, the dense FFN and the
+    vocab-parallel embedding and head too; W^QR, the down-projections and the shared experts not."""
+    key = t.key.removeprefix("mtp.")
+    return key in _PAPER_TP or t.block == "dense_ffn" or t.kind == "embedding"
+
+
+def _every_splittable(t: Tensor) -> bool:
+    """Megatron-Core: every tensor with a TP dimension is split (W^QR with W^UQ, the shared experts
+    like the dense FFN)."""
+    return True
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A partition convention."""
+    """A partition convention: which tensors TP splits, which states shard over EDP, where MTP sits."""
 
     name: str
     description: str
     include_mtp: bool
+    #: whether a tensor that has a TP dimension (``tp_dim``) is split by TP under this convention
+    tp_splits: Callable[[Tensor], bool] = _every_splittable
     #: blocks whose model states shard over EDP (the others over DP CP)
     edp_blocks: frozenset = frozenset({"routed_experts"})
     #: the MTP block is typed like the last decoder layer (Megatron-Core's get_gpt_mtp_block_spec), not
@@ -70,22 +86,17 @@ class Profile:
 
     def sharding(self, t: Tensor) -> str:
         """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
-        key = t.key[4:] if t.key.startswith("mtp.") else t.key
         if t.expert:
             return "expert"
         if t.kind == "buffer" or t.tp_dim is None:
             return "replicated"
-        if self.name == "paper":
-            if key in _PAPER_TP or t.block == "dense_ffn" or t.kind == "embedding":
-                return "tp"
-            return "replicated"
-        return "tp"
+        return "tp" if self.tp_splits(t) else "replicated"
 
 
 PROFILES = {
     "paper": Profile("paper", "the paper's convention (arXiv 2502.07846 §3): W^UQ, W^UK, W^UV, W^O "
                      "TP-split; down-projections, W^QR, norms, router, shared experts replicated; no MTP",
-                     include_mtp=False,
+                     include_mtp=False, tp_splits=_paper_splits,
                      edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
@@ -144,21 +155,13 @@ def balanced_layout(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base if i in ends else base + 1 for i in range(stages))
 
 
-#: pipeline schedules and how many model chunks each device holds
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
+#: the pipeline schedules, by name (memlib.config.Schedule)
+SCHEDULES = tuple(s.value for s in Schedule)
 
 
 def check_chunking(train: TrainingConfig) -> None:
     """Rules on the schedule and the model chunks per device (checked before any layout)."""
-    if train.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule={show(train.schedule)} must be one of {', '.join(SCHEDULES)}")
-    p, v = train.pp, train.vpp
-    if train.schedule == "interleaved" and v < 2:
-        raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
-    if train.schedule != "interleaved" and v != 1:
-        raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={train.schedule})")
-    if train.schedule == "dualpipe" and p % 2:
-        raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
+    train.schedule.check(train)
 
 
 def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
@@ -227,12 +230,7 @@ def build_stages(layout: tuple[int, ...], train: TrainingConfig) -> list[Stage]:
     starts = [sum(layout[:i]) for i in range(len(layout))]
     n = len(layout)
     chunks = [Chunk(i, tuple(range(s0, s0 + k)), i == 0, i == n - 1) for i, (s0, k) in enumerate(zip(starts, layout))]
-    if train.schedule == "interleaved":
-        per_rank = [tuple(chunks[c * p + r] for c in range(v)) for r in range(p)]
-    elif train.schedule == "dualpipe":
-        per_rank = [(chunks[min(r, p - 1 - r)], chunks[p - 1 - min(r, p - 1 - r)]) for r in range(p)]
-    else:
-        per_rank = [(chunks[r],) for r in range(p)]
+    per_rank = [tuple(chunks[c] for c in train.schedule.rank_chunks(r, p, v)) for r in range(p)]
     return [
         Stage(r, tuple(i for c in cs for i in c.layers), any(c.first for c in cs), any(c.last for c in cs), cs)
         for r, cs in enumerate(per_rank)
@@ -369,5 +367,5 @@ class Partition:
         """How many copies of ``tensor`` all ranks together hold (ZeRO 0); DualPipe keeps every
         model stage on two ranks."""
         t = self.train
-        ranks_per_stage = t.dp * t.tp * t.cp * (2 if t.schedule == "dualpipe" else 1)
+        ranks_per_stage = t.dp * t.tp * t.cp * t.schedule.parameter_copies
         return ranks_per_stage // int(shard_divisor(self.sharding(tensor)).xreplace(self.values))

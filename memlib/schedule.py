@@ -33,40 +33,17 @@ and the peak is exact for any M.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Iterator
 
-from .config import ConfigError, TrainingConfig, show
+from .config import Schedule, TrainingConfig
 
 __all__ = ["Schedule", "schedule_of", "Op", "Step", "Moment", "steps", "timeline", "moments", "in_flight",
-           "check_schedule", "replay_microbatches", "default_microbatches"]
-
-
-class Schedule(str, Enum):
-    """The pipeline schedules memlib replays; the value is the CLI name."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    DUALPIPE = "dualpipe"
-
-    @property
-    def chunks_per_rank(self) -> str:
-        return {"gpipe": "1", "1f1b": "1", "interleaved": "V", "dualpipe": "2"}[self.value]
-
-    @property
-    def parameter_copies(self) -> int:
-        """Copies of every model stage over the pipeline ranks (DualPipe keeps two)."""
-        return 2 if self is Schedule.DUALPIPE else 1
+           "check_schedule", "replay_microbatches", "default_microbatches", "STEP_ORDERS"]
 
 
 def schedule_of(train: TrainingConfig) -> Schedule:
-    """The :class:`Schedule` of ``train`` (a one-line error for an unknown name)."""
-    try:
-        return Schedule(train.schedule)
-    except ValueError:
-        raise ConfigError(f"schedule={show(train.schedule)} must be one of "
-                          f"{', '.join(s.value for s in Schedule)}") from None
+    """The :class:`~memlib.config.Schedule` of ``train`` (a TrainingConfig holds one already)."""
+    return Schedule(train.schedule)
 
 
 @dataclass(frozen=True)
@@ -96,14 +73,8 @@ class Moment:
 
 
 def check_schedule(train: TrainingConfig) -> None:
-    """Rules on the number of micro-batches per schedule (chunk layout rules live in the partition)."""
-    sch, m, p = schedule_of(train), train.num_microbatches, train.pp
-    if sch is Schedule.GPIPE and m is None:
-        raise ConfigError("schedule=gpipe keeps every micro-batch: give num_microbatches")
-    if sch is Schedule.INTERLEAVED and m is not None and m % p:
-        raise ConfigError(f"num_microbatches={m} must be a multiple of pp={p} for schedule=interleaved")
-    if sch is Schedule.DUALPIPE and m is not None and (m < 2 * p or m % 2):
-        raise ConfigError(f"num_microbatches={m} must be even and at least 2*pp={2 * p} for schedule=dualpipe")
+    """The schedule's rules on chunks and micro-batches (:meth:`memlib.config.Schedule.check`)."""
+    train.schedule.check(train)
 
 
 def default_microbatches(train: TrainingConfig) -> int:
@@ -231,22 +202,23 @@ def _dualpipe(p: int, r: int, m: int) -> Iterator[Step]:
         raise AssertionError("DualPipe replay left weight gradients queued")
 
 
+#: each schedule's step order: (pp, rank, micro-batches, vpp) -> steps
+STEP_ORDERS = {
+    Schedule.GPIPE: lambda p, r, m, v: _gpipe(p, r, m),
+    Schedule.ONE_F_ONE_B: lambda p, r, m, v: _one_f_one_b(p, r, m),
+    Schedule.INTERLEAVED: _interleaved,
+    Schedule.DUALPIPE: lambda p, r, m, v: _dualpipe(p, r, m),
+}
+
+
 def steps(train: TrainingConfig, rank: int, m: int | None = None) -> list[Step]:
     """The steps of ``rank`` in one training iteration of ``m`` micro-batches (default: the replay's)."""
-    sch, p = schedule_of(train), train.pp
     m = replay_microbatches(train) if m is None else m
-    if sch is Schedule.GPIPE:
-        return list(_gpipe(p, rank, m))
-    if sch is Schedule.ONE_F_ONE_B:
-        return list(_one_f_one_b(p, rank, m))
-    if sch is Schedule.INTERLEAVED:
-        return list(_interleaved(p, rank, m, train.vpp))
-    return list(_dualpipe(p, rank, m))
+    return list(STEP_ORDERS[train.schedule](train.pp, rank, m, train.vpp))
 
 
 def _chunks(train: TrainingConfig) -> int:
-    sch = schedule_of(train)
-    return train.vpp if sch is Schedule.INTERLEAVED else 2 if sch is Schedule.DUALPIPE else 1
+    return len(train.schedule.rank_chunks(0, train.pp, train.vpp))
 
 
 def timeline(train: TrainingConfig, rank: int, m: int | None = None) -> list[tuple[Step, Moment]]:

@@ -22,12 +22,11 @@ A shard is rounded up to a whole element (ZeRO pads the flat buffer to a multipl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 import sympy as sp
 
 from .breakdown import Breakdown
-from .config import ConfigError, show
+from .config import ConfigError, ZeroStage, show
 from .partition import Partition, Stage
 from .symbols import sym
 
@@ -86,19 +85,6 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            1, 4, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
            "Megatron-Core --fp8-param-gather: the bf16 weight copy is replaced by an fp8 one"),
 )}
-
-
-class ZeroStage(IntEnum):
-    """ZeRO stages, ordered: a higher stage shards more."""
-
-    NONE = 0          #: nothing sharded
-    OS = 1            #: optimizer states sharded (ZeRO-1, Megatron's distributed optimizer)
-    OS_G = 2          #: + gradients (ZeRO-2)
-    OS_G_PARAMS = 3   #: + parameters (ZeRO-3, FSDP)
-
-    @property
-    def label(self) -> str:
-        return ("none", "os", "os+g", "os+g+params")[self.value]
 
 
 def recipe(name: str) -> Recipe:

@@ -84,7 +84,9 @@ def test_stored_parameters_are_the_model_times_its_replication(case):
         model += [(x, 1) for x in decoder_layer_tensors(m, kind)]
     model += [(x, 1) for x in head_tensors(m)]
     if part.profile.include_mtp:
-        model += [(x, 1) for j in range(m.num_nextn_predict_layers) for x in mtp_tensors(m, j)]
+        # Megatron-Core builds each MTP block like the last decoder layer, Hugging Face like layer l + j
+        kind = m.layer_kinds[-1] if part.profile.mtp_like_last_layer else None
+        model += [(x, 1) for j in range(m.num_nextn_predict_layers) for x in mtp_tensors(m, j, kind)]
     copies = 2 if t.schedule == "dualpipe" else 1
     expected = 0
     for x, _ in model:
