@@ -13,7 +13,7 @@ from ..memory import Estimate
 from ..reference import PYTORCH_ALLOCATOR
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, md_table, model_name, pct, ratio, tex, yes_no
+from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, tex, yes_no
 from .tables import notation_recap
 
 __all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
@@ -174,8 +174,6 @@ def _field(x) -> str:
 
 def miniature_table(est: Estimate) -> str:
     """The model beside its miniature, field by field, and whether the miniature keeps the value."""
-    from .format import math
-
     m, mini = est.model, sv.miniature(est.model)
     rows = [[f"`{f}`" + (f" ({math(k)})" if k else ""), _field(getattr(m, f)), _field(getattr(mini, f)),
              yes_no(getattr(m, f) == getattr(mini, f))] for f, k in _MINI_FIELDS]
