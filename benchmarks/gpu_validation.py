@@ -21,21 +21,11 @@ from pathlib import Path
 
 from memlib.config import model_from_dict
 from memlib.measure import measure_activations, predicted
+from memlib.scenarios.validation import GPU_CONFIGS
 from memlib.units import fmt_bytes
 
-BASE = {"qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "model_type": "deepseek_v3",
-        "n_shared_experts": 1, "first_k_dense_replace": 1, "topk_method": "noaux_tc"}
-CONFIGS = [
-    ("small", {**BASE, "hidden_size": 512, "intermediate_size": 1408, "moe_intermediate_size": 256,
-               "num_attention_heads": 8, "q_lora_rank": 256, "kv_lora_rank": 128, "n_routed_experts": 16,
-               "num_experts_per_tok": 4, "num_hidden_layers": 3, "vocab_size": 8192}, 2, 1024),
-    ("medium", {**BASE, "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 512,
-                "num_attention_heads": 16, "q_lora_rank": 768, "kv_lora_rank": 512, "n_routed_experts": 64,
-                "num_experts_per_tok": 6, "num_hidden_layers": 4, "vocab_size": 32768}, 1, 4096),
-    ("v3-widths", {**BASE, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-                   "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "n_routed_experts": 256,
-                   "num_experts_per_tok": 8, "num_hidden_layers": 2, "vocab_size": 129280}, 1, 4096),
-]
+#: the configurations, defined once in the library (chapter 10 renders the committed result)
+CONFIGS = GPU_CONFIGS
 
 
 def main() -> None:

@@ -7,8 +7,11 @@ The modules follow the data: :mod:`~memlib.config` (model and training configs) 
 :mod:`~memlib.ledgers` (what each implementation saves: paper, :mod:`~memlib.ledgers_megatron`,
 :mod:`~memlib.ledgers_hf`) →
 :mod:`~memlib.schedule` (micro-batches in flight) → :mod:`~memlib.overhead` (named overheads) →
-:mod:`~memlib.memory` (per-device totals) → :mod:`~memlib.formulas` (named formulas) →
-:mod:`~memlib.report` (book helpers).  :mod:`~memlib.measure` (optional, needs torch) checks the
+:mod:`~memlib.memory` (per-device totals).  Then what reads those results:
+:mod:`~memlib.reference` (published values, verbatim), :mod:`~memlib.paper` (the paper's views of
+memlib's counts, its errata), :mod:`~memlib.formulas` (the registry of named formulas, every
+numbered equation of the book), :mod:`~memlib.scenarios` (the named configurations and sweeps the
+book runs) and :mod:`~memlib.report` (formatting, tables and figures only; one module per chapter).  :mod:`~memlib.measure` (optional, needs torch) checks the
 ledgers against PyTorch and transformers, :mod:`~memlib.measure_megatron` (optional, needs torch and
 megatron-core) the megatron profile against Megatron-Core.  :mod:`~memlib.symbols` (the notation),
 :mod:`~memlib.kernels` (the megatron profile's kernel choices), :mod:`~memlib.breakdown` and

@@ -19,8 +19,18 @@ from fractions import Fraction
 from math import ceil
 
 from .config import ConfigError, show
+from .units import UNITS
 
-__all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES"]
+__all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES", "DEVICE_MEMORY"]
+
+#: the memory of common training devices as their vendors state it, in decimal gigabytes (80 GB is
+#: 74.5 GiB): the capacities the book sizes against.  ``--gpu-memory`` takes any other.
+DEVICE_MEMORY = {
+    "A100 80GB": 80 * UNITS["GB"],
+    "H100 SXM": 80 * UNITS["GB"],
+    "H800": 80 * UNITS["GB"],
+    "H200": 141 * UNITS["GB"],
+}
 
 GIB, MIB = 2**30, 2**20
 

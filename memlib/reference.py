@@ -5,8 +5,8 @@ printed, kept verbatim (printed decimals as strings) so the book's errata and th
 memlib's exact values beside them.  Nothing in memlib computes from this module.
 
 The paper's "GB" columns are GiB (2**30 bytes): 12,500,729,856 bytes is printed "11.64 GB".
-Tags follow ``shared/reference/paper.md``: most of the paper's tables are known through a faithful
-secondary transcription ("DD"); where the reference marks a value as inferred it is not here.
+Most of the paper's tables are known through a secondary transcription of its text ("DD" in
+:data:`SECONDARY`); a value that is only inferred, not printed, is not kept here.
 """
 from __future__ import annotations
 

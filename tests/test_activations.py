@@ -274,7 +274,7 @@ def test_korthikanti_full():
 
 
 def test_korthikanti_decomposition():
-    """Attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh (peers.md §1.4)."""
+    """Attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh (Korthikanti et al. 2022, section 4.1)."""
     led = gpt_layer()
     ln_inputs = [e for e in led if e.key in ("attention.ln_input", "mlp.ln_input")]
     attn = [e for e in led if e.block == "attention" and e not in ln_inputs]

@@ -262,11 +262,15 @@ def test_megatron_comparisons_of_a_miniature_are_exact(mcore):
 # ------------------------------------------------------------------------------------------------
 # the recorded GPU run
 # ------------------------------------------------------------------------------------------------
-def test_gpu_configs_are_the_benchmarks():
+def test_the_committed_gpu_result_is_of_the_gpu_configs():
+    """The benchmark runs :data:`GPU_CONFIGS`; its committed result names the same configurations,
+    micro-batches and sequence lengths, in order."""
     spec = importlib.util.spec_from_file_location("gpu_validation", ROOT / "benchmarks" / "gpu_validation.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert [(n, c, b, s) for n, c, b, s in mod.CONFIGS] == [tuple(x) for x in sv.GPU_CONFIGS]
+    assert mod.CONFIGS is sv.GPU_CONFIGS
+    rows = json.loads((ROOT / "benchmarks" / "gpu_validation_h200.json").read_text())["rows"]
+    assert [(r["config"], r["micro_batch"], r["seq_len"]) for r in rows] == [(n, b, s) for n, _, b, s in sv.GPU_CONFIGS]
 
 
 def test_gpu_run_fields():

@@ -127,7 +127,7 @@ def test_interleaved_replay_peaks_at_the_warmup_plus_one(p, v, m):
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 @pytest.mark.parametrize("v", [2, 3, 4])
 def test_interleaved_agrees_with_mbridge_on_first_and_middle_chunks(p, v):
-    """mbridge (peers.md §3): chunk 0 holds p + max(2(p - r) - 1 - p, 0), a middle chunk p.  Its
+    """mbridge (its pipeline memory estimator): chunk 0 holds p + max(2(p - r) - 1 - p, 0), a middle chunk p.  Its
     last-chunk rule, min(2(p - r) + 1, p), counts two more than Megatron's warm-up on the ranks
     where 2(p - r) + 1 < p; the replay of Megatron's step order gives min(2(p - r) - 1, p)."""
     train = TrainingConfig(pp=p, vpp=v, schedule="interleaved")

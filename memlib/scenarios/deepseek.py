@@ -27,11 +27,10 @@ from ..activations import entry_bytes, fp8_cached
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from ..ledgers import act_profile
 from ..memory import Estimate, StageMemory, estimate
-from ..overhead import OVERHEAD_PRESETS
+from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model
 from ..partition import balanced_layout
 from ..states import RECIPES
-from ..units import UNITS
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
@@ -39,7 +38,7 @@ __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "
 
 #: the device of the report: H800, 80 GB of HBM3 (decimal gigabytes, as the vendor counts)
 GPU = "H800"
-CAPACITY = 80 * UNITS["GB"]
+CAPACITY = DEVICE_MEMORY[GPU]
 
 #: the report's training setup (arXiv 2412.19437 §3.2): 2048 GPUs as PP16 x DP128, EP64 over eight
 #: nodes carved out of the data-parallel ranks, ZeRO-1, no TP; pre-training sequences of 4K tokens

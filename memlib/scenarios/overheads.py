@@ -19,10 +19,9 @@ from fractions import Fraction
 
 from ..config import ModelConfig, TrainingConfig, load_model
 from ..memory import StageMemory
-from ..overhead import OVERHEAD_PRESETS, overheads
+from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS, overheads
 from ..reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
 from ..states import ZeroStage
-from ..units import UNITS
 
 __all__ = ["CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
            "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
@@ -30,7 +29,7 @@ __all__ = ["CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "
 
 #: an 80 GB device (H800, H100 SXM): decimal gigabytes, as the vendors count them.  The one capacity
 #: chapters 7 and 8 size against (:mod:`memlib.scenarios.together` imports it from here).
-CAPACITY_80GB = 80 * UNITS["GB"]
+CAPACITY_80GB = DEVICE_MEMORY["H800"]
 
 #: the overhead terms, in memlib's order, and the presets, lowest first
 TERMS = ("cuda_context", "comm_buffers", "fragmentation")

@@ -373,7 +373,7 @@ def megatron_group(key: str) -> str:
     if part == "moe":
         if "norm" in rest:
             return "RMSNorms"
-        return "dispatch" if rest.startswith("permute") or rest.startswith("routed.token") else "router"
+        return "dispatch" if rest.startswith("permute") else "router"
     if "norm" in rest or rest.endswith(("_fp32", "_rstd", "_normalized", "input_fp32")) and rest.startswith("c_"):
         return "RMSNorms"
     if "rope" in rest:
