@@ -44,6 +44,7 @@ lab: $(STAMP)
 
 # one chapter executed without a browser: _build/rerun/$(CHAPTER).ipynb, with every output
 rerun: $(STAMP)
+	@test -n "$(CHAPTER)" -a -f "notebooks/$(CHAPTER).md" || { echo "make rerun CHAPTER=NAME: NAME is one of: $$(cd notebooks && ls *.md | sed 's/\.md$$//' | tr '\n' ' ')" >&2; exit 2; }
 	mkdir -p _build/rerun
 	cd notebooks && MEMLIB_BOOK_MODEL=$(MODEL) ../$(BIN)/jupytext --to ipynb --execute $(CHAPTER).md \
 		-o ../_build/rerun/$(CHAPTER).ipynb

@@ -7,6 +7,7 @@ Builds a second copy into a temporary folder and compares it with ``_build/html`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,14 @@ RUN = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1" or os.environ.get("MEMLIB_CHE
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_file() and (rel.endswith(".html") or rel.startswith("_images/")) and not rel.startswith("_static/"):
-            out[rel] = p.read_bytes()
+    """The HTML pages and the images they show (an earlier build's images may linger in _images/)."""
+    # Sphinx appends "?v=<checksum>" to a static file's link only when the file is already in the
+    # output folder (a rebuild into the same folder): a cache-buster, not content
+    out = {p.relative_to(root).as_posix(): re.sub(rb"\?v=[0-9a-f]+", b"", p.read_bytes())
+           for p in sorted(root.rglob("*.html")) if not p.relative_to(root).as_posix().startswith("_static/")}
+    shown = {m for text in out.values() for m in re.findall(rb"_images/([^\"'?#\s]+)", text)}
+    for name in sorted(shown):
+        out[f"_images/{name.decode()}"] = (root / "_images" / name.decode()).read_bytes()
     return out
 
 

@@ -50,7 +50,7 @@ def values(est: Estimate) -> dict[str, str]:
     moe = moe_stages(part)
     return {
         "label": t.label(), "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
-        "params": fmt_count(t6["total"]), "params_gib": fmt_bytes(t6["total"] * rec.weights),
+        "params": fmt_count(t6["total"]), "params_gib": fmt_bytes(pstatic.table6_bytes(part, i)["total"]),
         "bw": fmt_count(rec.weights), "bg": fmt_count(rec.gradients), "bo": fmt_count(rec.optimizer_bytes),
         "bytes_total": fmt_count(rec.total_bytes), "megatron_total": fmt_count(RECIPES["megatron"].total_bytes),
         "edp": fmt_count(t.edp), "ne_div": fmt_count(sh["paper"]["ne_div"]),

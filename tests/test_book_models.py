@@ -1,0 +1,71 @@
+"""The book rebuilt for another model (``make book MODEL=deepseek-v2``) is that model's book: it
+contains none of DeepSeek-V3's totals, and its paper comparisons are gone.
+
+Reads the books CI builds into ``_build/models/<model>/_build/html`` (``make book MODEL=...``);
+skipped when they are missing, unless ``MEMLIB_REQUIRE_BOOK=1`` (CI sets it).  The DeepSeek-V3
+numbers looked for are computed here from memlib, not typed.
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from memlib import estimate
+from memlib.paper import analysed_stage, paper_training
+from memlib.paper import zero as pzero
+from memlib.params import activated_params, layer_params, model_params, values
+from memlib.report.format import fmt_bytes, fmt_count
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
+MODELS = ("deepseek-v2", "deepseek-v2-lite")
+
+
+def v3_numbers() -> set[str]:
+    """Exact counts (nine digits and more) and GiB totals that only DeepSeek-V3's book computes."""
+    est = estimate("deepseek-v3", paper_training("deepseek-v3"))
+    m, vals = est.model, values(est.model)
+    i = analysed_stage(est.partition)
+    counts = {model_params(m).evaluate_total(vals), activated_params(m).evaluate_total(vals),
+              layer_params(m, "moe").evaluate_total(vals), est.stages[i].parameters,
+              est.stages[i].activations["per_microbatch"]}
+    counts |= {row["total"] for row in pzero.table8(est, i).values()}
+    gib = {fmt_bytes(row["total"]) for row in pzero.table8(est, i).values()}
+    return {fmt_count(n) for n in counts} | gib
+
+
+def book_text(model: str) -> dict[str, str]:
+    root = ROOT / "_build" / "models" / model / "_build" / "html"
+    if not (root / "index.html").exists():
+        if REQUIRE:
+            pytest.fail(f"the {model} book is not built (make book MODEL={model})")
+        pytest.skip(f"the {model} book is not built (make book MODEL={model})")
+    pages = sorted(root.glob("notebooks/*.html")) + sorted(root.glob("book/*.html"))
+    return {p.name: html.unescape(re.sub(r"<[^>]+>", " ", p.read_text(encoding="utf-8"))) for p in pages}
+
+
+def test_the_v3_numbers_are_real_v3_numbers():
+    nums = v3_numbers()
+    assert "671,026,404,352" in nums and "6,250,364,928" in nums and "81.50 GiB" in nums
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_another_models_book_has_no_deepseek_v3_total(model):
+    pages = book_text(model)
+    assert len(pages) >= 11
+    nums = v3_numbers()
+    found = {(name, n) for name, text in pages.items() for n in nums if n in text}
+    assert not found, sorted(found)[:20]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_another_models_book_is_about_that_model(model):
+    pages = book_text(model)
+    est = estimate(model, paper_training(model))
+    total = fmt_count(model_params(est.model).evaluate_total(values(est.model)))
+    assert any(total in text for text in pages.values())
+    assert not any(re.search(r"That is the paper[’']s value", text) for text in pages.values())
