@@ -83,6 +83,9 @@ class Profile:
     #: the MTP block is typed like the last decoder layer (Megatron-Core's get_gpt_mtp_block_spec), not
     #: like decoder layer l + j (Hugging Face's rule)
     mtp_like_last_layer: bool = False
+    #: Megatron-Core's kernel choices apply (``--transformer-impl local`` with TP > 1 also splits MLA's
+    #: down-projections, :data:`_LOCAL_TP`)
+    megatron_kernels: bool = False
 
     def sharding(self, t: Tensor) -> str:
         """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
@@ -100,7 +103,7 @@ PROFILES = {
                      edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
-                        include_mtp=True, mtp_like_last_layer=True),
+                        include_mtp=True, mtp_like_last_layer=True, megatron_kernels=True),
     "hf-eager": Profile("hf-eager", "transformers' DeepseekV3ForCausalLM (eager attention): tensors split as "
                         "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
@@ -322,7 +325,7 @@ class Partition:
     @property
     def _local_tp(self) -> bool:
         """Megatron-Core's local modules with TP > 1 (they split MLA's down-projections too)."""
-        return self.profile.name == "megatron" and not self.train.transformer_impl.uses_te and self.train.tp > 1
+        return self.profile.megatron_kernels and not self.train.transformer_impl.uses_te and self.train.tp > 1
 
     def _tp_dim(self, tensor: Tensor):
         key = tensor.key.removeprefix("mtp.")
