@@ -69,3 +69,37 @@ def test_another_models_book_is_about_that_model(model):
     total = fmt_count(model_params(est.model).evaluate_total(values(est.model)))
     assert any(total in text for text in pages.values())
     assert not any(re.search(r"That is the paper[’']s value", text) for text in pages.values())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_paper_only_sections_are_gone(model):
+    """Sections marked ``{.paper-model}`` (the errata) are dropped from another model's book."""
+    pages = book_text(model)
+    marked = {name: [h for h in paper_sections(ROOT / "notebooks" / name.replace(".html", ".md"))]
+              for name in pages if (ROOT / "notebooks" / name.replace(".html", ".md")).exists()}
+    assert sum(len(h) for h in marked.values()) >= 5
+    left = [(name, h) for name, heads in marked.items() for h in heads if re.search(rf"\b{re.escape(h)}\s*#", pages[name])]
+    assert left == []
+
+
+def paper_sections(path: Path) -> list[str]:
+    """The titles of the sections a notebook marks ``{.paper-model}``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [nxt.lstrip("#").strip() for line, nxt in zip(lines, lines[1:]) if line.strip() == "{.paper-model}"]
+
+
+def test_no_only_block_holds_a_heading():
+    """Sphinx raises a section out of an ``{only}`` block, so it would appear in every book: a
+    section only the paper's book has is marked ``{.paper-model}`` on its heading instead."""
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.md")):
+        fence = None
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = re.match(r"^\s*(`{3,}|:{3,})\{only\}", line)
+            if fence is None and m:
+                fence = m.group(1)
+            elif fence is not None and line.strip() == fence:
+                fence = None
+            elif fence is not None and re.match(r"^\s*#{1,6} ", line):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert found == []

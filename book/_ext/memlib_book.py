@@ -3,7 +3,28 @@
 ``paper_model`` is set when the book is built for the paper's DeepSeek-V3 (the default); prose that
 puts memlib's values beside the paper's printed ones sits in ``{only} paper_model`` blocks, so that
 a book built for another model (``make book MODEL=deepseek-v2``) carries none of them.
+
+An ``{only}`` block cannot hold a heading (Sphinx raises the section out of it, so it would stay in
+every book).  A whole section that only the paper's book has is marked on its heading instead::
+
+    {.paper-model}
+    ## Errata for this chapter
+
+and removed, with everything under it, when the tag is not set.
 """
+
+SECTION_CLASSES = {"paper-model": "paper_model"}
+
+
+def _drop_sections(app, doctree) -> None:
+    from docutils import nodes
+
+    for cls, tag in SECTION_CLASSES.items():
+        if app.tags.has(tag):
+            continue
+        for section in list(doctree.findall(nodes.section)):
+            if cls in section["classes"] and section.parent is not None:
+                section.parent.remove(section)
 
 
 def setup(app):
@@ -11,4 +32,6 @@ def setup(app):
 
     for tag in book_tags():
         app.tags.add(tag)
+    # before the table of contents and the labels are collected from the doctree (priority 500)
+    app.connect("doctree-read", _drop_sections, priority=100)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
