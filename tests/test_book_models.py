@@ -103,3 +103,14 @@ def test_no_only_block_holds_a_heading():
             elif fence is not None and re.match(r"^\s*#{1,6} ", line):
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert found == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_no_paper_placeholder_is_shown(model):
+    """glue_paper glues "—" for a paper value another model does not have; it may only sit in a
+    block that book drops, never in what it shows."""
+    book_text(model)                                    # skips or fails when the book is missing
+    root = ROOT / "_build" / "models" / model / "_build" / "html" / "notebooks"
+    shown = [p.name for p in sorted(root.glob("*.html"))
+             if '<span class="pasted-text">—</span>' in p.read_text(encoding="utf-8")]
+    assert shown == []
