@@ -33,7 +33,7 @@ from .params import (
     readable, tensor_counts, total_formula,
 )
 from .partition import PROFILES, shard_divisor
-from .states import RECIPES, ZeroStage, sharded_count, states_formula
+from .states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
 from .symbols import sym
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
@@ -264,7 +264,7 @@ def _act(block: str, where: str, policy: str = "none"):
         if where == "unsplit":
             expr = ledger_bytes(entries, TrainingConfig(sp=False), RECIPES["paper"], pol).total
             return sp.factor_terms(sp.expand(expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})))
-        expr = ledger_bytes(entries, t, RECIPES[t.precision], pol).total
+        expr = ledger_bytes(entries, t, recipe(t.precision), pol).total
         if where == "device":
             return sp.collect(sp.expand(expr), [b * s], evaluate=True)
         subs = {TP: t.tp, CP: t.cp, EP: t.ep, ETP: t.etp}

@@ -21,7 +21,8 @@ A shard is rounded up to a whole element (ZeRO pads the flat buffer to a multipl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import sympy as sp
 
@@ -31,7 +32,7 @@ from .partition import Partition, Stage
 from .symbols import sym
 
 __all__ = ["Recipe", "RECIPES", "ZeroStage", "recipe", "sharded_count", "states_formula",
-           "model_states", "optimizer_states"]
+           "model_states", "optimizer_states", "DTYPE_BYTES", "OPTIMIZER_STATES", "SPEC_FIELDS"]
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,87 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 
+#: bytes per element of the dtype names a recipe spec may use
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int16": 2, "fp8": 1}
+#: the optimizer states a recipe spec may set (bytes per parameter; 0 removes one)
+OPTIMIZER_STATES = ("master_weights", "main_grad", "exp_avg", "exp_avg_sq")
+#: what a recipe spec may set, with the byte counts each accepts
+SPEC_FIELDS = {"weights": (1, 2, 4), "gradients": (2, 4), "activations": (2, 4),
+               **{name: (0, 1, 2, 4) for name in OPTIMIZER_STATES}}
+MAX_SPEC_CHARS = 200
+
+
 def recipe(name: str) -> Recipe:
-    """The recipe called ``name``."""
-    try:
+    """The recipe called ``name``: a preset of :data:`RECIPES`, or a *spec* that changes one.
+
+    A spec is ``BASE:FIELD=BYTES,FIELD=BYTES,...``: the preset ``BASE`` with each named field set to a
+    byte count or a dtype (``fp32`` 4, ``bf16`` and ``fp16`` 2, ``int16`` 2, ``fp8`` 1).  The fields are
+    ``weights``, ``gradients``, ``activations`` and the optimizer states ``master_weights``,
+    ``main_grad``, ``exp_avg`` and ``exp_avg_sq`` (0 removes a state; one the preset lacks is added).
+    The recipe's name is the spec written canonically (byte counts, in the order given), so that
+    ``recipe(r.name) == r``.
+
+    >>> r = recipe("megatron:gradients=bf16,exp_avg=2,exp_avg_sq=2")
+    >>> r.name, r.weights, r.gradients, r.optimizer
+    ('megatron:gradients=2,exp_avg=2,exp_avg_sq=2', 2, 2, (('master_weights', 4), ('exp_avg', 2), ('exp_avg_sq', 2)))
+    """
+    if isinstance(name, str) and name in RECIPES:
         return RECIPES[name]
-    except KeyError:
-        raise ConfigError(f"precision={show(name)} must be one of {', '.join(RECIPES)}") from None
+    if isinstance(name, str) and ":" in name:
+        return _spec_recipe(name)
+    raise ConfigError(f"precision={show(name)} must be one of {', '.join(RECIPES)}, or a spec "
+                      f"BASE:FIELD=BYTES,... (e.g. megatron:exp_avg=bf16,exp_avg_sq=bf16)")
+
+
+def _spec_value(text: str, field: str, value: str) -> int:
+    allowed = SPEC_FIELDS[field]
+    v = value.strip()
+    if v in DTYPE_BYTES:
+        n = DTYPE_BYTES[v]
+    elif v and len(v) <= 2 and all("0" <= c <= "9" for c in v):
+        n = int(v)
+    else:
+        n = None
+    if n not in allowed:
+        shown = show(v)[1:-1] if v else "''"
+        raise ConfigError(f"precision={show(text, 120)}: {field}={shown} must be "
+                          f"{', '.join(map(str, allowed))} bytes or a dtype of that size "
+                          f"({', '.join(f'{d} {b}' for d, b in DTYPE_BYTES.items() if b in allowed)})")
+    return n
+
+
+@lru_cache(maxsize=256)
+def _spec_recipe(text: str) -> Recipe:
+    if len(text) > MAX_SPEC_CHARS:
+        raise ConfigError(f"precision={show(text)} is longer than {MAX_SPEC_CHARS} characters, more than a "
+                          f"recipe spec needs")
+    base_name, _, body = text.partition(":")
+    base_name = base_name.strip()
+    if base_name not in RECIPES:
+        raise ConfigError(f"precision={show(text, 120)}: the base {show(base_name)} must be one of "
+                          f"{', '.join(RECIPES)}")
+    base = RECIPES[base_name]
+    changes: dict[str, int] = {}
+    for item in body.split(","):
+        field, eq, value = item.partition("=")
+        field = field.strip()
+        if not eq or field not in SPEC_FIELDS:
+            raise ConfigError(f"precision={show(text, 120)}: {show(item.strip())} must be FIELD=BYTES with FIELD "
+                              f"one of {', '.join(SPEC_FIELDS)}")
+        if field in changes:
+            raise ConfigError(f"precision={show(text, 120)}: {field} is set twice")
+        changes[field] = _spec_value(text, field, value)
+    optimizer = dict(base.optimizer)
+    for field in OPTIMIZER_STATES:
+        if field in changes:
+            optimizer[field] = changes[field]
+    optimizer = tuple((k, b) for k, b in optimizer.items() if b)
+    name = f"{base_name}:" + ",".join(f"{k}={b}" for k, b in changes.items())
+    return replace(base, name=name,
+                   description=f"{base.description}; changed: " + ", ".join(f"{k} {b} bytes" for k, b in changes.items()),
+                   weights=changes.get("weights", base.weights), gradients=changes.get("gradients", base.gradients),
+                   activations=changes.get("activations", base.activations), optimizer=optimizer,
+                   source=f"{base.source} (the {base_name} preset, changed by the spec)")
 
 
 P, P_ne, P_e = sym("P"), sym("P_ne"), sym("P_e")

@@ -68,6 +68,59 @@ def test_unknown_recipe():
         recipe("fp8")
 
 
+# ---------------------------------------------------------------------------------------------
+# Recipe specs: a preset with some of its bytes changed
+# ---------------------------------------------------------------------------------------------
+def test_spec_changes_only_the_named_fields():
+    """megatron (2/4/12) with bf16 gradients and bf16 moments: 2 + 2 + (4 + 2 + 2) = 12 bytes."""
+    r = recipe("megatron:gradients=bf16,exp_avg=2,exp_avg_sq=bf16")
+    assert (r.weights, r.gradients, r.optimizer) == (2, 2, (("master_weights", 4), ("exp_avg", 2), ("exp_avg_sq", 2)))
+    assert r.total_bytes == 12 and r.activations == 2
+    assert r.name == "megatron:gradients=2,exp_avg=2,exp_avg_sq=2"     # canonical: byte counts
+    assert recipe(r.name) == r                                       # the name reads back as the recipe
+
+
+def test_spec_adds_and_removes_optimizer_states():
+    """main_grad is added to megatron (an fp32 copy of bf16 gradients), master_weights removed."""
+    r = recipe("megatron:gradients=2,main_grad=4")
+    assert dict(r.optimizer) == {"master_weights": 4, "exp_avg": 4, "exp_avg_sq": 4, "main_grad": 4}
+    assert r.total_bytes == 2 + 2 + 16
+    r = recipe("megatron:master_weights=0")
+    assert dict(r.optimizer) == {"exp_avg": 4, "exp_avg_sq": 4}
+
+
+def test_spec_keeps_the_presets_other_properties():
+    r = recipe("deepseek-v3:exp_avg=4")
+    assert r.fp8_activations and r.recompute == frozenset({"moe_act"})
+    assert r.optimizer_bytes == 4 + 4 + 2
+
+
+def test_spec_reaches_the_device_states():
+    """A spec is a precision like a preset: the tiny model's one device pays w + g + o per parameter."""
+    est = estimate(T.tiny(), TrainingConfig(precision="megatron:exp_avg=bf16,exp_avg_sq=fp8", num_microbatches=1))
+    st = est.stages[0]
+    assert states(st) == {"parameters": 2 * st.parameters, "gradients": 4 * st.parameters,
+                          "optimizer_states": (4 + 2 + 1) * st.parameters}
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("megatron:", r"'' must be FIELD=BYTES"),
+    ("megatron:exp_avg", r"'exp_avg' must be FIELD=BYTES"),
+    ("megatron:momentum=2", r"'momentum=2' must be FIELD=BYTES with FIELD one of weights"),
+    ("megatron:exp_avg=3", r"exp_avg=3 must be 0, 1, 2, 4 bytes"),
+    ("megatron:gradients=1", r"gradients=1 must be 2, 4 bytes"),
+    ("megatron:weights=0", r"weights=0 must be 1, 2, 4 bytes"),
+    ("megatron:exp_avg=fp64", r"exp_avg=fp64 must be"),
+    ("megatron:exp_avg=2,exp_avg=4", r"exp_avg is set twice"),
+    ("bogus:exp_avg=2", r"the base 'bogus' must be one of paper"),
+    ("megatron:exp_avg=" + "2" * 300, r"longer than 200 characters"),
+])
+def test_spec_errors_are_one_line(spec, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        recipe(spec)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith("precision=")
+
+
 def test_each_zero_stage_shards_one_more_state():
     """ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3 the parameters too
     (Rajbhandari et al.): on the tiny model with DP = 2 and no experts split (EP = ETP = 1, so EDP =
