@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from dataclasses import dataclass, fields, replace
 from enum import Enum, IntEnum, StrEnum
 from functools import cached_property
@@ -25,7 +26,8 @@ from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Transfo
 
 __all__ = [
     "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
-    "preset_names", "LIMITS", "show", "check_count", "Schedule", "ZeroStage",
+    "preset_names", "LIMITS", "show", "check_count", "Schedule", "ZeroStage", "FP8_FORMATS", "FP8_RECIPES",
+    "OFFLOAD_MODULES",
 ]
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -233,6 +235,14 @@ def load_model(spec: str | Path | ModelConfig) -> ModelConfig:
     return model_from_dict(data, name=name, source=source if isinstance(source, str) else str(path))
 
 
+#: --fp8-format and --fp8-recipe choices (Megatron-LM's megatron/training/arguments.py at d98e8a64dd)
+FP8_FORMATS = ("e4m3", "hybrid")
+FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+#: --offload-modules choices for an MLA model (Megatron-Core's TransformerConfig at d98e8a64dd)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                   "fused_group_mlp")
+
+
 class Schedule(StrEnum):
     """A pipeline schedule: which model chunks a rank holds, and the rules it sets (the step order is
     :mod:`memlib.schedule`'s replay).  The value is the CLI name."""
@@ -332,6 +342,15 @@ class TrainingConfig:
     cross_entropy_loss_fusion: bool = False    #: --cross-entropy-loss-fusion
     cross_entropy_fusion_impl: CrossEntropyFusionImpl = CrossEntropyFusionImpl.NATIVE  #: --cross-entropy-fusion-impl
     moe_aux_loss: LoadBalancing = LoadBalancing.SEQ_AUX_LOSS  #: --moe-router-load-balancing-type
+    # carried, validated, not (yet) in any byte count: Megatron-LM's features, by their flags
+    fp8: Optional[str] = None        #: --fp8-format: ``e4m3`` or ``hybrid``; None: no FP8 compute
+    fp8_recipe: str = "delayed"      #: --fp8-recipe (Megatron-LM's default, ``delayed``)
+    moe_a2a_overlap: bool = False    #: --overlap-moe-expert-parallel-comm
+    offload_modules: tuple[str, ...] = ()  #: --fine-grained-activation-offloading --offload-modules
+    overlap_grad_reduce: bool = False      #: --overlap-grad-reduce
+    overlap_param_gather: bool = False     #: --overlap-param-gather (needs overlap_grad_reduce, ZeRO >= 1)
+    routing_imbalance: Fraction = Fraction(1)  #: the busiest expert's tokens over the balanced share (>= 1)
+    ddp_bucket_size: Optional[int] = None  #: --ddp-bucket-size, elements per gradient bucket
 
     def __post_init__(self):
         for name in ("dp", "tp", "ep", "etp", "cp"):
@@ -373,6 +392,7 @@ class TrainingConfig:
         for name in ("sp", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
+        self._check_carried()
         impl, backend = self.transformer_impl, self.attention_backend
         if not impl.uses_te and backend.needs_te():
             raise ConfigError(f"attention_backend={backend} needs transformer_impl=transformer_engine "
@@ -383,6 +403,42 @@ class TrainingConfig:
         if not impl.uses_te and self.cp > 1:
             raise ConfigError(f"cp={self.cp} with transformer_impl={impl}: Megatron-Core's local "
                               f"DotProductAttention supports no context parallelism (only TEDotProductAttention)")
+
+    def _check_carried(self) -> None:
+        """The fields memlib carries for Megatron-LM's features (their rules are Megatron-LM's)."""
+        if self.fp8 is not None and self.fp8 not in FP8_FORMATS:
+            raise ConfigError(f"fp8={show(self.fp8)} must be one of {', '.join(FP8_FORMATS)} or None")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError(f"fp8_recipe={show(self.fp8_recipe)} must be one of {', '.join(FP8_RECIPES)}")
+        for name in ("moe_a2a_overlap", "overlap_grad_reduce", "overlap_param_gather"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={show(getattr(self, name))} must be true or false")
+        mods = self.offload_modules
+        if isinstance(mods, str) or not isinstance(mods, (tuple, list)):
+            raise ConfigError(f"offload_modules={show(mods)} must be a tuple of module names")
+        mods = tuple(mods)
+        bad = [x for x in mods if x not in OFFLOAD_MODULES]
+        if bad or len(set(mods)) != len(mods):
+            what = f"{show(bad[0])} is not one of {', '.join(OFFLOAD_MODULES)}" if bad else "a module is named twice"
+            raise ConfigError(f"offload_modules={show(','.join(map(str, mods)), 120)}: {what}")
+        if "attn_proj" in mods and "core_attn" not in mods:
+            raise ConfigError("offload_modules=attn_proj needs core_attn too (the input of attn_proj is the output "
+                              "of core_attn, which core_attn's backward needs)")
+        object.__setattr__(self, "offload_modules", mods)
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise ConfigError("overlap_param_gather=True needs overlap_grad_reduce=True (as in Megatron-LM)")
+        if self.overlap_param_gather and self.zero < ZeroStage.OS:
+            raise ConfigError(f"overlap_param_gather=True needs zero >= 1 (a sharded optimizer gathers the "
+                              f"parameters; zero={int(self.zero)})")
+        r = self.routing_imbalance
+        if isinstance(r, bool) or not isinstance(r, (int, Fraction)):
+            raise ConfigError(f"routing_imbalance={show(r)} must be an exact number >= 1 (an int or a Fraction)")
+        r = Fraction(r)
+        if r < 1 or r.numerator.bit_length() > 64 or r.denominator.bit_length() > 64:
+            raise ConfigError(f"routing_imbalance={r} must be >= 1 (the busiest expert's tokens over the "
+                              f"balanced share), with numerator and denominator below 2^64")
+        object.__setattr__(self, "routing_imbalance", r)
+        check_count("ddp_bucket_size", self.ddp_bucket_size, bound=LIMITS["bytes"], nullable=True)
 
     @property
     def edp(self) -> int:
@@ -408,6 +464,8 @@ class TrainingConfig:
     def values(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["layout"] = list(self.layout) if self.layout is not None else None
+        d["offload_modules"] = list(self.offload_modules)
+        d["routing_imbalance"] = str(self.routing_imbalance)
         for k, x in d.items():
             if isinstance(x, Enum):
                 d[k] = x.value
