@@ -19,6 +19,8 @@ ORDER = [
     # activations: the ledger type, then each implementation's ledger, then their registry
     "activations", "ledgers_hf", "ledgers_megatron", "ledgers",
     "schedule", "overhead", "memory",
+    # Megatron-LM's launch flags read as a configuration
+    "megatron_args",
     # published values, the paper's reading of them, the formulas the book numbers
     "reference", "paper", "formulas",
     "paper.static", "paper.zero", "paper.parameters", "paper.activations", "paper.errata",
