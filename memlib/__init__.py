@@ -7,7 +7,8 @@ The modules follow the data: :mod:`~memlib.config` (model and training configs) 
 :mod:`~memlib.ledgers` (what each implementation saves: paper, :mod:`~memlib.ledgers_megatron`,
 :mod:`~memlib.ledgers_hf`) →
 :mod:`~memlib.schedule` (micro-batches in flight) → :mod:`~memlib.overhead` (named overheads) →
-:mod:`~memlib.memory` (per-device totals).  Then what reads those results:
+:mod:`~memlib.memory` (per-device totals); :mod:`~memlib.megatron_args` reads Megatron-LM's own
+launch flags as a model and a training configuration.  Then what reads those results:
 :mod:`~memlib.reference` (published values, verbatim), :mod:`~memlib.paper` (the paper's views of
 memlib's counts, its errata), :mod:`~memlib.formulas` (the registry of named formulas, every
 numbered equation of the book), :mod:`~memlib.scenarios` (the named configurations and sweeps the

@@ -15,7 +15,8 @@ import json
 import re
 import sys
 
-from .config import LIMITS, PAPER_TRAINING, ConfigError, TrainingConfig, load_model, show
+from .config import FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig, \
+    load_model, show
 from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
 from .params import activated_params, buffer_params, by_block, model_params, mtp_params, values
 from .states import RECIPES
@@ -61,7 +62,15 @@ def _count(name: str, minimum: int = 1):
     return parse
 
 
-def _layout(text: str) -> tuple[int, ...]:
+def _layout(text: str):
+    """A comma list of layer counts, or a Megatron-LM layout string (``Et|(tt|)*30mL``)."""
+    if any(c in text for c in "EtmL|"):
+        from .megatron_args import parse_layout
+
+        try:
+            return parse_layout(text, name="layout")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     parts = text.split(",")
     if len(parts) > LIMITS["virtual_stages"]:
         raise argparse.ArgumentTypeError(f"layout has {len(parts)} entries, more than {LIMITS['virtual_stages']} stages")
@@ -102,9 +111,13 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"{helptext} (default {getattr(d, name)})")
     pe.add_argument("--no-sp", dest="sp", action="store_false", help="disable sequence parallelism")
     pe.add_argument("--layout", type=_layout, default=None,
-                    help="decoder layers per stage, e.g. 4,4,...,4,1 (default: ceil(l/pp) per stage, remainder last)")
+                    help="decoder layers per stage, e.g. 4,4,...,4,1 (default: ceil(l/pp) per stage, remainder "
+                         "last), or a Megatron-LM layout such as 'Et|(tt|)*30mL' (its stages set --vpp)")
     pe.add_argument("--zero", type=_count("zero", 0), default=d.zero, help="ZeRO stage: 0, 1, 2 or 3")
-    pe.add_argument("--precision", default=d.precision, help=f"precision recipe: {', '.join(RECIPES)}")
+    pe.add_argument("--precision", default=d.precision,
+                    help=f"precision recipe: {', '.join(RECIPES)}, or a spec BASE:FIELD=BYTES,... such as "
+                         f"megatron:exp_avg=bf16,exp_avg_sq=bf16 (fields: weights, gradients, activations, "
+                         f"master_weights, main_grad, exp_avg, exp_avg_sq)")
     pe.add_argument("--profile", default=d.profile, help="partition convention: paper or megatron")
     pe.add_argument("--micro-batch", type=_count("micro_batch"), default=d.micro_batch, help=f"b, sequences per micro-batch (default {d.micro_batch})")
     pe.add_argument("--seq-len", type=_count("seq_len"), default=d.seq_len, help=f"s, tokens per sequence (default {d.seq_len})")
@@ -116,6 +129,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="M per step (default: enough to fill the pipeline)")
     pe.add_argument("--vpp", type=_count("vpp"), default=1, help="V, model chunks per device (interleaved schedule)")
     _kernel_options(pe, d)
+    _carried_options(pe, d)
+    pe.add_argument("--megatron-args", default=None, metavar="FILE",
+                    help="Megatron-LM flags: a launch script, a flag list or a test's model_config.yaml ('-': "
+                         "standard input); the model and training configuration come from it, options given "
+                         "here override it")
+    pe.add_argument("--world-size", type=_count("world_size"), default=None,
+                    help="with --megatron-args: the number of GPUs (when the file does not say)")
+    pe.add_argument("--vocab-size", type=_count("vocab_size"), default=None,
+                    help="with --megatron-args: the tokenizer's vocabulary before Megatron's padding")
     pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
     pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
     pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
@@ -173,6 +195,55 @@ def _kernel_options(p: argparse.ArgumentParser, d: TrainingConfig, measure: bool
                    help=f"megatron profile: the auxiliary loss (default {d.moe_aux_loss}, as DeepSeek-V3)")
 
 
+def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
+    """Features memlib carries in the configuration without counting their memory (yet)."""
+    p.add_argument("--fp8-format", dest="fp8", default=d.fp8, choices=FP8_FORMATS,
+                   help="Megatron-LM's FP8 compute format (carried; its memory is not modelled)")
+    p.add_argument("--fp8-recipe", default=d.fp8_recipe, choices=FP8_RECIPES,
+                   help=f"Megatron-LM's FP8 scaling recipe (default {d.fp8_recipe}; carried)")
+    p.add_argument("--overlap-moe-expert-parallel-comm", dest="moe_a2a_overlap", action="store_true",
+                   help="overlap the MoE all-to-all with computation (carried)")
+    p.add_argument("--offload-modules", type=_modules, default=d.offload_modules,
+                   help="fine-grained activation offloading, a comma list of " + ", ".join(OFFLOAD_MODULES)
+                        + " (carried)")
+    p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the gradient reduction (carried)")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="overlap the parameter all-gather; needs --overlap-grad-reduce and ZeRO >= 1 (carried)")
+    p.add_argument("--routing-imbalance", type=_imbalance, default=d.routing_imbalance,
+                   help="the busiest expert's tokens over the balanced share, >= 1, e.g. 1.25 (carried)")
+    p.add_argument("--ddp-bucket-size", type=_count("ddp_bucket_size"), default=d.ddp_bucket_size,
+                   help="elements per gradient bucket (carried)")
+
+
+def _modules(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _imbalance(text: str):
+    try:
+        return parse_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"routing_imbalance={show(text)} {exc}") from None
+
+
+#: ``estimate`` options that are TrainingConfig fields (an explicit one overrides --megatron-args)
+_TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "precision", "profile", "micro_batch",
+                  "seq_len", "recompute", "schedule", "num_microbatches", "vpp", "transformer_impl",
+                  "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion",
+                  "cross_entropy_fusion_impl", "moe_aux_loss", "fp8", "fp8_recipe", "moe_a2a_overlap",
+                  "offload_modules", "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance",
+                  "ddp_bucket_size")
+
+
+def _explicit(argv: list[str]) -> set[str]:
+    """The ``estimate`` options given on the command line (not left at their defaults)."""
+    p = _parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices["estimate"]
+    for action in sub._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv))) - {"command"}
+
+
 def _kernel_kwargs(args) -> dict:
     out = {"attention_softmax_in_fp32": args.attention_softmax_in_fp32, "bias_swiglu_fusion": args.bias_swiglu_fusion,
            "cross_entropy_loss_fusion": args.cross_entropy_loss_fusion, "moe_aux_loss": args.moe_aux_loss}
@@ -226,25 +297,96 @@ def _fraction(name: str, text: str | None):
         raise ConfigError(f"{name}={show(text)} must be a number such as 0.1") from None
 
 
+def _read_args_file(name: str) -> str:
+    """The text of ``--megatron-args`` (a path, or ``-`` for standard input), bounded and UTF-8."""
+    from .megatron_args import MAX_ARGS_BYTES
+
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read(MAX_ARGS_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
+                sys.stdin.read(MAX_ARGS_BYTES + 1).encode("utf-8")
+        else:
+            with open(name, "rb") as fh:
+                data = fh.read(MAX_ARGS_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
+        raise ConfigError(f"megatron_args={show(name, 300)}: cannot read it ({reason})") from None
+    if len(data) > MAX_ARGS_BYTES:
+        raise ConfigError(f"megatron_args={show(name, 300)}: more than {MAX_ARGS_BYTES:,} bytes, more than a "
+                          f"launch file holds")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"megatron_args={show(name, 300)}: the file is not UTF-8 text (byte {exc.start})") from None
+
+
+def _train_kwargs(args) -> dict:
+    return {name: getattr(args, name) for name in _TRAIN_OPTIONS}
+
+
+def _cli_training(args, explicit: set[str]) -> TrainingConfig:
+    """The training configuration of the options (a Megatron-LM layout string sets V and the schedule)."""
+    from .megatron_args import MegatronLayout, layout_stages
+
+    kw = _train_kwargs(args)
+    if isinstance(args.layout, MegatronLayout):
+        m = load_model(args.model)
+        lay, vpp = layout_stages(args.layout, args.pp, m.num_hidden_layers, None, name="layout")
+        mtp = "".join(args.layout.stages).count("m")
+        if mtp not in (0, m.num_nextn_predict_layers):
+            raise ConfigError(f"layout={args.layout} places {mtp} MTP layers but the model has "
+                              f"{m.num_nextn_predict_layers}")
+        if "vpp" in explicit and args.vpp != vpp:
+            raise ConfigError(f"vpp={args.vpp} but layout={args.layout} has {len(lay)} stages: vpp={vpp} on pp={args.pp}")
+        kw.update(layout=lay, vpp=vpp)
+        if "schedule" not in explicit and vpp > 1:
+            kw["schedule"] = "interleaved"
+    return TrainingConfig(**kw)
+
+
 def _estimate(args) -> int:
     from .memory import estimate  # sympy-heavy; imported after argument checks
     from .overhead import overheads
 
-    train = TrainingConfig(dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, etp=args.etp, cp=args.cp,
-                           sp=args.sp, layout=args.layout, zero=args.zero, precision=args.precision,
-                           profile=args.profile, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                           recompute=args.recompute, schedule=args.schedule,
-                           num_microbatches=args.num_microbatches, vpp=args.vpp, **_kernel_kwargs(args))
+    explicit = _explicit(args.argv)
+    run = None
+    if args.megatron_args is not None:
+        from .megatron_args import parse_megatron_args
+
+        if "model" in explicit:
+            raise ConfigError("model: --megatron-args gives the model; leave --model out")
+        text = _read_args_file(args.megatron_args)
+        name = "megatron-args" if args.megatron_args == "-" else args.megatron_args
+        run = parse_megatron_args(text, world_size=args.world_size, vocab_size=args.vocab_size,
+                                  overrides={k: getattr(args, k) for k in _TRAIN_OPTIONS if k in explicit},
+                                  name=name)
+        model, train = run.model, run.train
+    else:
+        for name in ("world_size", "vocab_size"):
+            if name in explicit:
+                raise ConfigError(f"{name}={getattr(args, name)} applies with --megatron-args only")
+        model, train = args.model, _cli_training(args, explicit)
     ovh = overheads(args.overhead, cuda_context=_size("cuda_context", args.cuda_context),
                     comm_buffers=_size("comm_buffers", args.comm_buffers),
                     fragmentation=_fraction("fragmentation", args.fragmentation))
-    est = estimate(args.model, train, ovh, _size("gpu_memory", args.gpu_memory))
+    est = estimate(model, train, ovh, _size("gpu_memory", args.gpu_memory))
     data = est.to_dict()
+    if run is not None:
+        data["megatron_args"] = run.values()
+        if run.warning():            # after the estimate: an error stays the only line on stderr
+            print(f"memlib: warning: {run.warning()}", file=sys.stderr)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     u = args.unit
     rec = est.recipe
+    if run is not None:
+        v = run.vocab
+        over = ", ".join(f"{k}={_shown(x['given'])} (file: {_shown(x['file'])})" for k, x in run.overridden.items())
+        print(f"Megatron-LM flags {args.megatron_args}: {len(run.mapped)} mapped, {len(run.no_effect)} without a "
+              f"memory effect, {len(run.not_modelled)} not modelled · world size {run.world_size} · vocabulary "
+              f"{_shown(v['size'])} ({v['tokenizer']}) padded to {v['padded']}"
+              + (f" · overridden: {over}" if over else ""))
     print(f"{est.model.name} · {train.label()} · DP{train.dp} EDP{train.edp} · {train.world_size} devices · "
           f"ZeRO-{train.zero} · precision {rec.name} ({rec.weights}/{rec.gradients}/{rec.optimizer_bytes} bytes) · "
           f"profile {train.profile}")
@@ -404,9 +546,19 @@ def _formula(args) -> int:
     return 0
 
 
+def _shown(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, (tuple, list)):
+        return ",".join(map(str, x))
+    return str(x)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
         args = _parser().parse_args(argv)
+        args.argv = argv
         return {"params": _params, "estimate": _estimate, "formula": _formula,
                 "measure": _measure}[args.command](args)
     except ConfigError as exc:

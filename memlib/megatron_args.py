@@ -1058,8 +1058,8 @@ class _Mapper:
                 size, source = TOKENIZER_SIZES[key]
             elif padded_flag is None:
                 what = f"{tok} with {base}" if base else tok
-                raise ConfigError(f"vocab_size is unknown for --tokenizer-type={what}: give the tokenizer's "
-                                  f"vocabulary with --vocab-size N (memlib pads it as Megatron does)")
+                raise ConfigError(f"vocab_size is unknown for --tokenizer-type={what}: give memlib the tokenizer's "
+                                  f"vocabulary (memlib estimate --vocab-size N; memlib pads it as Megatron does)")
         if padded_flag is not None:
             padded, source = padded_flag, (source + "; " if source else "") + "--padded-vocab-size, used as it is"
         elif no_pad:

@@ -38,12 +38,14 @@ OPTIONS = {
     "--pp": ["1", "2", "3", "4", "8", "16"], "--ep": ["1", "2", "4", "8", "64", "256"], "--etp": ["1", "2"],
     "--cp": ["1", "2"], "--zero": ["0", "1", "2", "3"], "--micro-batch": ["1", "2"],
     "--seq-len": ["1", "64", "4096", "4095"], "--vpp": ["1", "2", "4"], "--num-microbatches": ["1", "2", "8", "32"],
-    "--precision": ["paper", "megatron", "deepseek-v3", "fp32", "fp16-mixed", "megatron-fp8-param"],
+    "--precision": ["paper", "megatron", "deepseek-v3", "fp32", "fp16-mixed", "megatron-fp8-param",
+                    "megatron:exp_avg=bf16,exp_avg_sq=bf16", "paper:gradients=2", "megatron:exp_avg=3", "x:y"],
     "--profile": ["paper", "megatron", "hf-eager"],
     "--recompute": ["none", "selective", "deepseek", "full", "full-block:1", "full-block:2", "core_attn,mlp",
                     "moe_act", "layernorm,mla_up_proj", "full-block:²", "full-block:0", "bogus"],
     "--schedule": ["1f1b", "gpipe", "interleaved", "dualpipe", "zb-v"],
-    "--layout": ["4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1", "1,2", "0", "61", "30,31", "1,x", ",", "-1,62"],
+    "--layout": ["4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1", "1,2", "0", "61", "30,31", "1,x", ",", "-1,62",
+                 "Et|(tt|)*30mL", "Et*30|t*31mL", "E|t*61|L", "Et|(tt|)*99999999999"],
     "--gpu-memory": ["80GB", "80GiB", "141GB", "1TB", "1GB"], "--overhead": ["low", "high", "none", "medium"],
     "--cuda-context": ["500MiB", "2GiB"], "--comm-buffers": ["1GiB"], "--fragmentation": ["0.1", "0.3", "1", "2"],
     "--unit": ["GiB", "GB", "TB"],
@@ -88,8 +90,81 @@ def random_model_file(rng: random.Random, tmp: Path) -> str:
     return str(path)
 
 
+#: Megatron-LM flags of a small MLA MoE model, and values to draw for each (the first is the valid one)
+MEGATRON_FLAGS = {
+    "--num-layers": ["4", "3", "8", "61", "0", "x"], "--hidden-size": ["64", "66", "7168"],
+    "--ffn-hidden-size": ["96", "0"], "--num-attention-heads": ["4", "3", "128"],
+    "--multi-latent-attention": [None, None, None, "1"], "--q-lora-rank": ["24", "0"], "--kv-lora-rank": ["16"],
+    "--qk-head-dim": ["8"], "--qk-pos-emb-head-dim": ["4"], "--v-head-dim": ["8"],
+    "--num-experts": ["8", "0", "6", "256"], "--moe-ffn-hidden-size": ["32", "48"], "--moe-router-topk": ["2", "9", "1"],
+    "--moe-shared-expert-intermediate-size": ["32", "64", "48"],
+    "--moe-layer-freq": ["'([0]*1+[1]*3)'", "2", "'[0,1,0,1]'", "'[1]*999999*999999'", "'(('"],
+    "--micro-batch-size": ["1", "2", "-1"], "--seq-length": ["64", "63", "2"], "--global-batch-size": ["8", "7", "64"],
+    "--bf16": [None], "--fp16": [None], "--swiglu": [None], "--normalization": ["RMSNorm", "LayerNorm", "Foo"],
+    "--disable-bias-linear": [None], "--qk-layernorm": [None], "--position-embedding-type": ["rope", "none"],
+    "--tokenizer-type": ["NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer"],
+    "--vocab-size": ["1000", "129280", "0"], "--make-vocab-size-divisible-by": ["128", "3232", "1"],
+    "--tensor-model-parallel-size": ["1", "2", "4"], "--pipeline-model-parallel-size": ["1", "2", "4", "3"],
+    "--expert-model-parallel-size": ["1", "2", "8"], "--expert-tensor-parallel-size": ["1", "2"],
+    "--context-parallel-size": ["1", "2"], "--sequence-parallel": [None], "--use-distributed-optimizer": [None],
+    "--num-virtual-stages-per-pipeline-rank": ["2", "1", "3"],
+    "--pipeline-model-parallel-layout": ["'Et|tt|tL'", "'Et|(t|)*2tL'", "'Et|tt|t|tmL'", "'tE|L'", "'E(t|)*99999999999L'"],
+    "--decoder-first-pipeline-num-layers": ["1", "3"], "--account-for-loss-in-pipeline-split": [None],
+    "--recompute-granularity": ["full", "selective", "some"], "--recompute-method": ["uniform", "block"],
+    "--recompute-num-layers": ["1", "2", "0"], "--recompute-modules": ["core_attn moe_act", "'[layernorm mla_up_proj]'", "mhc"],
+    "--moe-grouped-gemm": [None], "--mtp-num-layers": ["1", "0", "2"],
+    "--use-precision-aware-optimizer": [None], "--exp-avg-dtype": ["bf16", "fp8", "fp64"],
+    "--main-grads-dtype": ["bf16"], "--grad-reduce-in-bf16": [None], "--fp8-format": ["hybrid", "e5m2"],
+    "--fp8-recipe": ["tensorwise", "delayed"], "--fp8-param-gather": [None],
+    "--moe-router-load-balancing-type": ["seq_aux_loss", "sinkhorn"], "--moe-aux-loss-coeff": ["1e-4", "0", "1e999999"],
+    "--attention-backend": ["auto", "flash", "local"], "--transformer-impl": ["transformer_engine", "local"],
+    "--fine-grained-activation-offloading": [None], "--offload-modules": ["core_attn", "'[attn_proj]'"],
+    "--lr": ["1e-4"], "--made-up-flag": ["3", None], "--tensor-model-parallel-size=2": [None],
+}
+
+
+#: the flags of a valid run (their first values), to which the fuzzer makes a few changes
+VALID_MEGATRON = ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                  "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+                  "--v-head-dim", "--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk",
+                  "--moe-shared-expert-intermediate-size", "--micro-batch-size", "--seq-length", "--bf16", "--swiglu",
+                  "--normalization", "--disable-bias-linear", "--qk-layernorm", "--tokenizer-type", "--vocab-size")
+
+
+def random_megatron_file(rng: random.Random, tmp: Path) -> str:
+    """A Megatron-LM flag file: mostly the small model's flags, some values and flags drawn at random,
+    written as a flag list, a launch script or a model_config.yaml; or an adversarial file."""
+    path = tmp / f"m{rng.randrange(10**9)}.args"
+    chosen = {flag: MEGATRON_FLAGS[flag][0] for flag in VALID_MEGATRON}     # a run that works
+    for flag in rng.sample(sorted(MEGATRON_FLAGS), rng.choice([0, 0, 1, 1, 2, 4])):   # then a few changes
+        chosen[flag] = rng.choice(MEGATRON_FLAGS[flag] + [rng.choice(NASTY)])
+    kind = rng.random()
+    words = [k if v is None else f"{k} {v}" for k, v in chosen.items()]
+    if kind < 0.4:
+        path.write_text(" ".join(words))
+    elif kind < 0.7:
+        path.write_text("#!/bin/bash\nARGS=(\n" + "\n".join("    " + w for w in words)
+                        + "\n)\ntorchrun --nproc_per_node 4 pretrain_gpt.py ${ARGS[@]} \\\n  --log-interval 1\n")
+    elif kind < 0.9:
+        lines = [f"  {k}: {'true' if v is None else v}" for k, v in chosen.items() if "=" not in k]
+        path.write_text("ENV_VARS:\n  A: 1\nMODEL_ARGS:\n" + "\n".join(lines) + "\n")
+    elif kind < 0.95:
+        path.write_bytes(rng.choice([b"MODEL_ARGS:\n  --x: [\n", b"--num-layers '4", b"\xff\xfe--x", b"--x\x00",
+                                     b"MODEL_ARGS: 3\n", b"--x 1 " * 200_000]))
+    else:
+        return str(tmp / "missing.args")
+    return str(path)
+
+
 def random_argv(rng: random.Random, tmp: Path) -> list[str]:
     cmd = rng.choices(["estimate", "params", "formula", "measure", "bogus"], weights=[70, 12, 8, 6, 2])[0]
+    if cmd == "estimate" and rng.random() < 0.3:            # Megatron-LM flags instead of --model
+        argv = [cmd, "--megatron-args", random_megatron_file(rng, tmp)]
+        if rng.random() < 0.9:
+            argv += ["--world-size", "1" if rng.random() < 0.6 else rng.choice(["2", "4", "8", "16", "0", "x"])]
+        for opt in rng.sample(sorted(OPTIONS), rng.choice([0, 0, 1, 2])):
+            argv += [opt, rng.choice(OPTIONS[opt])]
+        return argv + [f for f in FLAGS if rng.random() < 0.5]
     model = rng.choice([*PRESETS, *PRESETS, "deepseek-v9", random_model_file(rng, tmp),
                         random_model_file(rng, tmp)])
     argv = [cmd]
@@ -152,13 +227,19 @@ def test_cli_fuzz(tmp_path):
     rng = random.Random(SEED)
     where = f"MEMLIB_FUZZ_SEED={SEED}"
     seen = {0: 0, 2: 0}
+    megatron = {0: 0, 2: 0}
     for i in range(RUNS):
         argv = random_argv(rng, tmp_path)
         rc, out, err, seconds = run_in_process(argv)
         check_outcome(argv, rc, out, err, seconds, f"{where} run {i}")
         seen[rc] = seen.get(rc, 0) + 1
-    # the generator reaches both outcomes (so that neither check is vacuous)
+        if "--megatron-args" in argv:
+            megatron[rc] = megatron.get(rc, 0) + 1
+            if rc == 0 and "--json" in argv:
+                assert "megatron_args" in json.loads(out), (where, argv)
+    # the generator reaches both outcomes (so that neither check is vacuous), flag files included
     assert seen[0] > RUNS // 10 and seen[2] > RUNS // 10, (where, seen)
+    assert megatron[0] and megatron[2], (where, megatron)
 
 
 @pytest.mark.parametrize("argv", [
