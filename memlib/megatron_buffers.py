@@ -29,6 +29,13 @@ The parameters come from memlib's own partition (:class:`memlib.partition.Partit
 registers (``linear_q_up_proj.weight`` = W^UQ and W^QR, one ``linear_fc1.weight<e>`` per local
 expert, ...) and checks that their sum is the partition's count.
 
+Against Megatron-LM's functional tests (tests/test_megatron_buffers.py): the model states are what
+memlib.states counts (every buffer of those runs is already aligned, so padding and rounding are 0);
+above them the logs hold 0.35-0.54 GiB on the small MLA/MoE tests and 2.5-2.9 GiB on the DeepSeek-V3
+proxies, of which the framework terms leave 20-140 MiB and 117-316 MiB unexplained.  The proxies' 2.5 GiB
+is mostly the output layer's dummy wgrad ([v/TP, h] bf16, 1.73 GiB), then TE's five cuBLAS workspaces
+(160 MiB), the sequence-parallel gather buffer and PyTorch's workspaces.
+
 Sources are cited as ``file:line`` at Megatron-LM commit :data:`MEGATRON_COMMIT` (github.com/NVIDIA/
 Megatron-LM; megatron-core 0.19.2 has the same rules) and Transformer Engine commit :data:`TE_COMMIT`
 (github.com/NVIDIA/TransformerEngine).
@@ -242,13 +249,12 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
                                                                                         "final_norm")]
             out += _layer_params(part, p + "mtp_model_layer.", block, kind, experts, strip="mtp.")
             out.append(MegatronParam(p + "final_layernorm.weight", (hidden,)))
-    if chunk.last:
-        if m.tie_word_embeddings:
-            if not chunk.first and not mtp_here:
-                out.append(MegatronParam("output_layer.weight", (vocab_local, hidden), shared_embedding=t.pp > 1,
-                                         dummy_wgrad=True))
-        else:
-            out.append(MegatronParam("output_layer.weight", (vocab_local, hidden), dummy_wgrad=True))
+    if chunk.last and not (m.tie_word_embeddings and chunk.first):
+        # tied: the last stage keeps its own output weight (gpt_model.py:277-293 allocates it unless the
+        # stage holds the embedding); it is the shared copy unless an MTP embedding copy is (language_module.py)
+        shared = m.tie_word_embeddings and not mtp_here and t.pp > 1
+        out.append(MegatronParam("output_layer.weight", (vocab_local, hidden), shared_embedding=shared,
+                                 dummy_wgrad=True))
     total = sum(p.numel for p in out)
     expected = part.params(chunk).evaluate_total(vals)
     if total != expected:  # pragma: no cover - the table above and memlib's tensors disagree

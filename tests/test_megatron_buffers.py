@@ -369,8 +369,8 @@ def _train(world: int, pp: int, ep: int) -> TrainingConfig:
                           precision="megatron", micro_batch=2, seq_len=8, zero=1)
 
 
-def _request(world, pp, ep, *, forward=False, overlap=False, bucket=None) -> dict:
-    r = Request(model_from_dict(SMALL, "small"), _train(world, pp, ep)).to_json()
+def _request(world, pp, ep, *, forward=False, overlap=False, bucket=None, tied=False) -> dict:
+    r = Request(model_from_dict({**SMALL, "tie_word_embeddings": tied}, "small"), _train(world, pp, ep)).to_json()
     r["train"]["pp"] = pp
     r["ddp"] = {"overlap_grad_reduce": overlap, "bucket_size": bucket}
     r["forward"] = forward
@@ -404,7 +404,7 @@ def world1(mcore):
 
 @pytest.fixture(scope="module")
 def world4(mcore):
-    return _run_worker([_request(4, 2, 2)], 4)
+    return _run_worker([_request(4, 2, 2), _request(4, 2, 2, tied=True)], 4)
 
 
 def _check_buffer(buf: mb.Buffer, got: dict, bucket_size=None) -> None:
@@ -434,16 +434,20 @@ def test_cpu_buffers_world_size_1(world1):
     assert [list(b) for b in lay.buckets] == multi["buckets"] and lay.numel == multi["numel"]
 
 
-def test_cpu_buffers_pp2_dp2_ep2(world4):
-    part = Partition(model_from_dict(SMALL, "small"), _train(4, 2, 2))
-    for rank, (res,) in enumerate(world4):
+@pytest.mark.parametrize("tied", [False, True])
+def test_cpu_buffers_pp2_dp2_ep2(world4, tied):
+    part = Partition(model_from_dict({**SMALL, "tie_word_embeddings": tied}, "small"), _train(4, 2, 2))
+    for rank, results in enumerate(world4):
+        res = results[int(tied)]
         pp, dp = divmod(rank, 2)
         bufs = mb.rank_buffers(part, pp, dp_rank=dp, edp_rank=0)
         assert [b.group for b in bufs] == [g["group"] for g in res["buffers"]] == ["dense", "expert"]
         for buf, got in zip(bufs, res["buffers"]):
             _check_buffer(buf, got)
-    last = {p["name"]: p for p in world4[3][0]["buffers"][0]["params"]}
+    last = {p["name"]: p for p in world4[3][int(tied)]["buffers"][0]["params"]}
     assert last["embedding.word_embeddings.weight"]["shared_embedding"]      # the MTP's copy, a bucket of its own
+    # tied: the last stage still allocates its own output weight, besides the MTP's embedding copy
+    assert ("output_layer.weight" in last) and not last["output_layer.weight"]["shared_embedding"]
 
 
 def test_cpu_retained_tensors_match_the_framework_terms(world1):
