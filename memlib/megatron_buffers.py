@@ -31,8 +31,8 @@ expert, ...) and checks that their sum is the partition's count.
 
 Against Megatron-LM's functional tests (tests/test_megatron_buffers.py): the model states are what
 memlib.states counts (every buffer of those runs is already aligned, so padding and rounding are 0);
-above them the logs hold 0.35-0.54 GiB on the small MLA/MoE tests and 2.5-2.9 GiB on the DeepSeek-V3
-proxies, of which the framework terms leave 20-140 MiB and 117-316 MiB unexplained.  The proxies' 2.5 GiB
+above them the logs hold 0.34-0.51 GiB on the small MLA/MoE tests (1.14 GiB with FP8) and 2.53-2.85 GiB
+on the DeepSeek-V3 proxies, of which the framework terms leave 20-135 MiB and 118-316 MiB unexplained.  The proxies' 2.5 GiB
 is mostly the output layer's dummy wgrad ([v/TP, h] bf16, 1.73 GiB), then TE's five cuBLAS workspaces
 (160 MiB), the sequence-parallel gather buffer and PyTorch's workspaces.
 
