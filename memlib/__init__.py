@@ -3,7 +3,9 @@
 The modules follow the data: :mod:`~memlib.config` (model and training configs) →
 :mod:`~memlib.architecture` (tensors and shapes) → :mod:`~memlib.params` (counts) →
 :mod:`~memlib.partition` (what each device stores, per schedule) → :mod:`~memlib.states`
-(precision, ZeRO) → :mod:`~memlib.activations` (the saved-tensor ledger and recompute policies) →
+(precision, ZeRO) → :mod:`~memlib.megatron_buffers` (the persistent memory of one Megatron-Core rank:
+DDP buffers with their padding, the distributed optimizer's shards, the framework's own buffers) →
+:mod:`~memlib.activations` (the saved-tensor ledger and recompute policies) →
 :mod:`~memlib.ledgers` (what each implementation saves: paper, :mod:`~memlib.ledgers_megatron`,
 :mod:`~memlib.ledgers_hf`) →
 :mod:`~memlib.schedule` (micro-batches in flight) → :mod:`~memlib.overhead` (named overheads) →

@@ -10,6 +10,10 @@ Most of the paper's tables are known through a secondary transcription of its te
 """
 from __future__ import annotations
 
+import json
+from fractions import Fraction
+from pathlib import Path
+
 import sympy as sp
 
 from .symbols import sym
@@ -18,6 +22,7 @@ __all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM",
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_22B"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
+__all__ += ["MEGATRON_LM_COMMIT", "MEGATRON_RUNS_DIR", "MEGATRON_PLATFORMS", "MEGATRON_WORLD_SIZES", "MEGATRON_RUNS"]
 
 PAPER_UNIT_NOTE = "the paper prints GB; its numbers are GiB (2**30 bytes)"
 
@@ -208,3 +213,216 @@ PYTORCH_ALLOCATOR = {"kMinBlockSize": 512, "kSmallSize": 1_048_576, "kSmallBuffe
 
 #: NCCL's default buffer per channel and peer connection, bytes (NCCL documentation, NCCL_BUFFSIZE)
 NCCL_BUFFSIZE = 4_194_304
+
+
+# ------------------------------------------------------------------------------------------------
+# Megatron-LM's functional tests: the memory they log (issue 11)
+# ------------------------------------------------------------------------------------------------
+#: the Megatron-LM commit the test cases, their golden values and configs were read at
+MEGATRON_LM_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+
+#: where the copies live: ``<case>.yaml`` (model_config.yaml verbatim) and ``<case>.json`` (the memory
+#: metrics of each golden-values file, as the file holds them), written by tools/megatron_runs.py
+MEGATRON_RUNS_DIR = Path(__file__).with_name("data") / "megatron_runs"
+
+#: GPU of each platform name in the golden-values file names, with its CUDA compute capability (major)
+MEGATRON_PLATFORMS = {
+    "dgx_a100": ("A100", 8), "dgxa100_dracooci": ("A100", 8), "dgxa100_dracooci-ord": ("A100", 8),
+    "dgx_h100": ("H100", 9), "dgxh100_dgxc": ("H100", 9), "dgx_gb200": ("GB200", 10),
+}
+
+_RECIPE = "tests/test_utils/recipes/{}: nodes {} x gpus {}"
+_H100_MOE, _GB200_MOE = _RECIPE.format("h100/moe.yaml", 1, 8), _RECIPE.format("gb200/moe.yaml", 2, 4)
+_H100_GPT, _GB200_GPT = _RECIPE.format("h100/gpt.yaml", 1, 8), _RECIPE.format("gb200/gpt.yaml", 2, 4)
+_DERIVED = ("not in the repository (no recipe lists the case): derived from the logged post-step allocation by "
+            "memlib.megatron_buffers.derive_data_parallel_size, DP = {}, world = DP TP PP")
+
+#: case -> file -> (world size, how it is known); the recipe's default platform (dgx_a100) covers the A100
+#: and LTS files; a recipe entry that is commented out at this commit still fixes nodes x gpus
+MEGATRON_WORLD_SIZES: dict[str, dict[str, tuple[int, str]]] = {
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE),
+        "golden_values_dev_dgxh100_dgxc.json": (8, "no recipe names the dgxh100_dgxc platform at this commit: "
+                                                    "the allocation is within 5 MiB of the dgx_h100 file's, which "
+                                                    "fixes DP = 2 (the optimizer shards are 12/DP bytes a parameter)"),
+    },
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE + " (entry commented out)")},
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE + " (entry commented out)")},
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE), "golden_values_dev_dgx_gb200.json": (8, _GB200_MOE)},
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE), "golden_values_dev_dgx_gb200.json": (8, _GB200_MOE)},
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_resume_torch_dist_attn_cudagraph": {
+        "golden_values_dev_dgx_h100.json": (8, _H100_MOE)},
+    "gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4": {
+        f: (8, _H100_MOE) for f in ("golden_values_dev_dgx_a100.json", "golden_values_dev_dgx_h100.json",
+                                    "golden_values_lts.json", "golden_values_lts_dgx_a100.json",
+                                    "golden_values_lts_dgxa100_dracooci-ord.json",
+                                    "golden_values_lts_dgxa100_dracooci.json")},
+    "gpt3_mcore_te_tp2_pp2_mla": {
+        "golden_values_dev_dgx_a100.json": (8, _H100_GPT), "golden_values_dev_dgx_h100.json": (8, _H100_GPT),
+        "golden_values_dev_dgx_h100_2nd.json": (8, _H100_GPT), "golden_values_dev_dgx_gb200.json": (8, _GB200_GPT),
+        "golden_values_dev_dgx_gb200_2nd.json": (8, _GB200_GPT)},
+    "gpt3_mcore_te_tp2_pp2_mla_1node": {
+        "golden_values_dev_dgx_gb200.json": (4, _RECIPE.format("gb200/gpt-1node.yaml", 1, 4))},
+    "deepseek_proxy_fsdp_ep2_fsdp2": {"golden_values_dev_dgx_gb200.json": (8, _GB200_MOE)},
+    "deepseek_proxy_fsdp_ep2_fsdp2_1node": {
+        "golden_values_dev_dgx_gb200.json": (4, _RECIPE.format("gb200/moe-1node.yaml", 1, 4))},
+    "deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap": {"golden_values_dev_dgx_h100.json": (8, _H100_MOE)},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": {"golden_values_dev_dgx_h100.json": (64, _DERIVED.format(8))},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": {
+        "golden_values_dev_dgx_h100.json": (64, _DERIVED.format(8))},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": {
+        "golden_values_dev_dgx_gb200.json": (32, _DERIVED.format(8))},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm": {
+        "golden_values_dev_dgx_gb200.json": (32, _DERIVED.format(8))},
+}
+
+
+def _exact(value):
+    """A logged float of integer value as an ``int`` (``None`` for a ``"nan"`` entry); anything else is an error."""
+    if isinstance(value, str):
+        if value.lower() == "nan":
+            return None
+        raise ValueError(f"unexpected entry {value!r}")
+    f = Fraction(value)          # exact: a float's binary value
+    if f.denominator != 1:
+        raise ValueError(f"{value!r} is not an integer")
+    return int(f)
+
+
+def _platform(file: str) -> tuple[str, str, bool]:
+    """(environment, platform, second run) of a golden-values file name; ``golden_values_lts.json`` has no
+    platform: the recipe's default, dgx_a100."""
+    stem = file.removeprefix("golden_values_").removesuffix(".json")
+    second = stem.endswith("_2nd")
+    env, _, platform = stem.removesuffix("_2nd").partition("_")
+    return env, platform or "dgx_a100", second
+
+
+def _summary(allocated: dict, peak: dict, full_run: dict | None) -> dict:
+    after = sorted({v for v in allocated.values() if v is not None})
+    finite = {k: v for k, v in peak.items() if v is not None}
+    top = max(finite.values())
+    at = min(k for k, v in finite.items() if v == top)
+    if full_run is not None:        # the whole run, not only the iterations kept
+        job = max(full_run["jobs"], key=lambda j: (j["max_allocated"], -j["at"]))
+        top, at = job["max_allocated"], job["at"]
+    return {
+        "post_step": after[0] if len(after) == 1 else tuple(after),
+        "max_first": tuple((k, peak[k]) for k in sorted(peak)[:3]),
+        "max_run": top,
+        "max_run_at": at,
+    }
+
+
+def _load_megatron_runs() -> dict[str, dict]:
+    runs = {}
+    for case, worlds in MEGATRON_WORLD_SIZES.items():
+        data = json.loads((MEGATRON_RUNS_DIR / f"{case}.json").read_text(encoding="utf-8"))
+        base = f"tests/functional_tests/test_cases/{data['folder']}/{case}"
+        files = {}
+        for name, entry in data["files"].items():
+            env, platform, second = _platform(name)
+            device, cc = MEGATRON_PLATFORMS[platform]
+            allocated = {int(k): _exact(v) for k, v in entry["mem-allocated-bytes"]["values"].items()}
+            peak = {int(k): _exact(v) for k, v in entry["mem-max-allocated-bytes"]["values"].items()}
+            world, how = worlds[name]
+            files[name] = {
+                "source": f"{base}/{name}", "commit": MEGATRON_LM_COMMIT, "values_since": entry["values_since"],
+                "environment": env, "platform": platform, "device": device, "compute_capability": cc,
+                "second_run": second, "world_size": world, "world_size_source": how,
+                "allocated": allocated, "max_allocated": peak, **_summary(allocated, peak, entry.get("full_run")),
+                "full_run": entry.get("full_run"),
+            }
+        runs[case] = {"source": base, "config": f"{base}/model_config.yaml", "commit": MEGATRON_LM_COMMIT,
+                      "config_copy": str(MEGATRON_RUNS_DIR / f"{case}.yaml"), "files": files}
+    return runs
+
+
+MEGATRON_RUNS: dict[str, dict] = _load_megatron_runs()
+"""Megatron-LM's functional tests that log memory, keyed by test case (the issue's eight, then the other MLA
+cases with memory metrics).  Per golden-values file: ``source`` and ``commit``; ``device`` and
+``compute_capability``; ``world_size`` and ``world_size_source`` (a recipe, or derived); ``allocated``
+(``mem-allocated-bytes``: ``torch.cuda.memory_stats()["allocated_bytes.all.current"]`` on the last global
+rank, after the optimizer step, megatron/training/training.py:3436-3447 and global_vars.py:241) and
+``max_allocated`` (``mem-max-allocated-bytes``: the allocator's peak, never reset, so a running maximum
+within one job), iteration -> exact ``int`` (``None`` where the file has ``"nan"``); the summaries
+``post_step`` (the allocation after the step: its value, or its values when they vary), ``max_first``
+(the maximum at the first three logged iterations), ``max_run`` and ``max_run_at``.  The release runs
+(tens of thousands of iterations) keep their first 60 logged iterations here and their whole run in
+``full_run`` (post-step range, the running maximum of every job: it restarts when a job resumes).
+
+What the maximum shows: it grows with the iterations.  At iteration 1 Adam's moments do not exist yet
+when the activations peak (they are created at the first step), so the peak is lower; from iteration 2 or
+3 it is the steady peak; and later iterations add up to GiBs as the routing becomes unbalanced and some
+rank's experts receive more tokens than before.  The memory_speed test on H100 peaks at 53.94 GiB from
+iteration 3 and at 55.98 GiB at iteration 39, while the other H100 cluster's file (dgxh100_dgxc) tops
+out at 53.98 GiB; the DeepSeek-V3 proxy on H100 reaches 43.40 GiB in its first job (iteration 345) and
+less in the later ones.  A single run's maximum is therefore one draw of the routing, not a bound.
+"""
+
+
+def _mla_moe(layers: int, dense: int, mtp: int, hidden: int = 1024) -> dict:
+    """The small MLA/MoE tests' model (moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_*), as a config.json."""
+    return {"hidden_size": hidden, "intermediate_size": 4096, "moe_intermediate_size": 1024,
+            "num_attention_heads": 32, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "n_routed_experts": 32, "n_shared_experts": 1,
+            "num_experts_per_tok": 4, "num_hidden_layers": layers, "first_k_dense_replace": dense,
+            "num_nextn_predict_layers": mtp, "n_group": 4, "topk_group": 2, "scoring_func": "sigmoid",
+            "topk_method": "noaux_tc", "tie_word_embeddings": False, "vocab_size": 51712}
+
+
+_PROXY = {"hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+          "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "q_lora_rank": 1536,
+          "kv_lora_rank": 512, "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 8,
+          "num_hidden_layers": 14, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1, "n_group": 8,
+          "topk_group": 4, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "tie_word_embeddings": False,
+          "vocab_size": 258560}
+_SMALL = {"tp": 2, "pp": 2, "vpp": 4, "ep": 4, "etp": 1, "schedule": "interleaved", "seq_len": 4096}
+_PROXY_H100 = {"tp": 2, "pp": 4, "vpp": 2, "ep": 16, "etp": 1, "schedule": "interleaved",
+               "layout": (2, 2, 2, 2, 2, 2, 1, 1), "micro_batch": 1, "seq_len": 4096}
+_PROXY_GB200 = {"tp": 2, "pp": 2, "ep": 8, "etp": 1, "layout": (7, 7), "micro_batch": 4, "seq_len": 4096}
+
+#: the cases memlib lays out (MLA and MoE under Megatron-Core's DDP and distributed optimizer), read off their
+#: model_config.yaml: ``model`` as a config.json (the vocabulary padded as Megatron-LM pads it: GPT-2's 50,257
+#: tokens to a multiple of 3,232 x TP = 51,712; the proxies' nemotron_2_256k tokenizer, 256,000 tokens by its
+#: name, to 258,560, which any size from 252,097 to 258,560 gives), ``training`` as TrainingConfig fields (DP
+#: from the world size; a layout such as ``Et*3|(tt|)*6tmL`` as decoder layers per virtual stage, the MTP and the
+#: head on the last), ``options`` for memlib.megatron_buffers; the H100 proxy's file predates
+#: ``--moe-flex-dispatcher-backend hybridep`` (it used DeepEP) and ``--cross-entropy-fusion-impl native``
+MEGATRON_RUN_SETUPS: dict[str, dict] = {
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": {
+        "model": _mla_moe(16, 1, 1), "training": {**_SMALL, "dp": 2, "micro_batch": 4},
+        "options": {"overlap_grad_reduce": True, "rope_fusion": False}},
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": {
+        "model": _mla_moe(16, 1, 1), "training": {**_SMALL, "dp": 2, "micro_batch": 4},
+        "options": {"overlap_grad_reduce": True, "rope_fusion": False, "fp8": "hybrid", "fp8_recipe": "tensorwise"}},
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": {
+        "model": _mla_moe(16, 3, 1), "training": {**_SMALL, "dp": 2, "micro_batch": 4,
+                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 1)},
+        "options": {"overlap_grad_reduce": True, "rope_fusion": False}},
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": {
+        "model": _mla_moe(15, 3, 1), "training": {**_SMALL, "dp": 2, "micro_batch": 1,
+                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0)},
+        "options": {"rope_fusion": False, "cublas_workspace_config": ":4096:8"}},
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": {
+        "model": _mla_moe(15, 3, 0), "training": {**_SMALL, "dp": 2, "micro_batch": 1,
+                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0)},
+        "options": {"rope_fusion": False, "cublas_workspace_config": ":4096:8"}},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": {
+        "model": _PROXY, "training": {**_PROXY_H100, "dp": 8},
+        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": {
+        "model": _PROXY, "training": {**_PROXY_H100, "dp": 8},
+        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": {
+        "model": _PROXY, "training": {**_PROXY_GB200, "dp": 8},
+        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm": {
+        "model": _PROXY, "training": {**_PROXY_GB200, "dp": 8},
+        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+}
+__all__.append("MEGATRON_RUN_SETUPS")

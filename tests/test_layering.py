@@ -16,6 +16,8 @@ ORDER = [
     # leaves: units, the symbol table, the breakdown tree, kernel choices
     "units", "symbols", "breakdown", "kernels",
     "config", "architecture", "params", "partition", "states",
+    # Megatron-Core's persistent buffers of one rank (DDP, distributed optimizer, framework buffers)
+    "megatron_buffers",
     # activations: the ledger type, then each implementation's ledger, then their registry
     "activations", "ledgers_hf", "ledgers_megatron", "ledgers",
     "schedule", "overhead", "memory",
