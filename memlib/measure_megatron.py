@@ -34,7 +34,7 @@ are not edited)
       the functions it decorates run eagerly: inductor would compile C++ on the CPU.  On the paths
       measured they either run inside an autograd ``Function`` that saves its tensors explicitly
       (the fused SwiGLU, the native fused cross-entropy) or save nothing (bias-dropout-add with
-      dropout 0).
+      dropout 0).  (:mod:`memlib.measure_peak` counts each call as one fused region.)
     * ``torch.cuda.current_device`` returns ``"cpu"`` (MLA's RoPE, the router, MTP and the
       alltoall dispatcher allocate on it); CUDA streams and events are inert stand-ins (the alltoall
       dispatcher's device-to-host stream); the CUDA RNG state functions and the RNG tracker use the
@@ -159,6 +159,24 @@ class Request:
 # the measuring process: CPU shims, model construction, the forward pass under saved-tensor hooks
 # ------------------------------------------------------------------------------------------------
 _SHIMMED = False
+#: how a compiled (``jit_fuser``) function runs when set: ``hook(fn, *args, **kwargs)``; None runs it eagerly.
+#: :mod:`memlib.measure_peak` counts it as one fused region.
+_FUSED_HOOK = None
+#: how ``CheckpointWithoutOutput``'s zero-copy storage swap runs when set: ``hook(dst, src)``; None copies.
+_SHARE_HOOK = None
+
+
+def _compiled(fn):
+    """What ``torch.compile(fn)`` is while megatron-core is imported: ``fn``, run eagerly (through
+    :data:`_FUSED_HOOK` when it is set)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        hook = _FUSED_HOOK
+        return fn(*args, **kwargs) if hook is None else hook(fn, *args, **kwargs)
+
+    return run
 
 
 def _triton_stand_in():
@@ -213,7 +231,7 @@ def _install_shims() -> None:
     stand_in = _triton_stand_in()
     saved_compile = torch.compile
     sys.modules.update(stand_in)
-    torch.compile = lambda fn=None, **k: fn if fn is not None else (lambda f: f)
+    torch.compile = lambda fn=None, **k: _compiled(fn) if fn is not None else _compiled
     try:
         import megatron.core  # noqa: F401
         import megatron.core.models.gpt  # noqa: F401
@@ -270,6 +288,8 @@ def _install_shims() -> None:
     mrandom._set_cuda_rng_state = lambda *a, **k: None
 
     def share_storage(dst, src):        # the C++ extension's effect: dst's storage holds src's data
+        if _SHARE_HOOK is not None:
+            return _SHARE_HOOK(dst, src)
         dst.untyped_storage().resize_(src.untyped_storage().nbytes())
         dst.untyped_storage().copy_(src.untyped_storage())
 
@@ -384,8 +404,9 @@ def _layer_kinds(m: dict) -> list[str]:
     return ["moe" if i >= k and i % freq == 0 else "dense" for i in range(m["num_hidden_layers"])]
 
 
-def _build(req: dict):
-    """Megatron-Core's GPTModel for the request, wrapped as Megatron-LM wraps it."""
+def _build(req: dict, ddp_options: dict | None = None):
+    """Megatron-Core's GPTModel for the request, wrapped as Megatron-LM wraps it (``ddp_options``: more
+    ``DistributedDataParallelConfig`` fields)."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -400,8 +421,15 @@ def _build(req: dict):
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
     m, t = req["model"], req["train"]
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+    from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
+
     destroy_moe_metrics_tracker()       # per-layer loss trackers are sized by the first model's layers
     MTPLossLoggingHelper.tracker.clear()
+    # the auxiliary losses' backward scales are class attributes that the schedule sets (shape [1]): each model
+    # starts from megatron-core's initial values
+    MoEAuxLossAutoScaler.main_loss_backward_scale = None
+    MTPLossAutoScaler.main_loss_backward_scale = torch.tensor(1.0)
     if ps.model_parallel_is_initialized():
         ps.destroy_model_parallel()
     ps.initialize_model_parallel(tensor_model_parallel_size=t["tp"], context_parallel_size=t["cp"],
@@ -425,7 +453,8 @@ def _build(req: dict):
                      share_embeddings_and_output_weights=m["tie_word_embeddings"])
     if cfg.bf16:
         model = Float16Module(cfg, model)
-    ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=False)
+    ddp = DistributedDataParallelConfig(**{"grad_reduce_in_fp32": True, "use_distributed_optimizer": False,
+                                           **(ddp_options or {})})
     model = DistributedDataParallel(cfg, ddp, model)
     model.train()
     return model, cfg
@@ -792,9 +821,11 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
     parse_policy(t.recompute)
 
 
-def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 900) -> list:
+def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 900,
+                 worker: str = "memlib.measure_megatron") -> list:
     """Measure every request in one worker process (``world`` processes joined by gloo, each measuring
-    every request); per request the result dict (or, with ``world > 1``, the list of every rank's)."""
+    every request); per request the result dict (or, with ``world > 1``, the list of every rank's).
+    ``worker`` is the module run as the worker (``memlib.measure_peak`` measures a training step)."""
     import tempfile
 
     require()
@@ -806,7 +837,7 @@ def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 90
             json.dump([r.to_json() for r in requests], f)
         outs = [os.path.join(tmp, f"out{rank}.json") for rank in range(world)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if world > 1 else "2")}
-        cmds = [[sys.executable, "-m", "memlib.measure_megatron", req_path, outs[rank]]
+        cmds = [[sys.executable, "-m", worker, req_path, outs[rank]]
                 + ([str(world), str(rank), os.path.join(tmp, "store")] if world > 1 else []) for rank in range(world)]
         procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in cmds]
         errors = []
@@ -954,8 +985,10 @@ def random_request(rng: random.Random, seed: int = 0) -> Request:
     return Request(m, train, seed)
 
 
-def _worker(argv: list[str]) -> int:
-    """``python -m memlib.measure_megatron REQUESTS OUT [WORLD RANK STORE]``: measure every request."""
+def _worker(argv: list[str], run=None) -> int:
+    """``python -m memlib.measure_megatron REQUESTS OUT [WORLD RANK STORE]``: measure every request (with
+    ``run(request)``, :func:`_measure` by default)."""
+    run = run or _measure
     requests_path, out_path = argv[0], argv[1]
     world, rank, store = (int(argv[2]), int(argv[3]), argv[4]) if len(argv) > 2 else (1, 0, None)
     _install_shims()
@@ -965,7 +998,7 @@ def _worker(argv: list[str]) -> int:
     results = []
     for req in requests:
         try:
-            results.append({"ok": True, **_measure(req)})
+            results.append({"ok": True, **run(req)})
         except Exception as exc:       # reported to the caller with the request that failed
             import traceback
 
