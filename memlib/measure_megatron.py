@@ -52,7 +52,9 @@ are not edited)
       query projection that Hugging Face builds is used.
     * Flags that need CUDA kernels are off: ``apply_rope_fusion``, ``gradient_accumulation_fusion``,
       ``moe_permute_fusion``, ``moe_router_fusion``, ``persist_layer_norm``,
-      ``masked_softmax_fusion``.
+      ``masked_softmax_fusion``.  (Apex's ``fused_weight_gradient_mlp_cuda``, which gradient accumulation
+      fusion calls, has a CPU stand-in, present while megatron-core is imported: one GEMM accumulating into
+      ``main_grad``.  :mod:`memlib.measure_peak` turns the fusion on, as Megatron-LM does by default.)
 
 :func:`compare` puts a measurement beside the ``megatron`` profile's ledger
 (:mod:`memlib.ledgers_megatron`) per region, per site and per tensor.
@@ -215,6 +217,26 @@ def _triton_stand_in():
     return {"triton": triton, "triton.language": language}
 
 
+def _wgrad_gemm_accum(total_input, grad_output, main_grad):
+    """``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_*``'s effect: ``main_grad += grad_output^T total_input``,
+    one GEMM accumulating into ``main_grad`` (counted as a fused region: it allocates nothing)."""
+
+    def gemm():
+        main_grad.add_(grad_output.t().to(main_grad.dtype) @ total_input.to(main_grad.dtype))
+
+    hook = _FUSED_HOOK
+    gemm() if hook is None else hook(gemm)
+
+
+def _grad_accum_fusion_stand_in():
+    """Apex's ``fused_weight_gradient_mlp_cuda`` (gradient accumulation fusion), on the CPU."""
+    import types
+
+    module = types.ModuleType("fused_weight_gradient_mlp_cuda")
+    module.wgrad_gemm_accum_fp32 = module.wgrad_gemm_accum_fp16 = _wgrad_gemm_accum
+    return {"fused_weight_gradient_mlp_cuda": module}
+
+
 def _install_shims() -> None:
     """Import megatron-core and make it run on the CPU (see the module docstring)."""
     global _SHIMMED
@@ -228,7 +250,7 @@ def _install_shims() -> None:
     warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex|absl|TE|deprecated|DEPRECATED).*")
     warnings.filterwarnings("ignore", category=UserWarning, module="megatron")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    stand_in = _triton_stand_in()
+    stand_in = {**_triton_stand_in(), **_grad_accum_fusion_stand_in()}
     saved_compile = torch.compile
     sys.modules.update(stand_in)
     torch.compile = lambda fn=None, **k: _compiled(fn) if fn is not None else _compiled
@@ -391,7 +413,8 @@ def _transformer_config(req: dict):
         use_cpu_initialization=True, perform_initialization=True,
         tensor_model_parallel_size=t["tp"], expert_model_parallel_size=t["ep"],
         expert_tensor_parallel_size=t["etp"], context_parallel_size=t["cp"], sequence_parallel=sp,
-        apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=bool(req.get("gradient_accumulation_fusion")),
+        persist_layer_norm=False,
         masked_softmax_fusion=False, bias_dropout_fusion=True,
         attention_softmax_in_fp32=t["attention_softmax_in_fp32"], bias_activation_fusion=t["bias_swiglu_fusion"],
         cross_entropy_loss_fusion=t["cross_entropy_loss_fusion"],

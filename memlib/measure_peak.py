@@ -388,9 +388,10 @@ def _tracker_class():
 # ------------------------------------------------------------------------------------------------
 # CUDA calls answered on the CPU
 # ------------------------------------------------------------------------------------------------
-def _cuda_as_cpu_mode():
+def _cuda_as_cpu_mode(on_result=None):
     """A TorchFunctionMode in which ``device="cuda"``, ``Tensor.cuda()`` and ``Tensor.to("cuda")`` mean the
-    CPU, and ``Tensor.type()`` names the CUDA type (the optimizers check for ``torch.cuda.BFloat16Tensor``)."""
+    CPU, and ``Tensor.type()`` names the CUDA type (the optimizers check for ``torch.cuda.BFloat16Tensor``);
+    ``on_result(result)`` sees what every call returns."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -409,7 +410,10 @@ def _cuda_as_cpu_mode():
                 kwargs["device"] = "cpu"
             if func is torch.Tensor.to:
                 args = tuple("cpu" if cuda(a) else a for a in args)
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if on_result is not None:
+                on_result(out)
+            return out
 
     return _CudaAsCpu()
 
@@ -425,16 +429,21 @@ class PeakRequest(Request):
     distributed_optimizer: bool = True
     optimizer_impl: str = "fused"
     iterations: int = 2
+    #: weight gradients accumulated into main_grad by one GEMM (Megatron-LM's default; off: a bf16 weight
+    #: gradient per Linear, added to main_grad by DDP's hook)
+    gradient_accumulation_fusion: bool = True
     activations: bool = False     #: also :mod:`memlib.measure_megatron`'s saved-activation measurement, first
 
     def to_json(self) -> dict:
         return {**super().to_json(), "num_microbatches": self.num_microbatches,
                 "distributed_optimizer": self.distributed_optimizer, "optimizer_impl": self.optimizer_impl,
-                "iterations": self.iterations, "activations": self.activations}
+                "iterations": self.iterations, "gradient_accumulation_fusion": self.gradient_accumulation_fusion,
+                "activations": self.activations}
 
     def label(self) -> str:
         return (f"M={self.num_microbatches} distributed_optimizer={self.distributed_optimizer} "
-                f"adam={self.optimizer_impl} " + super().label())
+                f"adam={self.optimizer_impl} grad_accum_fusion={self.gradient_accumulation_fusion} "
+                + super().label())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -466,7 +475,7 @@ def _measure_peak(req: dict) -> dict:
     if req.get("activations"):
         from .measure_megatron import _measure
 
-        return {"activations": _measure(req), **_measure_step(req)}
+        return {"activations": _measure({**req, "gradient_accumulation_fusion": False}), **_measure_step(req)}
     return _measure_step(req)
 
 
@@ -508,11 +517,50 @@ def _measure_step(req: dict) -> dict:
             dst.untyped_storage().copy_(src.untyped_storage())
         tracker.share(dst, src)
 
+    def prehook_for(path: str, accumulate: bool):
+        def prehook(grads):
+            tracker.label = "bwd:" + path
+            if accumulate:
+                for x in grads:
+                    blk = tracker.block_of(x) if x is not None else None
+                    if blk is not None and blk.kind is None and blk.window.endswith("backward"):
+                        blk.kind = "weight_grad"
+        return prehook
+
+    def label_graph(out, path: str):
+        todo = [x.grad_fn for x in tree_leaves(out) if isinstance(x, torch.Tensor) and x.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None:
+                continue
+            md = node.metadata
+            if "memlib" in md:
+                continue
+            md["memlib"] = path
+            node.register_prehook(prehook_for(path, type(node).__name__ == "AccumulateGrad"))
+            todo.extend(n for n, _ in node.next_functions)
+
+    def created(out):
+        """Label the autograd nodes an op or an autograd Function just created by the module running (when
+        they are created, so that a submodule's graph walk never claims its parent's nodes)."""
+        label = tracker.label
+        if torch.is_grad_enabled() and label != "build":   # (DDP's expand_as to reach the AccumulateGrad nodes)
+            label_graph(out, label.split(":", 1)[1] if ":" in label else label)
+
+    function_apply = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        out = function_apply.__func__(cls, *args, **kwargs)
+        created(out)
+        return out
+
     gc.disable()                                     # frees at deterministic moments (Megatron-LM's --manual-gc)
     mm._FUSED_HOOK, mm._SHARE_HOOK = fused, share
     restore.extend(_collectives_on_copies(tracker))
+    torch.autograd.Function.apply = classmethod(apply)
+    restore.append(lambda: setattr(torch.autograd.Function, "apply", function_apply))
     try:
-        with _cuda_as_cpu_mode(), tracker:
+        with _cuda_as_cpu_mode(created), tracker:
             tracker.window("build")
             tracker.label = "build"
             model, cfg = mm._build(req, {"use_distributed_optimizer": req["distributed_optimizer"],
@@ -524,29 +572,6 @@ def _measure_step(req: dict) -> dict:
 
             def prefix():
                 return "recompute:" if state["backward"] else "fwd:"
-
-            def prehook_for(path: str, accumulate: bool):
-                def prehook(grads):
-                    tracker.label = "bwd:" + path
-                    if accumulate:
-                        for x in grads:
-                            blk = tracker.block_of(x) if x is not None else None
-                            if blk is not None and blk.kind is None and blk.window.endswith("backward"):
-                                blk.kind = "weight_grad"
-                return prehook
-
-            def label_graph(out, path: str):
-                todo = [x.grad_fn for x in tree_leaves(out) if isinstance(x, torch.Tensor) and x.grad_fn is not None]
-                while todo:
-                    node = todo.pop()
-                    if node is None:
-                        continue
-                    md = node.metadata
-                    if "memlib" in md:
-                        continue
-                    md["memlib"] = path
-                    node.register_prehook(prehook_for(path, type(node).__name__ == "AccumulateGrad"))
-                    todo.extend(n for n, _ in node.next_functions)
 
             def pre(mod, args):
                 name = names.get(mod)
@@ -616,7 +641,7 @@ def _measure_step(req: dict) -> dict:
 
             cfg.finalize_model_grads_func = finalize
             cfg.grad_scale_func = opt.scale_loss
-            _label_optimizer(tracker, opt)
+            restore.extend(_label_optimizer(tracker, opt))
             forward_backward = get_forward_backward_func()
 
             iters = []
@@ -739,13 +764,15 @@ def _optimizers(opt) -> list:
     return list(getattr(opt, "chained_optimizers", None) or [opt])
 
 
-def _label_optimizer(tracker, opt) -> None:
-    """Label what each step of the optimizer allocates by the method that runs."""
+def _label_optimizer(tracker, opt) -> list:
+    """Label what each step of the optimizer allocates by the method or the function of ``clip_grads`` that
+    runs; the functions that undo the module-level wrapping."""
+    import megatron.core.optimizer.optimizer as optimizer_module
 
     def wrap(obj, name, label):
         fn = getattr(obj, name, None)
         if fn is None:
-            return
+            return None
 
         def run(*args, **kwargs):
             previous = tracker.label
@@ -756,11 +783,18 @@ def _label_optimizer(tracker, opt) -> None:
                 tracker.label = previous
 
         setattr(obj, name, run)
+        return fn
 
-    for o in _optimizers(opt):
+    for o in [opt] + [x for x in _optimizers(opt) if x is not opt]:
         for name in _OPTIMIZER_METHODS:
             wrap(o, name, f"optimizer.{name}")
-        wrap(o.optimizer, "step", "optimizer.adam")
+        if hasattr(o, "optimizer"):
+            wrap(o.optimizer, "step", "optimizer.adam")
+    undo = []
+    for name in ("clip_grad_by_total_norm_fp32", "get_grad_norm_fp32", "count_zeros_fp32"):
+        fn = wrap(optimizer_module, name, f"optimizer.{name}")
+        undo.append(lambda name=name, fn=fn: setattr(optimizer_module, name, fn))
+    return undo
 
 
 def _persistent_blocks(tracker, model, core, opt) -> dict:
