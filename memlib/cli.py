@@ -168,6 +168,15 @@ def _parser() -> argparse.ArgumentParser:
     _kernel_options(pm, TrainingConfig(transformer_impl=TransformerImpl.LOCAL), measure=True)
     pm.add_argument("--seed", type=_count("seed", 0), default=0, help="seed of the random weights and tokens (default 0)")
     pm.add_argument("--no-step", dest="step", action="store_false", help="skip backward and the optimizer step")
+    pm.add_argument("--peak", action="store_true",
+                    help="megatron-core: the allocation of whole training steps instead (two iterations of M "
+                         "micro-batches and the optimizer step): before, peak per phase, after, max")
+    pm.add_argument("--num-microbatches", type=_count("num_microbatches"), default=1,
+                    help="with --peak: M micro-batches per step (default 1)")
+    pm.add_argument("--no-distributed-optimizer", dest="distributed_optimizer", action="store_false",
+                    help="with --peak: megatron-core's optimizer without the distributed optimizer")
+    pm.add_argument("--adam", default="fused", choices=("fused", "foreach"),
+                    help="with --peak: torch's Adam standing in for Transformer Engine's FusedAdam (default fused)")
     pm.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -428,6 +437,8 @@ def _measure(args) -> int:
     from .measure import compare, require  # torch and transformers only when asked for
 
     require()
+    if args.peak:
+        raise ConfigError("peak=True applies to framework=megatron-core only")
     args.profile = args.profile or "hf-eager"
     kernels = _kernel_kwargs(args)
     default = TrainingConfig()
@@ -472,6 +483,9 @@ def _measure_megatron(args) -> int:
                            precision=args.precision, profile="megatron", transformer_impl=TransformerImpl.LOCAL,
                            dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, **_kernel_kwargs(args))
     _check_small(model)
+    from .measure_peak import cli as peak
+    if (code := peak(model, train, args)) is not None:
+        return code
     r = compare(model, train, seed=args.seed, step=args.step)
     if "error" in r:
         raise ConfigError(f"megatron-core failed to run the configuration: {r['error']}")

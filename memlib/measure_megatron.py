@@ -34,7 +34,7 @@ are not edited)
       the functions it decorates run eagerly: inductor would compile C++ on the CPU.  On the paths
       measured they either run inside an autograd ``Function`` that saves its tensors explicitly
       (the fused SwiGLU, the native fused cross-entropy) or save nothing (bias-dropout-add with
-      dropout 0).
+      dropout 0).  (:mod:`memlib.measure_peak` counts each call as one fused region.)
     * ``torch.cuda.current_device`` returns ``"cpu"`` (MLA's RoPE, the router, MTP and the
       alltoall dispatcher allocate on it); CUDA streams and events are inert stand-ins (the alltoall
       dispatcher's device-to-host stream); the CUDA RNG state functions and the RNG tracker use the
@@ -52,7 +52,9 @@ are not edited)
       query projection that Hugging Face builds is used.
     * Flags that need CUDA kernels are off: ``apply_rope_fusion``, ``gradient_accumulation_fusion``,
       ``moe_permute_fusion``, ``moe_router_fusion``, ``persist_layer_norm``,
-      ``masked_softmax_fusion``.
+      ``masked_softmax_fusion``.  (Apex's ``fused_weight_gradient_mlp_cuda``, which gradient accumulation
+      fusion calls, has a CPU stand-in, present while megatron-core is imported: one GEMM accumulating into
+      ``main_grad``.  :mod:`memlib.measure_peak` turns the fusion on, as Megatron-LM does by default.)
 
 :func:`compare` puts a measurement beside the ``megatron`` profile's ledger
 (:mod:`memlib.ledgers_megatron`) per region, per site and per tensor.
@@ -159,6 +161,24 @@ class Request:
 # the measuring process: CPU shims, model construction, the forward pass under saved-tensor hooks
 # ------------------------------------------------------------------------------------------------
 _SHIMMED = False
+#: how a compiled (``jit_fuser``) function runs when set: ``hook(fn, *args, **kwargs)``; None runs it eagerly.
+#: :mod:`memlib.measure_peak` counts it as one fused region.
+_FUSED_HOOK = None
+#: how ``CheckpointWithoutOutput``'s zero-copy storage swap runs when set: ``hook(dst, src)``; None copies.
+_SHARE_HOOK = None
+
+
+def _compiled(fn):
+    """What ``torch.compile(fn)`` is while megatron-core is imported: ``fn``, run eagerly (through
+    :data:`_FUSED_HOOK` when it is set)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        hook = _FUSED_HOOK
+        return fn(*args, **kwargs) if hook is None else hook(fn, *args, **kwargs)
+
+    return run
 
 
 def _triton_stand_in():
@@ -197,6 +217,26 @@ def _triton_stand_in():
     return {"triton": triton, "triton.language": language}
 
 
+def _wgrad_gemm_accum(total_input, grad_output, main_grad):
+    """``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_*``'s effect: ``main_grad += grad_output^T total_input``,
+    one GEMM accumulating into ``main_grad`` (counted as a fused region: it allocates nothing)."""
+
+    def gemm():
+        main_grad.add_(grad_output.t().to(main_grad.dtype) @ total_input.to(main_grad.dtype))
+
+    hook = _FUSED_HOOK
+    gemm() if hook is None else hook(gemm)
+
+
+def _grad_accum_fusion_stand_in():
+    """Apex's ``fused_weight_gradient_mlp_cuda`` (gradient accumulation fusion), on the CPU."""
+    import types
+
+    module = types.ModuleType("fused_weight_gradient_mlp_cuda")
+    module.wgrad_gemm_accum_fp32 = module.wgrad_gemm_accum_fp16 = _wgrad_gemm_accum
+    return {"fused_weight_gradient_mlp_cuda": module}
+
+
 def _install_shims() -> None:
     """Import megatron-core and make it run on the CPU (see the module docstring)."""
     global _SHIMMED
@@ -210,10 +250,10 @@ def _install_shims() -> None:
     warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex|absl|TE|deprecated|DEPRECATED).*")
     warnings.filterwarnings("ignore", category=UserWarning, module="megatron")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    stand_in = _triton_stand_in()
+    stand_in = {**_triton_stand_in(), **_grad_accum_fusion_stand_in()}
     saved_compile = torch.compile
     sys.modules.update(stand_in)
-    torch.compile = lambda fn=None, **k: fn if fn is not None else (lambda f: f)
+    torch.compile = lambda fn=None, **k: _compiled(fn) if fn is not None else _compiled
     try:
         import megatron.core  # noqa: F401
         import megatron.core.models.gpt  # noqa: F401
@@ -270,6 +310,8 @@ def _install_shims() -> None:
     mrandom._set_cuda_rng_state = lambda *a, **k: None
 
     def share_storage(dst, src):        # the C++ extension's effect: dst's storage holds src's data
+        if _SHARE_HOOK is not None:
+            return _SHARE_HOOK(dst, src)
         dst.untyped_storage().resize_(src.untyped_storage().nbytes())
         dst.untyped_storage().copy_(src.untyped_storage())
 
@@ -371,7 +413,8 @@ def _transformer_config(req: dict):
         use_cpu_initialization=True, perform_initialization=True,
         tensor_model_parallel_size=t["tp"], expert_model_parallel_size=t["ep"],
         expert_tensor_parallel_size=t["etp"], context_parallel_size=t["cp"], sequence_parallel=sp,
-        apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=bool(req.get("gradient_accumulation_fusion")),
+        persist_layer_norm=False,
         masked_softmax_fusion=False, bias_dropout_fusion=True,
         attention_softmax_in_fp32=t["attention_softmax_in_fp32"], bias_activation_fusion=t["bias_swiglu_fusion"],
         cross_entropy_loss_fusion=t["cross_entropy_loss_fusion"],
@@ -384,8 +427,9 @@ def _layer_kinds(m: dict) -> list[str]:
     return ["moe" if i >= k and i % freq == 0 else "dense" for i in range(m["num_hidden_layers"])]
 
 
-def _build(req: dict):
-    """Megatron-Core's GPTModel for the request, wrapped as Megatron-LM wraps it."""
+def _build(req: dict, ddp_options: dict | None = None):
+    """Megatron-Core's GPTModel for the request, wrapped as Megatron-LM wraps it (``ddp_options``: more
+    ``DistributedDataParallelConfig`` fields)."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -400,8 +444,15 @@ def _build(req: dict):
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
     m, t = req["model"], req["train"]
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+    from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
+
     destroy_moe_metrics_tracker()       # per-layer loss trackers are sized by the first model's layers
     MTPLossLoggingHelper.tracker.clear()
+    # the auxiliary losses' backward scales are class attributes that the schedule sets (shape [1]): each model
+    # starts from megatron-core's initial values
+    MoEAuxLossAutoScaler.main_loss_backward_scale = None
+    MTPLossAutoScaler.main_loss_backward_scale = torch.tensor(1.0)
     if ps.model_parallel_is_initialized():
         ps.destroy_model_parallel()
     ps.initialize_model_parallel(tensor_model_parallel_size=t["tp"], context_parallel_size=t["cp"],
@@ -425,7 +476,8 @@ def _build(req: dict):
                      share_embeddings_and_output_weights=m["tie_word_embeddings"])
     if cfg.bf16:
         model = Float16Module(cfg, model)
-    ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=False)
+    ddp = DistributedDataParallelConfig(**{"grad_reduce_in_fp32": True, "use_distributed_optimizer": False,
+                                           **(ddp_options or {})})
     model = DistributedDataParallel(cfg, ddp, model)
     model.train()
     return model, cfg
@@ -792,9 +844,11 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
     parse_policy(t.recompute)
 
 
-def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 900) -> list:
+def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 900,
+                 worker: str = "memlib.measure_megatron") -> list:
     """Measure every request in one worker process (``world`` processes joined by gloo, each measuring
-    every request); per request the result dict (or, with ``world > 1``, the list of every rank's)."""
+    every request); per request the result dict (or, with ``world > 1``, the list of every rank's).
+    ``worker`` is the module run as the worker (``memlib.measure_peak`` measures a training step)."""
     import tempfile
 
     require()
@@ -806,7 +860,7 @@ def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 90
             json.dump([r.to_json() for r in requests], f)
         outs = [os.path.join(tmp, f"out{rank}.json") for rank in range(world)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if world > 1 else "2")}
-        cmds = [[sys.executable, "-m", "memlib.measure_megatron", req_path, outs[rank]]
+        cmds = [[sys.executable, "-m", worker, req_path, outs[rank]]
                 + ([str(world), str(rank), os.path.join(tmp, "store")] if world > 1 else []) for rank in range(world)]
         procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in cmds]
         errors = []
@@ -954,8 +1008,10 @@ def random_request(rng: random.Random, seed: int = 0) -> Request:
     return Request(m, train, seed)
 
 
-def _worker(argv: list[str]) -> int:
-    """``python -m memlib.measure_megatron REQUESTS OUT [WORLD RANK STORE]``: measure every request."""
+def _worker(argv: list[str], run=None) -> int:
+    """``python -m memlib.measure_megatron REQUESTS OUT [WORLD RANK STORE]``: measure every request (with
+    ``run(request)``, :func:`_measure` by default)."""
+    run = run or _measure
     requests_path, out_path = argv[0], argv[1]
     world, rank, store = (int(argv[2]), int(argv[3]), argv[4]) if len(argv) > 2 else (1, 0, None)
     _install_shims()
@@ -965,7 +1021,7 @@ def _worker(argv: list[str]) -> int:
     results = []
     for req in requests:
         try:
-            results.append({"ok": True, **_measure(req)})
+            results.append({"ok": True, **run(req)})
         except Exception as exc:       # reported to the caller with the request that failed
             import traceback
 

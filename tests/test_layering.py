@@ -27,7 +27,7 @@ ORDER = [
     "reference", "paper", "formulas",
     "paper.static", "paper.zero", "paper.parameters", "paper.activations", "paper.errata",
     # optional measurements (torch, transformers, megatron-core imported lazily)
-    "measure", "measure_megatron",
+    "measure", "measure_megatron", "measure_peak",
     # what the book runs
     "scenarios", "scenarios.sweeps", "scenarios.static", "scenarios.models", "scenarios.activations",
     "scenarios.overheads", "scenarios.together", "scenarios.deepseek", "scenarios.validation",
