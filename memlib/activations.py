@@ -187,7 +187,8 @@ FP8_SCALE_BYTES = 4
 
 def fp8_cached(e: Saved, recipe: Recipe | None) -> bool:
     """Whether ``e`` is cached in FP8 (or the E5M6 exception) under ``recipe``."""
-    return recipe is not None and recipe.fp8_activations and e.linear_input and e.dtype == "act"
+    return (recipe is not None and recipe.fp8_activations and e.linear_input and e.dtype == "act"
+            and not (recipe.fp8_keeps_exceptions and e.fp8_exception))
 
 
 def element_bytes(e: Saved, recipe: Recipe | None) -> sp.Expr:

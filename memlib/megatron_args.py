@@ -102,6 +102,7 @@ from .config import (
     show,
 )
 from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from .peak import Framework
 from .states import DTYPE_BYTES, RECIPES, recipe
 from .units import parse_number
 
@@ -824,6 +825,8 @@ class MegatronRun:
     no_effect: tuple[str, ...]        #: flags known not to change device memory
     not_modelled: tuple[str, ...]     #: the warning list: flags (and Megatron defaults) memlib does not count
     overridden: dict = field(default_factory=dict)   #: field -> {"file": value, "given": value}
+    #: how the framework is built (memlib.peak.Framework: fusions, grouped GEMM, dispatcher), from the flags
+    framework: Framework = field(default_factory=Framework)
 
     def warning(self) -> str:
         """One line naming what memlib does not model ("" when nothing)."""
@@ -833,7 +836,8 @@ class MegatronRun:
 
     def values(self) -> dict:
         """For the JSON output."""
-        return {"model": self.model.values(), "config": self.train.values(), "world_size": self.world_size,
+        return {"model": self.model.values(), "config": self.train.values(), "framework": self.framework.values(),
+                "world_size": self.world_size,
                 "vocab": dict(self.vocab), "mapped": dict(self.mapped), "no_memory_effect": list(self.no_effect),
                 "not_modelled": list(self.not_modelled),
                 "overridden": {k: {"file": _plain(v["file"]), "given": _plain(v["given"])}
@@ -957,8 +961,12 @@ class _Mapper:
                 continue                    # mapped, or not modelled with its own note
             (no_effect if _no_effect(flag, dense) else unmodelled).append(flag)
         mapped = {x: " ".join(f.values[x]) for x in f.order if x in f.read and x not in self.flagged}
+        fw = Framework(gradient_accumulation_fusion=not f.has("--no-gradient-accumulation-fusion"),
+                       rope_fusion=not f.has("--no-rope-fusion"), moe_grouped_gemm=f.has("--moe-grouped-gemm"),
+                       token_dispatcher=" ".join(f.values.get("--moe-token-dispatcher-type", ("allgather",))),
+                       permute_fusion=f.has("--moe-permute-fusion"))
         return MegatronRun(m, train, self.world, self.vocab, mapped, tuple(no_effect),
-                           tuple(self.notes + unmodelled), self.overridden)
+                           tuple(self.notes + unmodelled), self.overridden, fw)
 
     # -- the model -------------------------------------------------------------------------------
     def model_fields(self) -> tuple[dict, bool]:

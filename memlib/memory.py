@@ -26,21 +26,23 @@ same terms with every symbol given, and :func:`stage_formula` returns them with 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Mapping
 
 import sympy as sp
 
-from .activations import Policy, Saved, entry_bytes, parse_policy, training_values
+from .activations import Policy, Saved, element_bytes, entry_bytes, parse_policy, training_values
 from .ledgers import act_profile
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .overhead import Overheads
+from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
+    persistent_terms, stage_peak
 from .params import by_block, values as model_values
 from .partition import Chunk, Partition, Stage
 from .schedule import Moment, check_schedule, moments
-from .states import P_e, P_ne, recipe, states_formula
+from .states import P_e, P_ne, Recipe, recipe, states_formula
 from .symbols import sym
 
 __all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula", "StageExpressions"]
@@ -113,16 +115,15 @@ class StageExpressions:
 _LEDGERS: dict = {}
 
 
-def _ledger_bytes(model: ModelConfig, ap, precision: str, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
+def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
     ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
     activation profile ``ap``; cached by the model, the profile's name and binding key, the precision
     and sequence parallelism, which are all the entries' bytes depend on."""
-    cache_key = (model, ap.name, ap.key, precision, sp_on, name)
+    cache_key = (model, ap.name, ap.key, rec, sp_on, name)
     if cache_key not in _LEDGERS:
         if len(_LEDGERS) > 4096:
             _LEDGERS.clear()
-        rec = recipe(precision)
         train = TrainingConfig(sp=sp_on)
         if name.startswith("layer."):
             entries = ap.layer(model, name.split(".")[1])
@@ -139,11 +140,18 @@ class Estimate:
     """The memory of every stage of a model under a training configuration."""
 
     def __init__(self, model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,
-                 capacity: int | None = None):
+                 capacity: int | None = None, framework: Framework | None = None):
+        if framework is not None and not isinstance(framework, Framework):
+            raise ConfigError(f"framework={show(framework)} must be a memlib.peak.Framework")
+        self.framework = framework if framework is not None else Framework()
         self.partition = Partition(model, train)
         self.model = self.partition.model
         self.train = train
         self.recipe = recipe(train.precision)
+        #: the recipe the saved activations follow: Megatron-LM's FP8 compute (``fp8``) caches Linear inputs
+        #: in FP8 whatever the weights' precision
+        self.act_recipe = self.recipe if train.fp8 is None or self.recipe.fp8_activations else \
+            replace(self.recipe, fp8_activations=True, fp8_keeps_exceptions=True)
         check_schedule(train)
         self.act_profile = act_profile(train.profile, train)
         for axis in self.act_profile.no_parallel:
@@ -174,7 +182,7 @@ class Estimate:
     def _ledger(self, name: str, build) -> dict[str, tuple[sp.Expr, Saved]]:
         """Bytes of every entry of a ledger, model values substituted (cached for the model, the
         profile, the precision and sequence parallelism: nothing else changes them)."""
-        return _ledger_bytes(self.model, self.act_profile, self.recipe.name, self.train.sp, name)
+        return _ledger_bytes(self.model, self.act_profile, self.act_recipe, self.train.sp, name)
 
     def _layer_ledger(self, kind: str):
         return self._ledger(f"layer.{kind}", None)
@@ -183,9 +191,16 @@ class Estimate:
     def _kept(ledger, policy: Policy) -> dict[str, sp.Expr]:
         return {k: x for k, (x, e) in ledger.items() if not policy.drops(e)}
 
-    @staticmethod
-    def _dropped(ledger, policy: Policy) -> sp.Expr:
-        return sp.Add(*(x for x, e in ledger.values() if policy.drops(e)))
+    def _scaled(self, key: str, x: sp.Expr) -> sp.Expr:
+        """``x`` bytes of entry ``key`` on the busiest rank: routed-token entries scaled by the routing
+        imbalance (whole bytes, rounded up)."""
+        r = self.train.routing_imbalance
+        if r != 1 and is_routed_entry(key):
+            return sp.ceiling(sp.Rational(r.numerator, r.denominator) * x)
+        return x
+
+    def _dropped(self, ledger, policy: Policy) -> sp.Expr:
+        return sp.Add(*(self._scaled(k, x) for k, (x, e) in ledger.items() if policy.drops(e)))
 
     def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
         """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
@@ -197,7 +212,7 @@ class Estimate:
 
         def add(d: Mapping[str, sp.Expr], times: int = 1):
             for k, x in d.items():
-                by_entry[k] = by_entry.get(k, 0) + times * x
+                by_entry[k] = by_entry.get(k, 0) + times * self._scaled(k, x)
 
         if chunk.first:
             add(self._kept(self._ledger("embedding", None), pol))
@@ -279,8 +294,9 @@ class Estimate:
     @cached_property
     def stages(self) -> list[StageMemory]:
         part, out = self.partition, []
+        self._evaluated_stages = {}
         for st in part.stages:
-            ex = self.stage_expressions(st.index, self.values)
+            ex = self._evaluated_stages[st.index] = self.stage_expressions(st.index, self.values)
             params = part.params(st)
             b = {k: int(x) for k, x in ex.states.items()}
             act = self._activations(ex)
@@ -299,6 +315,65 @@ class Estimate:
                 activations=act,
                 overheads=ovh,
             ))
+        return out
+
+    # -- the peak the allocator reports ---------------------------------------------------------
+    def _evaluated(self, name: str) -> dict[str, tuple[int, Saved]]:
+        """Every entry of ledger ``name`` for one layer (or block) on one device, evaluated (routed
+        entries on the busiest rank), dropped ones included."""
+        cache = self.__dict__.setdefault("_evaluated_cache", {})
+        if name not in cache:
+            led = self._ledger(name, None)
+            cache[name] = {k: (int(self._scaled(k, x).xreplace(self.values)), e) for k, (x, e) in led.items()}
+        return cache[name]
+
+    def chunk_load(self, chunk: Chunk, entries: Mapping[str, int], working: int) -> ChunkLoad:
+        """What one micro-batch through ``chunk`` keeps on the GPU (``entries``: its evaluated by-entry
+        bytes) and what the chunk needs while it computes (:class:`memlib.peak.ChunkLoad`)."""
+        m, t = self.model, self.train
+        names = [f"layer.{k}" for k in sorted({m.layer_kinds[i] for i in chunk.layers})]
+        if chunk.last and self.partition.profile.include_mtp:
+            names += [f"mtp.{j}" for j in range(m.num_nextn_predict_layers)]
+        layers = {n: self._evaluated(n) for n in names}
+        mods = t.offload_modules
+        off_keys: set[str] = set()
+        reload = 0
+        for led in layers.values():
+            mine = {k for k, (x, e) in led.items() if mods and offloaded_entry(k, mods)
+                    and x >= MIN_OFFLOADED_ELEMENTS * element_bytes(e, self.act_recipe)}
+            off_keys |= mine
+            reload = max(reload, sum(led[k][0] for k in mine))
+        offloaded = sum(entries.get(k, 0) for k in off_keys)
+        # one layer's forward (the all-to-all overlap runs a layer of the next micro-batch's forward while the
+        # current one's backward frees layer by layer): its kept, not offloaded, saved tensors
+        layer_held = max([sum(x for k, (x, e) in led.items() if k not in off_keys and not self.policy.drops(e)
+                              and not e.only_when and not k.startswith("mtp.head."))
+                          for led in layers.values()] or [0])
+        # an op's backward holds the gradient of its output and makes that of its input: at most the two
+        # largest tensors one layer saves (per layer: the MTP head's loss is the logits term)
+        pairs = [sum(sorted((x for k, (x, e) in led.items() if not k.startswith("mtp.head.")), reverse=True)[:2])
+                 for led in layers.values()]
+        logits = 0
+        if chunk.last:        # [s/CP, b, v/TP] in the compute dtype (the output layer gathers the SP shards)
+            vocab = int(self.partition.values[sym("v")])
+            logits = -(-t.micro_batch * t.seq_len // t.cp) * -(-vocab // t.tp) * self.recipe.activations
+        return ChunkLoad(held=sum(entries.values()) - offloaded, offloaded=offloaded, working=working,
+                         gradients=max(pairs or [0]), reload=reload, logits=logits, layer=layer_held)
+
+    @cached_property
+    def peaks(self) -> list[StagePeak]:
+        """The prediction of ``torch.cuda.max_memory_allocated()`` on every stage's device
+        (:mod:`memlib.peak`)."""
+        part, out = self.partition, []
+        rec = self.recipe
+        grad_bytes = dict(rec.optimizer).get("main_grad", rec.gradients)
+        for st, mem in zip(part.stages, self.stages):
+            ex = self._evaluated_stages[st.index]
+            loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
+                     for i, c in enumerate(st.chunks)]
+            states = {k: mem.bytes[k] for k in ("parameters", "gradients", "optimizer_states")}
+            pers = persistent_terms(part, st.index, states, self.framework, grad_bytes, rec.weights)
+            out.append(stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation))
         return out
 
     @property
@@ -329,9 +404,14 @@ class Estimate:
             }
             if self.capacity is not None:
                 d["fits"] = self.fits(s)
+            pk = self.peaks[s.stage.index].to_dict()
+            d["peak_allocated"], d["peak_reserved"] = pk["peak_allocated"], pk["peak_reserved"]
+            d["peak_breakdown"] = pk["breakdown"]
             stages.append(d)
         out = {"model": self.model.name, "config": cfg, "stages": stages,
-               "peak": {"stage": self.peak.stage.index, "bytes": self.peak.total}}
+               "peak": {"stage": self.peak.stage.index, "bytes": self.peak.total},
+               "peak_allocated": max(p.peak_allocated for p in self.peaks),
+               "peak_reserved": max(p.peak_reserved for p in self.peaks)}
         if self.capacity is not None:
             out["capacity"] = self.capacity
             out["fits"] = all(self.fits(s) for s in self.stages)
@@ -352,6 +432,7 @@ def stage_formula(est: Estimate, index: int, keep=("DP", "TP", "EP", "ETP", "CP"
 
 
 def estimate(model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None,
-             capacity: int | None = None) -> Estimate:
-    """Per-stage, per-device memory of ``model`` trained under ``train``."""
-    return Estimate(model, train, overhead, capacity)
+             capacity: int | None = None, framework: Framework | None = None) -> Estimate:
+    """Per-stage, per-device memory of ``model`` trained under ``train`` (``framework``: how the
+    framework around it is built, for the peak the allocator reports; see :mod:`memlib.peak`)."""
+    return Estimate(model, train, overhead, capacity, framework)

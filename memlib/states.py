@@ -50,6 +50,10 @@ class Recipe:
     #: recompute modules the recipe drops by itself, whatever the recompute policy (DeepSeek-V3 caches
     #: the MoE SwiGLU input in FP8 and recomputes its output: ``moe_act``)
     recompute: frozenset = frozenset()
+    #: Megatron-LM's FP8 compute (``--fp8-format``): Transformer Engine saves each Linear's input quantized,
+    #: except where Megatron keeps the bf16 original (``set_save_original_input``: the attention output W^O
+    #: takes, which the attention kernel keeps anyway); the E5M6 exceptions of DeepSeek-V3 stay in bf16
+    fp8_keeps_exceptions: bool = False
 
     @property
     def optimizer_bytes(self) -> int:

@@ -20,7 +20,10 @@ ORDER = [
     "megatron_buffers",
     # activations: the ledger type, then each implementation's ledger, then their registry
     "activations", "ledgers_hf", "ledgers_megatron", "ledgers",
-    "schedule", "overhead", "memory",
+    "schedule",
+    # the peak the allocator reports: persistent buffers, held activations, transient terms
+    "peak",
+    "overhead", "memory",
     # Megatron-LM's launch flags read as a configuration
     "megatron_args",
     # published values, the paper's reading of them, the formulas the book numbers
