@@ -184,6 +184,16 @@ def parse_policy(text: str) -> Policy:
 FP8_TILE = 128
 FP8_SCALE_BYTES = 4
 
+#: FP8 scaling granularity -> (elements per scale along a row, bytes per scale); 0: one scale per tensor
+#: (a few bytes, not counted).  ``tile``: DeepSeek-V3's 1x128 fp32 tiles (report §3.3) and Megatron's
+#: blockwise recipe; ``mx``: MXFP8, one E8M0 byte per 32 elements; ``tensor``: Megatron's delayed and
+#: tensorwise recipes
+FP8_SCALINGS = {"tile": (FP8_TILE, FP8_SCALE_BYTES), "mx": (32, 1), "tensor": (0, 0)}
+
+
+def fp8_scaling(recipe: Recipe) -> tuple[int, int]:
+    return FP8_SCALINGS[recipe.fp8_scaling]
+
 
 def fp8_cached(e: Saved, recipe: Recipe | None) -> bool:
     """Whether ``e`` is cached in FP8 (or the E5M6 exception) under ``recipe``."""
@@ -199,7 +209,8 @@ def element_bytes(e: Saved, recipe: Recipe | None) -> sp.Expr:
     if fp8_cached(e, recipe):
         if e.fp8_exception == "E5M6":
             return sp.Rational(3, 2)          # 12 bits per element
-        return sp.Integer(1) + sp.Rational(FP8_SCALE_BYTES, FP8_TILE)
+        tile, scale = fp8_scaling(recipe)
+        return sp.Integer(1) + (sp.Rational(scale, tile) if tile else 0)
     return sp.Integer(2 if recipe is None else recipe.activations)
 
 
@@ -225,7 +236,8 @@ def entry_bytes(e: Saved, train: TrainingConfig | None = None, recipe: Recipe | 
     if fp8_cached(e, recipe):
         if e.fp8_exception == "E5M6":
             return sp.ceiling(rows_dev * width_dev * sp.Rational(3, 2))
-        return rows_dev * (width_dev + FP8_SCALE_BYTES * sp.ceiling(width_dev / FP8_TILE))
+        tile, scale = fp8_scaling(recipe)
+        return rows_dev * (width_dev + (scale * sp.ceiling(width_dev / tile) if tile else 0))
     return rows_dev * width_dev * element_bytes(e, recipe)
 
 

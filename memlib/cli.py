@@ -205,23 +205,23 @@ def _kernel_options(p: argparse.ArgumentParser, d: TrainingConfig, measure: bool
 
 
 def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
-    """Features memlib carries in the configuration without counting their memory (yet)."""
+    """Megatron-LM features: FP8 compute, overlap, offloading, uneven routing, DDP buckets."""
     p.add_argument("--fp8-format", dest="fp8", default=d.fp8, choices=FP8_FORMATS,
-                   help="Megatron-LM's FP8 compute format (carried; its memory is not modelled)")
+                   help="Megatron-LM's FP8 compute format: Linear inputs saved in FP8")
     p.add_argument("--fp8-recipe", default=d.fp8_recipe, choices=FP8_RECIPES,
-                   help=f"Megatron-LM's FP8 scaling recipe (default {d.fp8_recipe}; carried)")
+                   help=f"Megatron-LM's FP8 scaling recipe (default {d.fp8_recipe}): the scales saved beside FP8 activations")
     p.add_argument("--overlap-moe-expert-parallel-comm", dest="moe_a2a_overlap", action="store_true",
-                   help="overlap the MoE all-to-all with computation (carried)")
+                   help="overlap the MoE all-to-all with computation: one more layer's forward at the peak")
     p.add_argument("--offload-modules", type=_modules, default=d.offload_modules,
                    help="fine-grained activation offloading, a comma list of " + ", ".join(OFFLOAD_MODULES)
-                        + " (carried)")
-    p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the gradient reduction (carried)")
+                        + ": their inputs move to the host")
+    p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the gradient reduction (bucketed gradient buffers)")
     p.add_argument("--overlap-param-gather", action="store_true",
-                   help="overlap the parameter all-gather; needs --overlap-grad-reduce and ZeRO >= 1 (carried)")
+                   help="overlap the parameter all-gather; needs --overlap-grad-reduce and ZeRO >= 1")
     p.add_argument("--routing-imbalance", type=_imbalance, default=d.routing_imbalance,
-                   help="the busiest expert's tokens over the balanced share, >= 1, e.g. 1.25 (carried)")
+                   help="the busiest rank's routed tokens over the balanced share, >= 1, e.g. 1.25")
     p.add_argument("--ddp-bucket-size", type=_count("ddp_bucket_size"), default=d.ddp_bucket_size,
-                   help="elements per gradient bucket (carried)")
+                   help="elements per gradient bucket (Megatron-Core's DDP)")
 
 
 def _modules(text: str) -> tuple[str, ...]:
@@ -423,6 +423,12 @@ def _estimate(args) -> int:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     pk = data["peak"]
     print(f"peak: stage {pk['stage']}, {fmt_bytes(pk['bytes'], u)} ({fmt_count(pk['bytes'])} bytes) per device")
+    top = max(data["stages"], key=lambda st: (st["peak_allocated"], -st["stage"]))
+    br = top["peak_breakdown"]
+    print(f"max_memory_allocated: stage {top['stage']}, {fmt_bytes(top['peak_allocated'], u)} "
+          f"(persistent {fmt_bytes(sum(br['persistent'].values()), u)} + activations "
+          f"{fmt_bytes(sum(br['activations'].values()), u)} + transient {fmt_bytes(sum(br['transient'].values()), u)}"
+          f"); max_memory_reserved {fmt_bytes(top['peak_reserved'], u)}")
     if "fits" in data:
         verdict = "fits" if data["fits"] else "does NOT fit"
         print(f"capacity {fmt_bytes(data['capacity'], u)}: {verdict} on every stage" if data["fits"]

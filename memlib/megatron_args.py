@@ -77,7 +77,8 @@ Precision
     and ``--use-precision-aware-optimizer`` with ``--main-grads-dtype``, ``--main-params-dtype``,
     ``--exp-avg-dtype`` and ``--exp-avg-sq-dtype`` change a preset by a recipe spec
     (:func:`memlib.states.recipe`), see :func:`precision_spec`.  ``--fp8-format`` and ``--fp8-recipe``
-    are carried in the :class:`~memlib.config.TrainingConfig`, not modelled.
+    set :attr:`~memlib.config.TrainingConfig.fp8`: Linear inputs saved in FP8, FP8 weight copies
+    (:mod:`memlib.peak`).
 
 Warnings and errors
     Every flag is mapped, known not to change memory (learning rate, logging, data and checkpoint
@@ -1181,9 +1182,6 @@ class _Mapper:
         if out["overlap_param_gather"] and not (out["overlap_grad_reduce"] and zero):
             raise ConfigError("--overlap-param-gather=on needs --overlap-grad-reduce and --use-distributed-optimizer "
                               "(Megatron-LM's rule)")
-        carried = [x for x in ("--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size") if f.has(x)]
-        if carried:
-            self.carried(" ".join(carried) + " (carried; memlib's communication buffers are the overhead preset's)")
         return out
 
     def _world(self, tp: int, pp: int, cp: int) -> int:
@@ -1359,8 +1357,6 @@ class _Mapper:
         out = {"transformer_impl": impl, "attention_backend": backend, "attention_softmax_in_fp32": softmax_fp32,
                "bias_swiglu_fusion": not f.switch("--no-bias-swiglu-fusion"), "cross_entropy_loss_fusion": fusion,
                "cross_entropy_fusion_impl": ce_impl, "moe_a2a_overlap": f.switch("--overlap-moe-expert-parallel-comm")}
-        if out["moe_a2a_overlap"]:
-            self.carried("--overlap-moe-expert-parallel-comm (carried, not modelled)")
         offload = f.switch("--fine-grained-activation-offloading")
         mods = f.many("--offload-modules")
         if mods is not None and not offload:
@@ -1375,8 +1371,6 @@ class _Mapper:
             if bad:
                 raise ConfigError(f"--offload-modules={bad[0]} is not one of {', '.join(OFFLOAD_MODULES)}")
             out["offload_modules"] = tuple(dict.fromkeys(mods))
-            self.carried(f"--offload-modules={' '.join(out['offload_modules'])} (carried; memlib counts the "
-                         f"offloaded activations on the GPU)")
         out["moe_aux_loss"] = LoadBalancing.NONE if dense else self.load_balancing()
         return out
 
@@ -1443,7 +1437,6 @@ class _Mapper:
                     "moe_act" in mods or "layernorm" in mods):
                 raise ConfigError("--fp8-recipe=delayed with --recompute-modules moe_act or layernorm: Megatron-Core "
                                   "refuses it")
-            self.carried(f"--fp8-format={fp8} (carried, FP8 compute memory not modelled)")
         return {"precision": spec, "fp8": fp8, "fp8_recipe": fp8_recipe}
 
     # -- the CLI's explicit options --------------------------------------------------------------

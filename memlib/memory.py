@@ -151,7 +151,8 @@ class Estimate:
         #: the recipe the saved activations follow: Megatron-LM's FP8 compute (``fp8``) caches Linear inputs
         #: in FP8 whatever the weights' precision
         self.act_recipe = self.recipe if train.fp8 is None or self.recipe.fp8_activations else \
-            replace(self.recipe, fp8_activations=True, fp8_keeps_exceptions=True)
+            replace(self.recipe, fp8_activations=True, fp8_keeps_exceptions=True,
+                    fp8_scaling={"mxfp8": "mx", "blockwise": "tile"}.get(train.fp8_recipe, "tensor"))
         check_schedule(train)
         self.act_profile = act_profile(train.profile, train)
         for axis in self.act_profile.no_parallel:

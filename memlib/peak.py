@@ -210,8 +210,11 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
 
     def at(mo: Moment) -> tuple[dict[str, int], dict[str, int]]:
         held = {f"chunk{c}": n * chunks[c].held for c, n in enumerate(mo.counts) if n}
-        margin = max([c.reload for c in chunks] or [0])
-        if margin:      # Megatron-Core keeps one group of each offloaded module name on the GPU
+        # offloaded: what the micro-batches held have moved to the host; Megatron-Core keeps one group of each
+        # offloaded module name on the GPU (one layer's), and reloads a layer's before its backward
+        away = sum(n * chunks[c].offloaded for c, n in enumerate(mo.counts))
+        margin = min(max([c.reload for c in chunks] or [0]), away)
+        if margin:
             held["offload_margin"] = margin
         if train.moe_a2a_overlap and mo.running:
             held["a2a_overlap_forward"] = max(chunks[c].layer for c in mo.running)
@@ -219,6 +222,8 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
         if mo.running:
             worst = max((chunks[c].transient() for c in mo.running), key=lambda d: sum(d.values()))
             trans.update(worst)
+            # only what is still on the host can be reloaded
+            trans["offload_reload"] = min(trans["offload_reload"], away - margin)
         return held, trans
 
     best = None

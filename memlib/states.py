@@ -54,6 +54,8 @@ class Recipe:
     #: except where Megatron keeps the bf16 original (``set_save_original_input``: the attention output W^O
     #: takes, which the attention kernel keeps anyway); the E5M6 exceptions of DeepSeek-V3 stay in bf16
     fp8_keeps_exceptions: bool = False
+    #: how the FP8 activations are scaled (memlib.activations.FP8_SCALINGS): ``tile`` (1x128, fp32 scales)
+    fp8_scaling: str = "tile"
 
     @property
     def optimizer_bytes(self) -> int:

@@ -70,23 +70,22 @@ _SMALL_TRAIN = dict(dp=2, tp=2, pp=2, ep=4, etp=1, cp=1, sp=True, zero=1, precis
                     cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native", moe_aux_loss="seq_aux_loss",
                     attention_softmax_in_fp32=False, overlap_grad_reduce=True, overlap_param_gather=True,
                     moe_a2a_overlap=False, offload_modules=[], fp8=None, fp8_recipe="delayed")
-_OVERLAP = "--overlap-grad-reduce --overlap-param-gather (carried; memlib's communication buffers are the overhead preset's)"
 _ROPE = "--no-rope-fusion (memlib counts the fused MLA RoPE with transformer_engine)"
 
 CASES = {
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": (
         _SMALL_MOE,
         {**_SMALL_TRAIN, "layout": [2] * 8},                  # 16 layers over PP2 x VPP4, Megatron's even split
-        (_OVERLAP, _ROPE, "--moe-permute-fusion")),
+        (_ROPE, "--moe-permute-fusion")),
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": (
         _SMALL_MOE,
         {**_SMALL_TRAIN, "layout": [2] * 8, "fp8": "hybrid", "fp8_recipe": "tensorwise"},
-        (_OVERLAP, "--fp8-format=hybrid (carried, FP8 compute memory not modelled)", _ROPE, "--moe-permute-fusion")),
+        (_ROPE, "--moe-permute-fusion")),
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": (
         {**_SMALL_MOE, "first_k_dense_replace": 3},           # ([0]*3+[1]*13)
         {**_SMALL_TRAIN, "layout": [3, 2, 2, 2, 2, 2, 2, 1],  # Et*3|(tt|)*6tmL
          "recompute": "layernorm,mla_up_proj,mlp,moe_act", "moe_a2a_overlap": True},
-        (_OVERLAP, "--overlap-moe-expert-parallel-comm (carried, not modelled)", _ROPE, "--moe-permute-fusion")),
+        (_ROPE, "--moe-permute-fusion")),
     "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": (
         {**_SMALL_MOE, "first_k_dense_replace": 3, "num_hidden_layers": 15},
         {**_SMALL_TRAIN, "layout": [3, 2, 2, 2, 2, 2, 2, 0],  # Et*3|(tt|)*6mL: the last stage holds MTP and loss
@@ -94,9 +93,7 @@ CASES = {
          "moe_a2a_overlap": True, "cross_entropy_loss_fusion": False, "overlap_grad_reduce": False,
          "overlap_param_gather": False,
          "offload_modules": ["expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear", "core_attn", "attn_proj"]},
-        ("--overlap-moe-expert-parallel-comm (carried, not modelled)",
-         "--offload-modules=expert_fc1 moe_act attn_norm mlp_norm qkv_linear core_attn attn_proj (carried; memlib "
-         "counts the offloaded activations on the GPU)", _ROPE, "--moe-permute-fusion")),
+        (_ROPE, "--moe-permute-fusion")),
     "gpt/gpt3_mcore_te_tp2_pp2_mla": (
         # a dense MLA model: every layer dense, one placeholder expert of the FFN's width; 4 h FFN (no --swiglu);
         # GPT-2's vocabulary padded to 128 * TP 2 = 256: 197 * 256 = 50432
@@ -125,7 +122,7 @@ CASES = {
              layout=[2, 2, 2, 2, 2, 2, 1, 1],                # Et*2|(tt|)*5t|tmL: 8 stages over PP4
              recompute="none", attention_backend="auto", cross_entropy_loss_fusion=True, moe_aux_loss="seq_aux_loss",
              overlap_grad_reduce=True, overlap_param_gather=True),
-        (_OVERLAP, "--moe-token-dispatcher-type=flex (memlib counts alltoall)",
+        ("--moe-token-dispatcher-type=flex (memlib counts alltoall)",
          "--no-create-attention-mask-in-dataloader", "--moe-flex-dispatcher-backend", "--moe-permute-fusion",
          "--enable-experimental")),
     "mixtral/deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": (
@@ -133,7 +130,7 @@ CASES = {
         dict(dp=4, tp=2, pp=2, ep=8, etp=1, cp=1, sp=True, zero=1, precision="megatron", micro_batch=4, seq_len=4096,
              num_microbatches=32, vpp=1, schedule="1f1b", layout=[7, 7],   # "Et*7|t*7mL"
              recompute="none", attention_backend="auto", cross_entropy_loss_fusion=True),
-        (_OVERLAP, "--moe-token-dispatcher-type=flex (memlib counts alltoall)",
+        ("--moe-token-dispatcher-type=flex (memlib counts alltoall)",
          "--no-create-attention-mask-in-dataloader", "--moe-flex-dispatcher-backend", "--moe-permute-fusion",
          "--enable-experimental")),
 }
@@ -620,17 +617,14 @@ def test_load_balancing_errors(changes, message):
         parse(**changes)
 
 
-def test_carried_features():
+def test_megatron_features():
     run = parse(fine_grained_activation_offloading=None, offload_modules="'[core_attn attn_proj]'",
                 overlap_moe_expert_parallel_comm=None, ddp_bucket_size="40000000", use_distributed_optimizer=None,
                 overlap_grad_reduce=None, overlap_param_gather=None)
     t = run.train
     assert t.offload_modules == ("core_attn", "attn_proj") and t.moe_a2a_overlap and t.ddp_bucket_size == 40000000
     assert t.overlap_grad_reduce and t.overlap_param_gather and t.zero == 1
-    assert run.not_modelled == (
-        "--overlap-grad-reduce --overlap-param-gather --ddp-bucket-size (carried; memlib's communication buffers "
-        "are the overhead preset's)", "--overlap-moe-expert-parallel-comm (carried, not modelled)",
-        "--offload-modules=core_attn attn_proj (carried; memlib counts the offloaded activations on the GPU)")
+    assert run.not_modelled == ()          # each is counted (memlib.peak), none is warned about
     assert parse(offload_modules="core_attn attn_proj", fine_grained_activation_offloading=None).train.offload_modules \
         == ("core_attn", "attn_proj")
 
@@ -698,10 +692,10 @@ def test_precision_spec_is_a_recipe_name():
     assert recipe(spec).name == spec
 
 
-def test_fp8_is_carried_and_warned():
+def test_fp8_is_mapped():
     run = parse(fp8_format="hybrid", fp8_recipe="tensorwise")
     assert (run.train.fp8, run.train.fp8_recipe) == ("hybrid", "tensorwise")
-    assert run.not_modelled == ("--fp8-format=hybrid (carried, FP8 compute memory not modelled)",)
+    assert run.not_modelled == ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -946,7 +940,8 @@ def test_cli_reads_a_model_config_yaml():
     assert data["megatron_args"]["model"]["vocab_size"] == 51712 and data["megatron_args"]["world_size"] == 8
     assert data["megatron_args"]["not_modelled"] == list(CASES[case][2])
     assert {"model", "config", "stages", "peak"} <= set(data)              # the contract's keys stay
-    assert err.splitlines() == ["memlib: warning: not modelled (3): " + ", ".join(CASES[case][2])]
+    assert err.splitlines() == ["memlib: warning: not modelled (2): " + ", ".join(CASES[case][2])]
+    assert data["peak_allocated"] == max(s["peak_allocated"] for s in data["stages"])
 
 
 def test_cli_text_output_names_the_overrides():

@@ -1,33 +1,48 @@
-"""The errata chapter's module: every item for the paper's model, none for another."""
+"""The measured-peaks chapter's module: one row per case, the values the prose glues, the figure."""
 from __future__ import annotations
 
-import pytest
-
-from memlib import estimate
-from memlib.paper import paper_training
-from memlib.paper.errata import KINDS, errata
-from memlib.report import ch11_errata as ch
+from memlib.report import ch11_measured as ch
+from memlib.scenarios import measured as sm
+from memlib.units import fmt_bytes
 
 
-def est(model):
-    return estimate(model, paper_training(model))
+def _rows(table: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
 
 
-def test_every_item_is_in_one_chapter_table_and_counted():
-    e = est("deepseek-v3")
-    items = errata(e)
-    rows = sum(ch.table(e, c).count("\n") - 1 for c in ch.CHAPTERS)
-    assert rows == len(items) == int(ch.values(e)["n_all"])
-    assert {i.chapter for i in items} <= set(ch.CHAPTERS) and {i.kind for i in items} <= set(KINDS)
-    assert "{" not in "".join(ch.table(e, c) for c in ch.CHAPTERS)          # every template field filled
+def test_cases_table_has_one_row_per_case_with_its_numbers():
+    cases = sm.measured_cases()
+    rows = _rows(ch.cases_table())
+    assert len(rows) == len(cases)
+    for row, c in zip(rows, cases):
+        assert row[0].startswith(c.case.label)
+        assert row[3] == fmt_bytes(c.steady, "GiB", 2, with_unit=False)
+        assert row[4] == fmt_bytes(c.predicted, "GiB", 2, with_unit=False)
+        assert row[6] == ("yes" if c.within_target else "no")
+        assert ("†" in row[0]) == (not c.case.issue)
 
 
-@pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
-def test_no_item_for_another_model(model):
-    e = est(model)
-    assert errata(e) == [] and ch.values(e) == {}
-    assert all(ch.table(e, c).count("\n") == 1 for c in ch.CHAPTERS)
+def test_values_are_the_librarys():
+    v = ch.values()
+    cases = sm.measured_cases()
+    assert v["n_cases"] == str(len(cases)) and v["n_within"] == str(sm.summary(cases)["within"])
+    assert v["proxy_world"] == "64" and v["gb200_world"] == "32" and v["proxy_dp"] == "8"
+    assert v["n_not_expressible"] == str(len(sm.NOT_EXPRESSIBLE))
+    assert all(isinstance(x, str) and x for x in v.values())
 
 
-def test_paper_keys_are_the_values_keys():
-    assert set(ch.values(est("deepseek-v3"))) == set(ch.PAPER_KEYS)
+def test_gaps_list_every_case_over_the_target():
+    rows = _rows(ch.gaps_table())
+    over = [c for c in sm.measured_cases() if not c.within_target]
+    assert [r[0] for r in rows] == [c.case.label for c in over]
+    for r, c in zip(rows, over):          # the two parts of the error add up to it
+        assert c.post_step_unexplained + c.dynamic_gap == c.steady - c.predicted
+
+
+def test_other_tables_and_the_figure():
+    assert len(_rows(ch.not_expressible_table())) == len(sm.NOT_EXPRESSIBLE)
+    assert len(_rows(ch.post_step_table())) == len(_rows(ch.run_max_table())) == len(sm.CASES)
+    assert _rows(ch.framework_table())[-1][0] == "total"
+    fig = ch.figure()
+    ax = fig.axes[0]
+    assert len(ax.get_xticks()) == len(sm.CASES) and ax.get_legend() is not None

@@ -1,4 +1,4 @@
-"""Chapter 11, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
+"""Chapter 12, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
 from __future__ import annotations
 
 from ..memory import Estimate

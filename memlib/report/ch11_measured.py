@@ -1,0 +1,155 @@
+"""Chapter 11, "Measured peaks": tables, the figure and glued values, formatted from
+:mod:`memlib.scenarios.measured`.  Nothing here computes a quantity."""
+from __future__ import annotations
+
+import textwrap
+
+from ..peak import TRANSIENT_TERMS
+from ..reference import MEGATRON_LM_COMMIT
+from ..scenarios import measured as sm
+from .figures import CATEGORY_COLORS, OKABE_ITO, Series, in_unit, new_figure, stacked_bars
+from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
+
+__all__ = ["values", "cases_table", "breakdown_table", "post_step_table", "framework_table", "run_max_table",
+           "not_expressible_table", "gaps_table", "figure"]
+
+UNIT = "GiB"
+
+
+def _err(x) -> str:
+    s = fmt_decimal(100 * x, 1)
+    return ("+" + s if x > 0 else s.replace("-", "−")) + " %"
+
+
+def _gib(n: int, digits: int = 2) -> str:
+    """A table cell: the unit is in the column's header."""
+    return fmt_bytes(n, UNIT, digits, with_unit=False)
+
+
+def _gib_text(n: int, digits: int = 2) -> str:
+    return fmt_bytes(n, UNIT, digits)
+
+
+def _cases(issue_only: bool = False):
+    return sm.measured_cases(issue_only)
+
+
+def values() -> dict[str, str]:
+    """The chapter's numbers and words for its prose."""
+    cs, issue = _cases(), _cases(True)
+    s_all, s_issue = sm.summary(cs), sm.summary(issue)
+    unexplained = [c.post_step_unexplained for c in cs]
+    small = [c for c in cs if c.persistent < 16 * 2**30]
+    proxies = [c for c in cs if c.persistent >= 16 * 2**30]
+    over_small = [c.post_step - sum(v for k, v in c.peak.persistent.items() if k not in c.framework) for c in small]
+    over_proxy = [c.post_step - sum(v for k, v in c.peak.persistent.items() if k not in c.framework) for c in proxies]
+    pairs = {c.case.label: c for c in cs}
+    h100, h100_sm = pairs["DeepSeek-V3 proxy, H100"], pairs["DeepSeek-V3 proxy, H100 (_sm)"]
+    return {
+        "commit": MEGATRON_LM_COMMIT[:10],
+        "n_cases": fmt_count(len(cs)), "n_issue": fmt_count(len(issue)),
+        "n_within": fmt_count(s_all["within"]), "n_issue_within": fmt_count(s_issue["within"]),
+        "target": fmt_decimal(100 * sm.TARGET, 0) + " %",
+        "max_abs": _err(s_all["max_abs"]).lstrip("+"), "mean_abs": _err(s_all["mean_abs"]).lstrip("+"),
+        "issue_max_abs": _err(s_issue["max_abs"]).lstrip("+"),
+        "n_not_expressible": fmt_count(len(sm.NOT_EXPRESSIBLE)),
+        "unexplained_min": _gib_text(min(unexplained)), "unexplained_max": _gib_text(max(unexplained)),
+        "over_small_min": _gib_text(min(over_small)), "over_small_max": _gib_text(max(over_small)),
+        "over_proxy_min": _gib_text(min(over_proxy)), "over_proxy_max": _gib_text(max(over_proxy)),
+        "proxy_dummy_wgrad": _gib_text(h100.framework.get("te_dummy_wgrads", 0)),
+        "proxy_world": fmt_count(h100.world_size), "proxy_dp": fmt_count(h100.run.train.dp),
+        "gb200_world": fmt_count(pairs["DeepSeek-V3 proxy, GB200"].world_size),
+        "sm_steady": _gib_text(h100_sm.steady), "h100_steady": _gib_text(h100.steady),
+        "sm_spread": signed_bytes(h100_sm.steady - h100.steady, UNIT),
+        "transient_terms": ", ".join(t.replace("_", " ") for t in TRANSIENT_TERMS),
+    }
+
+
+def cases_table() -> str:
+    rows = []
+    for c in _cases():
+        rows.append([c.case.label + ("" if c.case.issue else " †"), c.device, fmt_count(c.world_size),
+                     _gib(c.steady), _gib(c.predicted), _err(c.error), "yes" if c.within_target else "no"])
+    return md_table(["case", "GPU", "GPUs", f"measured steady peak ({UNIT})", f"memlib peak_allocated ({UNIT})",
+                     "error", f"within {fmt_decimal(100 * sm.TARGET, 0)} %"], rows, "llrrrrl")
+
+
+def breakdown_table() -> str:
+    rows = []
+    for c in _cases():
+        p = c.peak
+        tr = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in p.transient.items() if v)
+        acts = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in p.activations.items() if v)
+        rows.append([c.case.label, _gib(sum(p.persistent.values())), acts or "–", tr or "–", _gib(p.peak_allocated),
+                     _gib(c.steady)])
+    return md_table(["case", f"persistent ({UNIT})", f"activations held ({UNIT})", f"transient ({UNIT})",
+                     f"memlib ({UNIT})", f"measured ({UNIT})"], rows, "lrllrr")
+
+
+def post_step_table() -> str:
+    rows = []
+    for c in _cases():
+        states = sum(v for k, v in c.peak.persistent.items() if k not in c.framework)
+        rows.append([c.case.label, _gib(c.post_step), _gib(states), _gib(sum(c.framework.values())),
+                     signed_bytes(c.post_step_unexplained, UNIT).removesuffix(" " + UNIT)])
+    return md_table(["case", f"logged after the step ({UNIT})", f"model states and buffers ({UNIT})",
+                     f"framework buffers ({UNIT})", f"left unexplained ({UNIT})"], rows, "lrrrr")
+
+
+def framework_table() -> str:
+    """The framework terms of the smallest and the largest case, side by side."""
+    cs = _cases(True)
+    a, b = cs[0], max(cs, key=lambda c: c.persistent)
+    keys = [k for k in dict.fromkeys([*a.framework, *b.framework])]
+    rows = [[k.replace("_", " "), _gib(a.framework.get(k, 0), 3), _gib(b.framework.get(k, 0), 3)] for k in keys]
+    rows.append(["total", _gib(sum(a.framework.values()), 3), _gib(sum(b.framework.values()), 3)])
+    return md_table(["term", f"{a.case.label} ({UNIT})", f"{b.case.label} ({UNIT})"], rows, "lrr")
+
+
+def run_max_table() -> str:
+    rows = []
+    for c in _cases():
+        imb = fmt_decimal(c.imbalance, 2) if c.imbalance is not None else "–"
+        rows.append([c.case.label, _gib(c.steady), _gib(c.run_max), fmt_count(c.run_max_at), _err(c.error_run_max),
+                     imb])
+    return md_table(["case", f"steady peak ({UNIT})", f"run maximum ({UNIT})", "at iteration",
+                     "memlib vs run maximum", "routing imbalance reaching it"], rows, "lrrrrr")
+
+
+def not_expressible_table() -> str:
+    rows = [[name, why, _gib(mx)] for name, why, mx in sm.not_expressible()]
+    return md_table(["test case", "why memlib cannot express it", f"published maximum ({UNIT})"], rows, "llr")
+
+
+def gaps_table() -> str:
+    rows = []
+    for c in _cases():
+        if c.within_target:
+            continue
+        rows.append([c.case.label, _err(c.error), signed_bytes(c.post_step_unexplained, UNIT).removesuffix(" " + UNIT),
+                     signed_bytes(c.dynamic_gap, UNIT).removesuffix(" " + UNIT),
+                     sm.GAPS.get(c.case.name, sm.GAP_DEFAULT)])
+    return md_table(["case", "error", f"persistent, not counted ({UNIT})",
+                     f"activations and transient, not counted ({UNIT})", "the term"], rows, "lrrrl")
+
+
+def figure():
+    cs = _cases()
+    labels = [textwrap.fill(c.case.label.replace("DeepSeek-V3 proxy", "V3 proxy").replace(",", ""), 11) for c in cs]
+    pers = [sum(c.peak.persistent.values()) for c in cs]
+    acts = [sum(c.peak.activations.values()) for c in cs]
+    trans = [sum(c.peak.transient.values()) for c in cs]
+    fig, ax = new_figure(9.0, 4.2)
+    stacked_bars(ax, labels, [Series("persistent (states, buffers)", CATEGORY_COLORS["model_states"], pers),
+                              Series("activations held", CATEGORY_COLORS["activations"], acts),
+                              Series("transient", OKABE_ITO["vermillion"], trans)], UNIT, totals=False,
+                 fontsize=6.5)
+    xs = list(range(len(cs)))
+    ax.scatter(xs, [in_unit(c.steady, UNIT) for c in cs], marker="_", s=300, color=OKABE_ITO["black"], zorder=3,
+               label="measured steady peak")
+    ax.scatter(xs, [in_unit(c.run_max, UNIT) for c in cs], marker="x", s=25, color=OKABE_ITO["black"], zorder=3,
+               label="measured run maximum")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("memlib's peak_allocated against Megatron-LM's logged max_memory_allocated (last rank)", fontsize=9)
+    return fig
+
