@@ -42,6 +42,7 @@ from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_ro
 from .params import by_block, values as model_values
 from .partition import Chunk, Partition, Stage
 from .schedule import Moment, check_schedule, moments
+from .transient import Segment, candidates
 from .states import P_e, P_ne, Recipe, recipe, states_formula
 from .symbols import sym
 
@@ -350,16 +351,43 @@ class Estimate:
         layer_held = max([sum(x for k, (x, e) in led.items() if k not in off_keys and not self.policy.drops(e)
                               and not e.only_when and not k.startswith("mtp.head."))
                           for led in layers.values()] or [0])
-        # an op's backward holds the gradient of its output and makes that of its input: at most the two
-        # largest tensors one layer saves (per layer: the MTP head's loss is the logits term)
-        pairs = [sum(sorted((x for k, (x, e) in led.items() if not k.startswith("mtp.head.")), reverse=True)[:2])
-                 for led in layers.values()]
         logits = 0
         if chunk.last:        # [s/CP, b, v/TP] in the compute dtype (the output layer gathers the SP shards)
             vocab = int(self.partition.values[sym("v")])
             logits = -(-t.micro_batch * t.seq_len // t.cp) * -(-vocab // t.tp) * self.recipe.activations
+        cands = self._candidates(chunk, logits)
+        if reload:            # the reload of one layer's offloaded tensors, in every backward moment
+            cands = {k: {**d, "offload_reload": reload} if k not in ("forward_end", "forward_moe") else d
+                     for k, d in cands.items()}
         return ChunkLoad(held=sum(entries.values()) - offloaded, offloaded=offloaded, working=working,
-                         gradients=max(pairs or [0]), reload=reload, logits=logits, layer=layer_held)
+                         gradients=0, reload=reload, logits=logits, layer=layer_held,
+                         candidates=tuple(cands.items()))
+
+    def _candidates(self, chunk: Chunk, logits: int) -> dict[str, dict[str, int]]:
+        """The candidate moments of one micro-batch through ``chunk`` (:func:`memlib.transient.candidates`):
+        its ledgers in forward order, evaluated."""
+        m, pol = self.model, self.policy
+        segs: list[Segment] = []
+        if chunk.first:
+            segs.append(Segment("embedding", "embedding", self._evaluated("embedding"), pol))
+        for n, i in enumerate(chunk.layers):
+            p = self.base if pol.full and pol.block_layers is not None and n >= pol.block_layers else pol
+            segs.append(Segment(f"layer.{i}", m.layer_kinds[i], self._evaluated(f"layer.{m.layer_kinds[i]}"), p))
+        depth = m.num_nextn_predict_layers if chunk.last and self.partition.profile.include_mtp else 0
+        if chunk.last:
+            head = self._evaluated("head")
+            if depth:         # the decoder's final norm runs before the MTP block, the output layer after
+                norm = {k: v for k, v in head.items() if k.startswith("head.norm_")}
+                segs.append(Segment("head.norm", "head", norm, pol))
+                for j in range(depth):
+                    segs.append(Segment(f"mtp.{j}", "mtp", self._evaluated(f"mtp.{j}"), pol))
+                head = {k: v for k, v in head.items() if k not in norm}
+            segs.append(Segment("head", "head", head, pol))
+        kinds = sorted({m.layer_kinds[i] for i in chunk.layers}) or ["dense"]
+        led = self._evaluated(f"layer.{kinds[0]}")
+        H = led["attention.norm_output"][0] if "attention.norm_output" in led else 0
+        return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
+                          shared_experts=bool(m.n_shared_experts))
 
     @cached_property
     def peaks(self) -> list[StagePeak]:

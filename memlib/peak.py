@@ -20,14 +20,18 @@ activations
     megatron/core/pipeline_parallel/fine_grained_activation_offload.py: the last group of each name, so
     that reloading never blocks the compute stream): one layer's offloaded tensors, ``offload_margin``.
 transient
-    what is alive only while a chunk computes, at the same moment: the recompute working set (what the
-    policy dropped, re-materialised for the layer in backward), the gradients of the op in backward
-    (the gradient of its output and that of its input exist together: counted as the two largest tensors
-    one of the chunk's layers saves, an op's input and output at most), the reload of one layer's offloaded activations, and on the chunk with
-    the output layer the bf16 logits, alive beside the fp32 softmax while the cross-entropy runs (and
-    again as the logits' bf16 gradient while the fp32 one is cast).  The larger of the gradients and
-    the logits counts (they are never alive together); the optimizer step allocates nothing that
-    outlives an op at these sizes (fused Adam works in place).
+    what is alive only while a chunk computes, beyond the micro-batch it holds: the worst of a few
+    candidate moments of one micro-batch (:mod:`memlib.transient`, built from the chunk's ledgers in the
+    order the forward saves them and the order the backward frees them): the end of the forward (the bf16
+    logits beside the fp32 softmax, the hidden states ``GPTModel.forward`` holds), the forward of the last
+    MoE layer's experts (three copies of the dispatched tokens), the first attention backward (the local
+    softmax's ``s x s`` gradients, after the later layers' and the heads' tensors were freed), the
+    recomputation of the last layer or MTP block.  Each as named terms: ``recompute_working_set``,
+    ``backward_gradients``, ``cross_entropy_logits``, ``offload_reload`` (one layer's offloaded tensors,
+    reloaded, in backward moments), ``forward_transients`` and ``backward_released`` (negative: what the
+    backward freed by then).  The optimizer step allocates nothing that outlives an op at these sizes
+    (fused Adam works in place).  Checked against a measured Megatron-Core step on the CPU
+    (:mod:`memlib.measure_peak`, tests/test_peak_cpu.py).
 
 ``peak_reserved`` adds the allocator's caching to the peak: the overhead preset's fragmentation
 fraction of it (PyTorch's ``max_memory_reserved`` minus ``max_memory_allocated``).
@@ -56,7 +60,8 @@ __all__ = ["Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRAN
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 
 #: the transient terms, in the order the breakdown lists them
-TRANSIENT_TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload")
+TRANSIENT_TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
+                   "forward_transients", "backward_released")
 
 
 @dataclass(frozen=True)
@@ -139,15 +144,28 @@ class ChunkLoad:
     held: int                 #: one micro-batch's saved activations kept on the GPU
     offloaded: int            #: one micro-batch's saved activations moved to the host
     working: int              #: the recompute working set (what one layer's policy dropped)
-    gradients: int            #: the two largest tensors one of its layers saves, together
+    gradients: int            #: unused since the candidate moments (kept for callers; 0)
     reload: int               #: the offloaded activations of its largest layer, reloaded for backward
     logits: int               #: the bf16 logits of one output head (0 without the head)
     layer: int = 0            #: the largest layer's kept saved tensors (one layer's forward)
+    #: the candidate moments of one micro-batch (:func:`memlib.transient.candidates`): name -> named terms
+    candidates: tuple = ()
+
+    def moment(self) -> str:
+        """The name of the candidate moment with the most bytes (the first such)."""
+        if not self.candidates:
+            return ""
+        return max(self.candidates, key=lambda c: sum(c[1].values()))[0]
 
     def transient(self) -> dict[str, int]:
+        """The named terms of the worst candidate moment (:mod:`memlib.transient`); without candidates the
+        older bound: the working set, the larger of the gradient pair and the logits, the reload."""
+        if self.candidates:
+            name = self.moment()
+            return dict(next(t for n, t in self.candidates if n == name))
         grads, logits = (self.gradients, 0) if self.gradients >= self.logits else (0, self.logits)
-        return {"recompute_working_set": self.working, "backward_gradients": grads,
-                "cross_entropy_logits": logits, "offload_reload": self.reload}
+        return {**dict.fromkeys(TRANSIENT_TERMS, 0), "recompute_working_set": self.working,
+                "backward_gradients": grads, "cross_entropy_logits": logits, "offload_reload": self.reload}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ ORDER = [
     "activations", "ledgers_hf", "ledgers_megatron", "ledgers",
     "schedule",
     # the peak the allocator reports: persistent buffers, held activations, transient terms
-    "peak",
+    "transient", "peak",
     "overhead", "memory",
     # Megatron-LM's launch flags read as a configuration
     "megatron_args",
