@@ -128,7 +128,7 @@ def gaps_table() -> str:
             continue
         rows.append([c.case.label, _err(c.error), signed_bytes(c.post_step_unexplained, UNIT).removesuffix(" " + UNIT),
                      signed_bytes(c.dynamic_gap, UNIT).removesuffix(" " + UNIT),
-                     sm.GAPS.get(c.case.name, sm.GAP_DEFAULT)])
+                     sm.gap_text(c)])
     return md_table(["case", "error", f"persistent, not counted ({UNIT})",
                      f"activations and transient, not counted ({UNIT})", "the term"], rows, "lrrrl")
 
