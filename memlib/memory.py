@@ -36,13 +36,14 @@ from .activations import Policy, Saved, element_bytes, entry_bytes, parse_policy
 from .ledgers import act_profile
 from .breakdown import Breakdown
 from .config import ConfigError, ModelConfig, TrainingConfig, show
+from .kernels import AttnBackend
 from .overhead import Overheads
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
 from .params import by_block, values as model_values
 from .partition import Chunk, Partition, Stage
 from .schedule import Moment, check_schedule, moments
-from .transient import Segment, candidates
+from .transient import Segment, candidates, moe_copies, te_fused_softmax
 from .states import P_e, P_ne, Recipe, recipe, states_formula
 from .symbols import sym
 
@@ -386,8 +387,16 @@ class Estimate:
         kinds = sorted({m.layer_kinds[i] for i in chunk.layers}) or ["dense"]
         led = self._evaluated(f"layer.{kinds[0]}")
         H = led["attention.norm_output"][0] if "attention.norm_output" in led else 0
+        t, fw = self.train, self.framework
+        te = t.transformer_impl.uses_te
+        fused_softmax = (te and t.attention_backend is AttnBackend.UNFUSED
+                         and te_fused_softmax(t.micro_batch, m.num_attention_heads // t.tp, -(-t.seq_len // t.cp),
+                                              -(-t.seq_len // t.cp), self.act_recipe.activations == 2))
+        copies = moe_copies(te=te, grouped_gemm=fw.moe_grouped_gemm, dispatcher=fw.token_dispatcher,
+                            permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
+                            local_experts=m.n_routed_experts // t.ep)
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
-                          shared_experts=bool(m.n_shared_experts))
+                          shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies)
 
     @cached_property
     def peaks(self) -> list[StagePeak]:

@@ -24,8 +24,10 @@ transient
     candidate moments of one micro-batch (:mod:`memlib.transient`, built from the chunk's ledgers in the
     order the forward saves them and the order the backward frees them): the end of the forward (the bf16
     logits beside the fp32 softmax, the hidden states ``GPTModel.forward`` holds), the forward of the last
-    MoE layer's experts (three copies of the dispatched tokens), the first attention backward (the local
-    softmax's ``s x s`` gradients, after the later layers' and the heads' tensors were freed), the
+    MoE layer's experts (three copies of the dispatched tokens, four with TE's grouped experts behind the
+    fused permutation), the first attention backward (the local softmax's four ``s x s`` tensors, or TE's
+    in-place fused softmax: the probabilities' gradient beside the context's, after the later layers' and
+    the heads' tensors were freed), the
     recomputation of the last layer or MTP block.  Each as named terms: ``recompute_working_set``,
     ``backward_gradients``, ``cross_entropy_logits``, ``offload_reload`` (one layer's offloaded tensors,
     reloaded, in backward moments), ``forward_transients`` and ``backward_released`` (negative: what the

@@ -7,7 +7,8 @@ micro-batch; each is the bytes alive then minus that micro-batch's held activati
 ``backward_released`` term is negative: what the backward has freed by then).  The largest candidate is
 the chunk's transient.  Integers only; every rule is read from the code that runs, and checked against
 :mod:`memlib.measure_peak` (megatron-core 0.19.2, ``transformer_impl=local`` on the CPU,
-``tests/test_peak_cpu.py``).
+``tests/test_peak_cpu.py``).  The Transformer Engine rules below are read from the sources only (TransformerEngine
+v2.18, file:line there unless said otherwise; Megatron-LM d98e8a64dd), not measured: no GPU here.
 
 ``H`` is one residual-stream tensor ``[s/TP (SP), b, h]`` in the activation dtype (the bytes of the ledger's
 ``attention.norm_output``), ``L`` the bf16 logits ``[s/CP, b, v/TP]`` of one output head, ``D`` the MTP depth
@@ -38,6 +39,26 @@ backward_attention (a layer whose ledger keeps the ``[b, n_h, s, s]`` probabilit
     ``(1 + D) H``, held until the decoder's final norm takes its half), off the last chunk the gradient
     received from the next stage (``H``).  What the policy dropped up to the probabilities is recomputed
     and alive (``recompute_working_set``).
+
+    Transformer Engine's unfused attention (``transformer_impl=transformer_engine``, ``--attention-backend
+    unfused``, TE v2.18 and the releases before it, where the fused softmax kernel runs: :func:`te_fused_softmax`)
+    has no ``CopySlices``: ``UnfusedDotProductAttention`` (TE transformer_engine/pytorch/attention/
+    dot_product_attention/backends.py:567 ``torch.baddbmm`` into a fresh tensor with ``beta=0``, :644 the
+    softmax, :684 ``torch.bmm(attention_probs, v)``, :691 the context made contiguous) runs the fused
+    ``ScaledMaskedSoftmax`` (softmax.py:93-116, 245: it saves only its bf16 results, :107), whose CUDA backward
+    writes the scores' gradient into its incoming gradient (csrc/extensions/softmax.cpp:103-121, "Produce
+    gradients in place"); dropout 0 returns its input (no node, no mask); the scores are not saved (``baddbmm``'s
+    backward needs q and k only, and ``matmul_result`` needs no gradient).  The most is alive in the context
+    ``bmm``'s backward (``BmmBackward0`` computes both gradients while its incoming gradient lives; its saved
+    tensors go after it, autograd engine ``release_variables``): the incoming gradient of the context (``C``,
+    the bytes of ``attention.context``: permute and view backward pass it on as a view), the probabilities'
+    gradient (``P``) and ``v``'s (``V``), with the probabilities and ``v`` still saved (not released); the
+    softmax backward then adds nothing, and ``baddbmm``'s backward holds ``P`` with dq and dk after the
+    probabilities are freed (less at these sizes): ``P + V + C`` beside the residual-stream gradients above.
+    What the policy dropped up to the probabilities is recomputed and alive; under ``core_attn`` the
+    checkpoint's recomputed output and probabilities (``C + P``).  TE's main branch after v2.18 (commit
+    0c8cf2c, torch.compile support) allocates a fresh gradient in the softmax backward instead: one ``P`` more
+    there, not modelled.
 forward_moe (a MoE layer with the unfused permutation and the local experts, megatron's defaults)
     The last MoE layer (or MTP block) of the chunk, when ``SequentialMLP`` concatenates its experts' outputs
     (moe/experts.py): the permuted tokens (``moe_utils.permute``'s ``index_select``, held by the token
@@ -47,6 +68,19 @@ forward_moe (a MoE layer with the unfused permutation and the local experts, meg
     layer), the residual after the attention, the shared experts' output; in the MTP block the decoder's
     final hidden state, the MTP embedding and the layer's input (the ``eh_proj`` output) instead of the
     layer's input.  Not yet saved: every kept entry after that layer.
+
+    Transformer Engine's ``GroupedLinear`` experts (``--moe-grouped-gemm``, ``TEGroupedMLP``) behind the
+    all-to-all dispatcher with the fused permutation (``--moe-permute-fusion``), ETP 1, no FP8
+    (:func:`moe_copies`): TE's permute, chunk sort and un-permute save only their ``row_id_map``
+    (TE transformer_engine/pytorch/permutation.py:519, 808, 1250), so the token copies live in Python frames:
+    ``MoELayer.forward``'s ``custom_forward`` keeps the permuted tokens (``hidden_states``,
+    megatron/core/transformer/moe/moe_layer.py:663) and the all-to-all's output (``dispatched_input``, :680)
+    until it returns; the sort by local expert (token_dispatcher.py:782, several local experts) is what fc1
+    saves (the ledger's entry); fc2's output (experts.py:1028) lives until ``routed_experts_compute`` returns,
+    while ``combine_preprocess`` sorts it back (moe_layer.py:569, token_dispatcher.py:817); the combine's
+    all-to-all (token_dispatcher.py:864) then holds the sorted-back tokens and its own output: ``4 R``
+    (``3 R`` with one local expert, no sorts), both the local-token side (permuted tokens, the combine's
+    output) and the expert side counted at ``R`` (exact under balanced routing, an upper bound otherwise).
 recompute (a policy that drops entries of the last layer or MTP block)
     Megatron-Core re-runs the dropped part at the start of that layer's backward (``CheckpointFunction``,
     ``CheckpointWithoutOutput``): its dropped entries are saved again (``recompute_working_set``) while the
@@ -58,9 +92,13 @@ recompute (a policy that drops entries of the last layer or MTP block)
 
 What is not modelled: allocator block rounding (each entry counts its exact bytes; a block is a multiple of
 512 bytes, :mod:`memlib.measure_peak`), the loss's 0-dim scalars (a few 512-byte blocks), the router's
-tensors that live across steps (they cancel against the step's end), the TE path's own temporaries (its
-ledgers keep no ``s x s`` tensor and no ``norm_input_fp32``: backward_attention and the norm rule do not
-apply there; forward_end, forward_moe and the release order do).
+tensors that live across steps (they cancel against the step's end); on the TE path: the backward of the
+experts and of the permutation (at most a few ``R`` while the layer's own tensors are still held: below
+backward_attention wherever the ``s x s`` probabilities exist, not derived for flash/fused attention), the
+loss's compiled cross-entropy (``torch.compile``: whether its in-place updates of the fp32 softmax stay in
+place), what the all-to-all overlap's schedule nodes keep beyond forward_moe's copies, ETP > 1 and FP8
+(the local rule's ``3 R`` is kept there), TE's torch softmax fallback (the local rule is kept there); the recompute moment is the
+local rule's upper bound (every dropped entry of the last layer alive at once).
 """
 from __future__ import annotations
 
@@ -69,7 +107,7 @@ from typing import Mapping, Sequence
 
 from .activations import Policy, Saved
 
-__all__ = ["Segment", "candidates", "TERMS"]
+__all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies"]
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
 TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
@@ -110,6 +148,34 @@ class Segment:
         return sum(x for x, e in self.entries.values() if self.kept(e))
 
 
+def te_fused_softmax(batch: int, heads: int, sq: int, sk: int, half: bool) -> bool:
+    """Whether Transformer Engine's ``FusedScaleMaskSoftmax`` runs its CUDA kernel for ``[batch, heads, sq,
+    sk]`` scores (``is_kernel_available``, attention/dot_product_attention/softmax.py: fp16/bf16 input,
+    ``16 < sk < 16384``, ``sk % 8 == 0``, ``sq > 1``, causal ``sq == sk``, ``sq % 4 == 0``, ``batch * heads %
+    4 == 0`` and ``sq`` a multiple of the kernel's batches per block); otherwise its torch fallback runs."""
+    if not (half and 16 < sk < 16384 and sk % 8 == 0 and sq > 1 and sq == sk and sq % 4 == 0
+            and (batch * heads) % 4 == 0):
+        return False
+    pow2 = 1 << (sk - 1).bit_length()                 # get_batch_per_block
+    warp = pow2 if pow2 < 32 else 32
+    per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
+    return sq % per_block == 0
+
+
+def moe_copies(*, te: bool, grouped_gemm: bool, dispatcher: str, permute_fusion: bool, fp8: bool, etp: int,
+               local_experts: int) -> int:
+    """How many tensors the size of the dispatched tokens are alive at forward_moe's moment (see the module
+    docstring): 4 for TE's ``GroupedLinear`` experts behind the all-to-all dispatcher with the fused
+    permutation and several local experts (3 with one), 3 otherwise (the local rule, measured; not derived
+    for the other paths: ETP > 1, FP8's padded copies).  Under the all-to-all overlap
+    (``--overlap-moe-expert-parallel-comm``) the same MoELayer steps run as schedule nodes, which keep each
+    node's detached inputs and its output until the backward (megatron/core/pipeline_parallel/utils.py:
+    ``ScheduleNode._forward``): at least these copies are alive; the rule is kept as a lower bound there."""
+    if te and grouped_gemm and dispatcher == "alltoall" and permute_fusion and not fp8 and etp == 1:
+        return 4 if local_experts > 1 else 3
+    return 3
+
+
 def _terms(**kw) -> dict[str, int]:
     out = dict.fromkeys(TERMS, 0)
     out.update({k: int(v) for k, v in kw.items()})
@@ -117,9 +183,15 @@ def _terms(**kw) -> dict[str, int]:
 
 
 def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, first: bool, last: bool,
-               shared_experts: bool) -> dict[str, dict[str, int]]:
+               shared_experts: bool, fused_softmax: bool = False,
+               moe_copies: int = 3) -> dict[str, dict[str, int]]:
     """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
-    as named terms beyond the micro-batch's held activations (see the module docstring)."""
+    as named terms beyond the micro-batch's held activations (see the module docstring).
+
+    ``fused_softmax``: the ``s x s`` probabilities come from Transformer Engine's unfused attention with its
+    fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
+    dispatched tokens' size are alive at forward_moe's moment (3: the local experts with the unfused
+    permutation; see :func:`moe_copies` for the TE grouped-GEMM experts with the fused permutation)."""
     out: dict[str, dict[str, int]] = {}
     D = mtp_depth if last else 0
     layers = [i for i, s in enumerate(segments) if s.kind in ("dense", "moe", "mtp")]
@@ -152,14 +224,22 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
         ci = seg.find("attention.context")
         C = ci[1] if ci else 0
         core = "core_attn" in seg.policy.modules and not seg.policy.full
-        released = tail(i) + seg.kept_after(j) + (P if seg.kept(pe) else 0)
-        grads = 4 * P + V + grad_hidden
-        if core:        # CheckpointFunction.backward holds q, k, v, its recomputed output and that one's gradient
-            working = C
-            grads += C
-        else:           # the softmax's and the bmm's backward have run: the probabilities and v are freed
-            released += V if ve is not None and seg.kept(ve) else 0
-            working = seg.dropped_upto(j) - (0 if seg.kept(pe) else P) - (V if ve is not None and not seg.kept(ve) else 0)
+        if fused_softmax:
+            # TE: the context bmm's backward (dP, dV beside dC), the probabilities and v still saved; under
+            # core_attn the checkpoint's recomputed output and probabilities are alive too
+            released = tail(i) + seg.kept_after(j)
+            grads = P + V + C + grad_hidden
+            working = C + P if core else seg.dropped_upto(j)
+        else:
+            released = tail(i) + seg.kept_after(j) + (P if seg.kept(pe) else 0)
+            grads = 4 * P + V + grad_hidden
+            if core:    # CheckpointFunction.backward holds q, k, v, its recomputed output and that one's gradient
+                working = C
+                grads += C
+            else:       # the softmax's and the bmm's backward have run: the probabilities and v are freed
+                released += V if ve is not None and seg.kept(ve) else 0
+                working = (seg.dropped_upto(j) - (0 if seg.kept(pe) else P)
+                           - (V if ve is not None and not seg.kept(ve) else 0))
         out["backward_attention"] = _terms(backward_released=-released, backward_gradients=grads,
                                            recompute_working_set=working)
     # forward of the last MoE layer's experts
@@ -174,7 +254,7 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
         else:
             hidden = 2 + (i != layers[0]) + shared_experts
         out["forward_moe"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_moe)),
-                                    forward_transients=3 * R + hidden * H)
+                                    forward_transients=moe_copies * R + hidden * H)
     # the recomputation of the last layer (or MTP block) at the start of its backward
     i = layers[-1]
     seg = segments[i]

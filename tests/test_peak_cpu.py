@@ -28,7 +28,7 @@ import sympy as sp
 from memlib.activations import Policy, saved
 from memlib.config import TrainingConfig, model_from_dict
 from memlib.measure_megatron import MCORE_VERSION, MISSING_MCORE, available
-from memlib.transient import TERMS, Segment, candidates
+from memlib.transient import TERMS, Segment, candidates, moe_copies, te_fused_softmax
 
 SMALL = {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "num_attention_heads": 8,
          "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": 32, "kv_lora_rank": 24,
@@ -172,3 +172,59 @@ def test_full_recompute_saves_the_dropped_part_again():
     assert c["recompute"]["backward_released"] == -50
     # the checkpoint keeps the decoder input: forward_end does not count it again
     assert c["forward_end"]["forward_transients"] == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# the Transformer Engine rules (read from the sources, not measured), hand-worked on the same chunk
+# ------------------------------------------------------------------------------------------------
+def test_te_backward_attention_is_the_context_bmms_backward():
+    segs = [_seg("layer.0", "moe", _layer()), _seg("head", "head", [("head.loss_softmax", 50, dict(keep_full=True))])]
+    c = candidates(segs, H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=True,
+                   fused_softmax=True)["backward_attention"]
+    # released: head 50 + after the probabilities 6 + 10 + 20 + 30; the probabilities and v are still saved
+    assert c["backward_released"] == -(50 + 66)
+    # dP, dV and the context's incoming gradient dC, the layer's residual gradient (last chunk, no MTP)
+    assert c["backward_gradients"] == 100 + 7 + 6 + 10
+    assert c["recompute_working_set"] == 0
+    # core_attn: the checkpoint's recomputed output and probabilities are alive beside the same gradients
+    segs[0] = _seg("layer.0", "moe", _layer(), CORE)
+    c = candidates(segs, H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=True,
+                   fused_softmax=True)["backward_attention"]
+    assert c["backward_released"] == -(50 + 66)
+    assert c["backward_gradients"] == 100 + 7 + 6 + 10 and c["recompute_working_set"] == 6 + 100
+    # mla_up_proj drops v: it is recomputed before the core attention's backward and alive
+    up = Policy("up", frozenset({"mla_up_proj"}))
+    ent = [(k, x, dict(modules={"mla_up_proj"}) if k == "attention.v" else kw) for k, x, kw in _layer()]
+    segs[0] = _seg("layer.0", "moe", ent, up)
+    c = candidates(segs, H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=True,
+                   fused_softmax=True)["backward_attention"]
+    assert c["recompute_working_set"] == 7 and c["backward_released"] == -(50 + 66)
+    # off the last chunk with MTP depth 0: the gradient received from the next stage as well
+    c = candidates(segs[:1], H=10, L=0, mtp_depth=0, first=True, last=False, shared_experts=True,
+                   fused_softmax=True)["backward_attention"]
+    assert c["backward_gradients"] == 100 + 7 + 6 + 2 * 10 and c["backward_released"] == -66
+
+
+def test_te_fused_softmax_runs_where_its_kernel_is_available():
+    assert te_fused_softmax(4, 16, 4096, 4096, True)          # the measured runs: b = 4, 32 heads over TP 2
+    assert te_fused_softmax(1, 16, 4096, 4096, True)          # MBS 1: 16 heads, a multiple of 4
+    assert not te_fused_softmax(1, 2, 4096, 4096, True)       # b * heads not a multiple of 4
+    assert not te_fused_softmax(4, 16, 16384, 16384, True)    # sk must be below 16384
+    assert not te_fused_softmax(4, 16, 4100, 4100, True)      # sk a multiple of 8
+    assert not te_fused_softmax(4, 16, 4096, 4096, False)     # fp16/bf16 only
+    assert not te_fused_softmax(4, 16, 2048, 4096, True)      # causal: sq == sk
+    assert te_fused_softmax(4, 4, 64, 64, True)               # 8 rows a block at sk = 64
+
+
+def test_te_grouped_experts_with_the_fused_permutation_hold_four_copies():
+    te = dict(te=True, grouped_gemm=True, dispatcher="alltoall", permute_fusion=True, fp8=False, etp=1)
+    assert moe_copies(**te, local_experts=8) == 4
+    assert moe_copies(**te, local_experts=1) == 3                     # no sorts by local expert
+    for k, v in (("te", False), ("grouped_gemm", False), ("permute_fusion", False), ("dispatcher", "flex"),
+                 ("fp8", True), ("etp", 2)):
+        assert moe_copies(**{**te, k: v}, local_experts=8) == 3       # the local rule
+    segs = [_seg("layer.0", "dense", _layer()[:5]), _seg("layer.1", "moe", _layer()),
+            _seg("head", "head", [("head.loss_softmax", 50, dict(keep_full=True))])]
+    c = candidates(segs, H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=True,
+                   moe_copies=4)["forward_moe"]
+    assert c["forward_transients"] == 4 * 20 + 4 * 10 and c["backward_released"] == -50
