@@ -110,9 +110,38 @@ def _proxy_gap(c: "MeasuredCase") -> str:
             "of the last stage would settle it")
 
 
+def _moment_words(c: "MeasuredCase") -> str:
+    names = {"forward_end": "the end of the last chunk's forward (the logits beside the held micro-batches)",
+             "backward_attention": "the first attention backward of the chunk computing",
+             "forward_moe": "the forward of the last MoE layer's experts", "recompute": "the recompute of the last layer"}
+    return names.get(c.moment, c.moment or "the end of a forward")
+
+
+def _te_gap(c: "MeasuredCase") -> str:
+    from ..units import fmt_bytes
+    return (f"not located in the code read: memlib's worst moment is {_moment_words(c)}, and the run holds "
+            f"{fmt_bytes(c.dynamic_gap, 'GiB')} more above its post-step allocation. The native fused cross-entropy "
+            "runs under torch.compile, whose handling of its in-place updates of the fp32 logits cannot be read "
+            "from the source (a copy would add one fp32 logits buffer); an allocation trace of the last stage "
+            "would settle it")
+
+
+def _offload_gap(c: "MeasuredCase") -> str:
+    from ..units import fmt_bytes
+    return (f"offloading's timing: memlib keeps one group of each offloaded module on the GPU and reloads one "
+            f"layer's groups before its backward; its worst moment is {_moment_words(c)}; the run holds "
+            f"{fmt_bytes(c.dynamic_gap, 'GiB')} more (the offload manager's prefetch and the first iteration's "
+            "warm-up decide how many groups are on the GPU at once, which memlib does not replay)")
+
+
 #: what memlib does not count (or counts too much) where a case misses the target, by test case: findings
 #: from reading the code the run executes, never a fitted constant (each a function of the case's values)
 GAPS: dict[str, Callable[["MeasuredCase"], str]] = {
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": _te_gap,
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": _te_gap,
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": _te_gap,
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": _offload_gap,
+    "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": _offload_gap,
     "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": _proxy_gap,
     "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": _proxy_gap,
     "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": _proxy_gap,
@@ -173,6 +202,7 @@ class MeasuredCase:
     framework: dict            #: memlib's framework terms of the last stage (bytes, by name)
     imbalance: Fraction | None  #: the routing imbalance at which memlib reaches the run maximum
     loss_softmax: int = 0       #: one micro-batch's fp32 cross-entropy softmax on the last stage (the ledger's)
+    moment: str = ""            #: the candidate moment of the chunk computing at the peak (memlib.transient)
 
     @property
     def predicted(self) -> int:
@@ -231,7 +261,20 @@ def measured_case(case: Case) -> MeasuredCase:
                         f["max_run_at"], pk, sum(pk.persistent.values()),
                         {k: v for k, v in pk.persistent.items() if k in FRAMEWORK_TERMS},
                         implied_imbalance(case, f["max_run"]),
-                        est.stages[-1].activations["by_entry"].get("head.loss_softmax", 0))
+                        est.stages[-1].activations["by_entry"].get("head.loss_softmax", 0), _peak_moment(est))
+
+
+def _peak_moment(est: Estimate) -> str:
+    """The candidate moment (memlib.transient) of the last stage's chunk computing at its peak."""
+    st = est.partition.stages[-1]
+    pk = est.peaks[-1]
+    ex = est.stage_expressions(st.index, est.values)
+    best, name = -1, ""
+    for c in pk.moment.running:
+        load = est.chunk_load(st.chunks[c], {k: int(x) for k, x in ex.chunks[c].items()}, int(ex.working[c]))
+        if load.candidates and sum(load.transient().values()) > best:
+            best, name = sum(load.transient().values()), load.moment()
+    return name
 
 
 def measured_cases(issue_only: bool = False) -> list[MeasuredCase]:
