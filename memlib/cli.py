@@ -139,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--vocab-size", type=_count("vocab_size"), default=None,
                     help="with --megatron-args: the tokenizer's vocabulary before Megatron's padding")
     pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
+    pe.add_argument("--gpu", default=None, metavar="NAME",
+                    help="the GPU (A100, H100, H800, H200, B200, GB200): sizes the framework's workspaces in the "
+                         "predicted peak (default: a Hopper GPU)")
     pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
     pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
     pe.add_argument("--comm-buffers", default=None, help="communication buffers, e.g. 2GiB (overrides the preset)")
@@ -353,6 +356,21 @@ def _cli_training(args, explicit: set[str]) -> TrainingConfig:
     return TrainingConfig(**kw)
 
 
+def _framework(args, run):
+    """The framework the peak is predicted for: the Megatron-LM flags' (``--megatron-args``), on ``--gpu``."""
+    from dataclasses import replace
+
+    from .peak import COMPUTE_CAPABILITY, Framework
+
+    fw = run.framework if run is not None else Framework()
+    if args.gpu is not None:
+        cc = COMPUTE_CAPABILITY.get(args.gpu.upper())
+        if cc is None:
+            raise ConfigError(f"gpu={show(args.gpu)} must be one of {', '.join(COMPUTE_CAPABILITY)}")
+        fw = replace(fw, compute_capability=cc)
+    return fw
+
+
 def _estimate(args) -> int:
     from .memory import estimate  # sympy-heavy; imported after argument checks
     from .overhead import overheads
@@ -378,7 +396,7 @@ def _estimate(args) -> int:
     ovh = overheads(args.overhead, cuda_context=_size("cuda_context", args.cuda_context),
                     comm_buffers=_size("comm_buffers", args.comm_buffers),
                     fragmentation=_fraction("fragmentation", args.fragmentation))
-    est = estimate(model, train, ovh, _size("gpu_memory", args.gpu_memory))
+    est = estimate(model, train, ovh, _size("gpu_memory", args.gpu_memory), framework=_framework(args, run))
     data = est.to_dict()
     if run is not None:
         data["megatron_args"] = run.values()

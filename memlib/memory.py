@@ -424,7 +424,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         """The CLI's JSON contract (see ``memlib estimate --json``)."""
-        cfg = {**self.train.values(), "layout": list(self.partition.layout),
+        cfg = {**self.train.values(), "layout": list(self.partition.layout), "framework": self.framework.values(),
                "overhead": {"cuda_context": self.overhead.cuda_context, "comm_buffers": self.overhead.comm_buffers,
                             "fragmentation": str(self.overhead.fragmentation)}}
         stages = []

@@ -55,8 +55,12 @@ from .config import ConfigError, TrainingConfig, show
 from .partition import Partition
 from .schedule import Moment
 
-__all__ = ["Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
+__all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
            "persistent_terms", "stage_peak", "MIN_OFFLOADED_ELEMENTS"]
+
+#: CUDA compute capability (major) of the GPUs memlib names: it sizes Transformer Engine's and cuBLAS's
+#: workspaces (memlib.megatron_buffers)
+COMPUTE_CAPABILITY = {"A100": 8, "H100": 9, "H800": 9, "H200": 9, "B200": 10, "GB200": 10}
 
 #: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024

@@ -266,3 +266,18 @@ def test_megatron_fp8_never_raises_the_activations(case):
         assume(False)
     base = estimate(m, t, NONE)
     assert all(b.bytes["activations"] >= f.bytes["activations"] for b, f in zip(base.stages, fp8.stages))
+
+
+def test_gpu_sets_the_workspaces_and_is_checked(capsys):
+    args = ["estimate", "--model", "deepseek-v2-lite", "--profile", "megatron", "--precision", "megatron", "--zero", "1",
+            "--tp", "1", "--pp", "2", "--ep", "8", "--dp", "8", "--json"]
+    assert main(args + ["--gpu", "A100"]) == 0
+    a100 = json.loads(capsys.readouterr().out)
+    assert main(args + ["--gpu", "h100"]) == 0
+    h100 = json.loads(capsys.readouterr().out)
+    assert (a100["config"]["framework"]["compute_capability"], h100["config"]["framework"]["compute_capability"]) == (8, 9)
+    ws = lambda d: d["stages"][0]["peak_breakdown"]["persistent"]["te_cublas_workspaces"]  # noqa: E731
+    assert ws(a100) < ws(h100)                       # TE's workspace is 32 MiB from Hopper on, 4 MiB before
+    assert main(args + ["--gpu", "X100"]) == 2
+    assert capsys.readouterr().err.strip() == ("memlib: error: gpu='X100' must be one of A100, H100, H800, H200, "
+                                               "B200, GB200")
