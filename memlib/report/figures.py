@@ -26,7 +26,8 @@ CATEGORY_COLORS = {
     "parameters": OKABE_ITO["blue"],
     "gradients": OKABE_ITO["sky"],
     "optimizer_states": OKABE_ITO["green"],
-    "model_states": OKABE_ITO["blue"],          # parameters + gradients + optimizer states, drawn as one
+    "model_states": "#5F6B7A",                  # parameters + gradients + optimizer states drawn as one: slate, no
+                                                # Okabe-Ito hue, so that blue always means parameters
     "activations": OKABE_ITO["orange"],
     "overhead": OKABE_ITO["purple"],
 }
