@@ -24,6 +24,8 @@ ORDER = [
     # the peak the allocator reports: persistent buffers, held activations, transient terms
     "transient", "peak",
     "overhead", "memory",
+    # memory over time: the schedule replay on a clock, with each step's bytes
+    "timeline",
     # Megatron-LM's launch flags read as a configuration
     "megatron_args",
     # published values, the paper's reading of them, the formulas the book numbers

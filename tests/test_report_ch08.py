@@ -132,3 +132,40 @@ def test_the_figures_draw(chapters):
     assert len(panels) == 16 and all(len(ax.patches) == 16 * 5 for ax in panels)   # 16 stages x 5 terms
     fig = ch.schedule_figure(p["runs"])
     assert len(fig.axes[0].lines) == 4 + 1                                           # 4 schedules, the capacity
+
+
+# ---------------------------------------------------------------------------------------------
+# memory over time and the schedule diagrams
+# ---------------------------------------------------------------------------------------------
+def test_schedule_diagram_draws_the_replays_operations():
+    """Every box of every panel, read back rank by rank in time order, is the replay's steps."""
+    from memlib.scenarios.together import diagram_configs
+    from memlib.schedule import steps
+    from memlib.timeline import microbatch
+    from memlib.report.figures import op_label
+
+    configs = diagram_configs()
+    fig = ch.schedule_diagram(configs)
+    for ax, (name, t) in zip(fig.axes, configs.items()):
+        drawn = {r: [] for r in range(t.pp)}
+        for patch in ax.patches:
+            rank, label = patch.get_gid().split(":")
+            drawn[int(rank)].append((patch.get_x(), label))
+        for r in range(t.pp):
+            want = [op_label(op, microbatch(t, op)) for step in steps(t, r, t.num_microbatches) for op in step]
+            assert [label for _, label in sorted(drawn[r])] == want, (name, r)
+    values = ch.diagram_values(configs)
+    assert values["pp"] == "4" and values["m"] == "8"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_memory_time_values_and_figure(chapters, model):
+    from memlib.scenarios.together import memory_timeline
+
+    ot = memory_timeline(chapters[model]["runs"])
+    v = ch.memory_time_values(ot)
+    run = chapters[model]["runs"]["1f1b"]
+    assert v["peak"] == ch.fmt_bytes(run.est.stages[ot.peak_rank].allocated)
+    assert v["m"] == str(run.est.train.pp)
+    fig = ch.memory_time_figure(ot)
+    assert len(fig.axes[0].lines) == run.est.train.pp

@@ -139,3 +139,21 @@ def test_the_figures_draw_and_the_capacity_line_crosses_no_label(model):
             box = t.get_window_extent()
             assert not box.y0 < y < box.y1, (model, t.get_text())
         plt.close(fig)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_memory_over_time_holds_pp_plus_one(model):
+    """The DualPipe iteration's busiest step holds PP + 1 micro-batches, PP - h shallow and h + 1 deep,
+    and its bytes are the estimate's allocated bytes of the peak rank."""
+    from memlib.timeline import over_time
+
+    est = chapter_est(model)
+    ot = over_time(est)
+    v = ch.memory_time_values(ot)
+    p, r = est.train.pp, ot.peak_rank
+    h = min(r, p - 1 - r)
+    assert (v["shallow"], v["deep"], v["total"]) == (str(p - h), str(h + 1), str(p + 1))
+    assert v["peak"] == fmt_bytes(max(s.allocated for s in est.stages))
+    assert "overlapped with" in v["ops"]
+    fig = ch.memory_time_figure(ot)
+    assert len(fig.axes[0].lines) == p

@@ -283,7 +283,7 @@ def seqlen_figure(est: Estimate):
     fig, ax = new_figure(7.0, 3.8)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
             label="attention scores (terms in $s^2$)")
-    ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["blue"],
+    ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],
             label="all other saved tensors (terms in $s$)")
     ax.plot(xs, [in_unit(r["total"]) for r in rows], color=CATEGORY_COLORS["activations"], ls="--",
             label="activations of the layer")
@@ -292,9 +292,9 @@ def seqlen_figure(est: Estimate):
         ax.annotate(f"crossover s = {fmt_count(cross['s'])}", (cross["s"], 0.02), xycoords=("data", "axes fraction"),
                     xytext=(4, 0), textcoords="offset points", fontsize=8)
     s = est.train.seq_len
-    ax.axvline(s, color=OKABE_ITO["green"], lw=1, ls="-.")
+    ax.axvline(s, color="grey", lw=1, ls="-.")          # no category's colour: the lines are all activations
     ax.annotate(f"configured s = {fmt_count(s)}", (s, 0.9), xycoords=("data", "axes fraction"), xytext=(4, 0),
-                textcoords="offset points", fontsize=8, color=OKABE_ITO["green"])
+                textcoords="offset points", fontsize=8, color="dimgrey")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length s (tokens)")

@@ -12,13 +12,16 @@ from __future__ import annotations
 from ..memory import Estimate
 from ..scenarios import together as st
 from ..states import ZeroStage
-from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, POLICY_COLORS, Series, capacity_line, in_unit,
-                      new_figure, stacked_bars)
+from ..timeline import DURATION, OverTime, clock, microbatch, op_duration
+from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
+                      SECOND_CHUNK_ALPHA, Series,
+                      capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, pct
 from .tables import notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
-           "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES"]
+           "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram"]
 
 STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
                ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
@@ -158,12 +161,16 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
     }
 
 
+def _config_text(name: str, train, math: bool = True) -> str:
+    if name == "gpipe":
+        return f"GPipe, {'$M$' if math else 'M'} = {train.num_microbatches}"
+    if name == "interleaved":
+        return f"interleaved 1F1B, {'$V$' if math else 'V'} = {train.vpp}"
+    return SCHEDULE_NAMES[name]
+
+
 def _schedule_text(r: st.Run, math: bool = True) -> str:
-    if r.name == "gpipe":
-        return f"GPipe, {'$M$' if math else 'M'} = {r.train.num_microbatches}"
-    if r.name == "interleaved":
-        return f"interleaved 1F1B, {'$V$' if math else 'V'} = {r.train.vpp}"
-    return SCHEDULE_NAMES[r.name]
+    return _config_text(r.name, r.train, math)
 
 
 def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
@@ -238,6 +245,61 @@ def schedule_figure(runs: dict[str, st.Run]):
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("total, GiB per device")
     ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def memory_time_values(ot: OverTime) -> dict[str, str]:
+    """One iteration of the 1F1B run on the clock: its length, and where rank 0 and the peak rank peak."""
+    r0, pk = ot.peaks[0], ot.peak
+    if ot.peak_rank == 0:
+        sentence = (f"Rank 0 holds the most micro-batches, {fmt_count(r0.microbatches)}, and peaks highest, at "
+                    f"{fmt_bytes(r0.allocated)} with {fmt_bytes(r0.states)} of model states.")
+    else:
+        sentence = (f"Rank 0 holds the most micro-batches, {fmt_count(r0.microbatches)}, but with "
+                    f"{fmt_bytes(r0.states)} of model states it peaks at {fmt_bytes(r0.allocated)}; rank "
+                    f"{ot.peak_rank} holds {fmt_count(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
+                    f"states and peaks at {fmt_bytes(pk.allocated)}, the most of any rank.")
+    last = ot.peaks[-1]
+    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "sentence": sentence,
+            "peak_rank": fmt_count(ot.peak_rank), "peak": fmt_bytes(pk.allocated),
+            "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
+            "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
+            "f": fmt_count(DURATION["F"]), "b": fmt_count(DURATION["B"])}
+
+
+def memory_time_figure(ot: OverTime):
+    """Top: every rank's allocated bytes over one iteration, the peak rank in black; bottom: the
+    peak rank's, split into model states and activations. GiB per device, time in slots."""
+    return memory_time_panels(ot, f"time (slots: a forward {DURATION['F']}, a backward {DURATION['B']})")
+
+
+def diagram_values(configs: dict) -> dict[str, str]:
+    """The diagrams' pipeline: ranks, micro-batches, chunks, and each operation's length."""
+    one = configs["1f1b"]
+    return {"pp": fmt_count(one.pp), "m": fmt_count(one.num_microbatches), "v": fmt_count(configs["interleaved"].vpp),
+            "f": fmt_count(DURATION["F"]), "b": fmt_count(DURATION["B"]), "bw": fmt_count(DURATION["B*"]),
+            "w": fmt_count(DURATION["W"])}
+
+
+def schedule_diagram(configs: dict):
+    """The operations of every rank under each schedule of ``configs`` on the clock
+    (:func:`memlib.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
+    from matplotlib.patches import Patch
+
+    fig, axes = new_figure(9.0, 1.15 * len(configs) * 1.6, nrows=len(configs))
+    for ax, (name, t) in zip(axes, configs.items()):
+        schedule_boxes(ax, clock(t), lambda op, t=t: microbatch(t, op), lambda op, t=t: op_duration(t, op))
+        ax.set_title(_config_text(name, t, math=False), fontsize=9, loc="left")
+        ax.set_ylabel("rank", fontsize=8)
+        ax.tick_params(labelsize=7)
+    end = max(ax.get_xlim()[1] for ax in axes)
+    for ax in axes:
+        ax.set_xlim(0, end)
+    axes[-1].set_xlabel("time (slots)")
+    handles = [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, label=OP_LABELS[k]) for k in OP_COLORS]
+    handles += [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, alpha=SECOND_CHUNK_ALPHA,
+                      label=f"{OP_LABELS[k]}, second chunk") for k in ("F", "B")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
     return fig
 
 

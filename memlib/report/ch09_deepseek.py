@@ -11,13 +11,16 @@ from __future__ import annotations
 from ..memory import Estimate
 from ..scenarios import deepseek as ds
 from ..states import RECIPES
-from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, new_figure, stacked_bars
+from ..timeline import DURATION, OverTime
+from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
+                      stacked_bars)
 from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
 from .tables import notation_recap
 
 __all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
-           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL"]
+           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL",
+           "memory_time_values", "memory_time_figure"]
 
 #: the worked problem's micro-batch (sequences)
 PROBLEM_MICRO_BATCH = 2
@@ -251,3 +254,27 @@ def problem_values(est: Estimate) -> dict[str, str]:
             "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["margin"]),
             "p_conclusion": ("one sequence per micro-batch is what the memory allows" if not p["fits"] else
                              "the memory allows the larger micro-batch")}
+
+
+#: DualPipe's two chunks of a rank, and the operations, in words
+_CHUNK_WORDS = {0: "shallow", 1: "deep"}
+_OP_WORDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
+
+
+def memory_time_values(ot: OverTime) -> dict[str, str]:
+    """One DualPipe iteration on the clock: the peak rank's busiest step and what it holds then."""
+    pk = ot.peak
+    ops = " overlapped with ".join(f"the {_OP_WORDS[op.kind]} of micro-batch {op.mb} on its {_CHUNK_WORDS[op.chunk]} "
+                                   f"chunk" for op in pk.slot.ops)
+    r0 = ot.peaks[0]
+    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "peak_rank": fmt_count(ot.peak_rank),
+            "peak": fmt_bytes(pk.allocated), "peak_start": fmt_count(pk.slot.start), "ops": ops,
+            "shallow": fmt_count(pk.counts[0]), "deep": fmt_count(pk.counts[1]), "total": fmt_count(pk.microbatches),
+            "r0_shallow": fmt_count(r0.counts[0]), "r0_deep": fmt_count(r0.counts[1]), "r0_peak": fmt_bytes(r0.allocated)}
+
+
+def memory_time_figure(ot: OverTime):
+    """Every rank's allocated bytes over one DualPipe iteration, and the peak rank's split into model
+    states and activations, GiB per device."""
+    return memory_time_panels(ot, f"time (slots: a forward {DURATION['F']}, a backward {DURATION['B']}, "
+                                  f"an overlapped pair both)")

@@ -14,7 +14,8 @@ from typing import Sequence
 from ..units import UNITS, fmt_bytes
 
 __all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
-           "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit"]
+           "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "OP_COLORS", "OP_LABELS", "memory_lines",
+           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
 
 #: the Okabe-Ito palette, by name
 OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
@@ -25,7 +26,8 @@ CATEGORY_COLORS = {
     "parameters": OKABE_ITO["blue"],
     "gradients": OKABE_ITO["sky"],
     "optimizer_states": OKABE_ITO["green"],
-    "model_states": OKABE_ITO["blue"],          # parameters + gradients + optimizer states, drawn as one
+    "model_states": "#5F6B7A",                  # parameters + gradients + optimizer states drawn as one: slate, no
+                                                # Okabe-Ito hue, so that blue always means parameters
     "activations": OKABE_ITO["orange"],
     "overhead": OKABE_ITO["purple"],
 }
@@ -45,6 +47,13 @@ POLICY_COLORS = {"none": OKABE_ITO["vermillion"], "selective": OKABE_ITO["orange
                  "full": OKABE_ITO["blue"], "modules": OKABE_ITO["purple"]}
 
 CAPACITY_COLOR = OKABE_ITO["black"]
+
+#: the operations of a pipeline schedule diagram: forward, backward, deferred weight gradient
+#: (colours no memory category uses)
+OP_COLORS = {"F": OKABE_ITO["yellow"], "B": OKABE_ITO["vermillion"], "W": "#BBBBBB"}
+OP_LABELS = {"F": "forward", "B": "backward", "W": "weight gradient (deferred)"}
+#: a rank's second model chunk (interleaved, DualPipe) is drawn in a lighter shade of its operation
+SECOND_CHUNK_ALPHA = 0.45
 
 
 def in_unit(n: int, unit: str = "GiB") -> float:
@@ -114,3 +123,104 @@ def capacity_line(ax, capacity: int, label: str, unit: str = "GiB") -> None:
     ax.axhline(y, color=CAPACITY_COLOR, lw=1.1, ls="--", zorder=0.5)
     ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8,
                 xytext=(0, 2), textcoords="offset points", color=CAPACITY_COLOR)
+
+
+# ------------------------------------------------------------------------------------------------
+# memory over time and schedule diagrams (memlib.timeline)
+# ------------------------------------------------------------------------------------------------
+def _step_xy(rows, during, after) -> tuple[list[int], list[int]]:
+    """A rank's steps as a step line: ``during(row)`` while the step runs, ``after(row)`` from its end
+    to the start of the next one (from time 0, before the first step, the first step's states)."""
+    xs, ys = [0], [rows[0].states]
+    for i, r in enumerate(rows):
+        xs += [r.slot.start, r.slot.start, r.slot.end]
+        ys += [ys[-1], during(r), during(r)]
+        nxt = rows[i + 1].slot.start if i + 1 < len(rows) else None
+        if nxt != r.slot.end:            # idle (or the end): what the step did not release
+            xs += [r.slot.end, r.slot.end if nxt is None else nxt]
+            ys += [after(r), after(r)]
+    return [float(x) for x in xs], ys
+
+
+def memory_lines(ax, ranks, highlight: int, unit: str = "GiB", cmap: str = "cividis") -> list:
+    """Every rank's allocated bytes over one iteration (``ranks``: per rank, its
+    :class:`memlib.timeline.MemoryStep` rows) as step lines coloured by rank, ``highlight`` in black."""
+    import matplotlib
+
+    colors = matplotlib.colormaps[cmap]
+    n = max(len(ranks) - 1, 1)
+    lines = []
+    for r, rows in enumerate(ranks):
+        xs, ys = _step_xy(rows, lambda x: x.allocated, lambda x: x.allocated_after)
+        hi = r == highlight
+        (ln,) = ax.plot(xs, [in_unit(y, unit) for y in ys], color=OKABE_ITO["black"] if hi else colors(r / n),
+                        lw=2.0 if hi else 1.0, zorder=3 if hi else 2, label=f"rank {r}" if hi else None)
+        lines.append(ln)
+    return lines
+
+
+def memory_areas(ax, rows, unit: str = "GiB") -> None:
+    """One rank's allocated bytes over one iteration, stacked: model states, then activations (the
+    micro-batches held and the working set of the chunk computing), in the categories' colours."""
+    xs, states = _step_xy(rows, lambda x: x.states, lambda x: x.states)
+    _, total = _step_xy(rows, lambda x: x.allocated, lambda x: x.allocated_after)
+    s = [in_unit(y, unit) for y in states]
+    t = [in_unit(y, unit) for y in total]
+    ax.fill_between(xs, [0.0] * len(xs), s, color=CATEGORY_COLORS["model_states"], label=CATEGORY_LABELS["model_states"],
+                    lw=0)
+    ax.fill_between(xs, s, t, color=CATEGORY_COLORS["activations"], label=CATEGORY_LABELS["activations"], lw=0)
+
+
+def op_label(op, micro_batch: int) -> str:
+    """``F0.3``: the kind, chunk and micro-batch of an operation (``*``: its weight gradient deferred)."""
+    return f"{op.kind}{op.chunk}.{micro_batch}" + ("*" if op.deferred else "")
+
+
+def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -> None:
+    """A pipeline schedule as boxes: one row per rank (``slots``: per rank, its
+    :class:`memlib.timeline.Slot` list), one box per operation from its start for ``op_duration(op)``
+    slots, coloured by kind (:data:`OP_COLORS`), hatched on chunk 1, labelled with its micro-batch
+    (``micro_batch(op)``).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
+    from matplotlib.patches import Rectangle
+
+    for r, rank in enumerate(slots):
+        for s in rank:
+            x = s.start
+            for op in s.ops:
+                w = float(op_duration(op))
+                mb = micro_batch(op)
+                ax.add_patch(Rectangle((float(x), r - 0.4), w, 0.8, facecolor=OP_COLORS[op.kind], edgecolor="black", lw=0.4,
+                                       alpha=SECOND_CHUNK_ALPHA if op.chunk % 2 else 1.0,
+                                       gid=f"{r}:{op_label(op, mb)}"))
+                ax.text(float(x) + w / 2, r, str(mb), ha="center", va="center", fontsize=fontsize, clip_on=True)
+                x += op_duration(op)
+    ax.set_ylim(len(slots) - 0.5, -0.5)
+    ax.set_xlim(0, float(max(rank[-1].end for rank in slots if rank)))
+    ax.set_yticks(range(len(slots)), [str(r) for r in range(len(slots))])
+    ax.grid(False)
+
+
+def memory_time_panels(ot, xlabel: str):
+    """Memory over one iteration (``ot``: a :class:`memlib.timeline.OverTime`): top, every rank's
+    allocated bytes (:func:`memory_lines`, a colour bar for the ranks); bottom, the peak rank's split
+    into model states and activations (:func:`memory_areas`). GiB per device."""
+    import matplotlib
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    fig, (ax1, ax2) = new_figure(7.5, 5.6, nrows=2, sharex=True)
+    memory_lines(ax1, ot.rows, ot.peak_rank)
+    sm = ScalarMappable(norm=Normalize(0, len(ot.rows) - 1), cmap=matplotlib.colormaps["cividis"])
+    fig.colorbar(sm, ax=[ax1, ax2], label="rank", pad=0.01, shrink=0.5, anchor=(0.0, 1.0))
+    ax1.set_ylabel("allocated, GiB per device")
+    ax1.set_xlim(0, float(ot.length))
+    ax1.margins(y=0.25)
+    ax1.set_ylim(bottom=0)
+    ax1.legend(fontsize=8, loc="upper right")
+    memory_areas(ax2, ot.rows[ot.peak_rank])
+    ax2.margins(y=0.25)
+    ax2.set_ylim(bottom=0)
+    ax2.set_ylabel(f"rank {ot.peak_rank}, GiB per device")
+    ax2.set_xlabel(xlabel)
+    ax2.legend(fontsize=8, loc="upper right", ncol=2)
+    return fig

@@ -23,11 +23,13 @@ from ..memory import Estimate, StageMemory, estimate
 from ..overhead import OVERHEAD_PRESETS, Overheads
 from ..partition import Partition
 from ..states import ZeroStage
+from ..timeline import OverTime, over_time
 from .overheads import CAPACITY_80GB, base_training
 
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Cell", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
            "INTERLEAVED_CHUNKS", "interleaved_layout", "schedule_configs", "Run", "schedules", "costs_more",
+           "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline",
            "schedule_counts",
            "largest_micro_batch", "policy_change", "fits_all"]
 
@@ -157,6 +159,18 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 #: GPipe's micro-batches per step, per pipeline stage (M = 2 PP), and the interleaved schedule's chunks
 GPIPE_MICROBATCHES_PER_STAGE = 2
 INTERLEAVED_CHUNKS = 2
+#: the schedule diagrams: a small pipeline, so that every operation can be read
+DIAGRAM_PP = 4
+DIAGRAM_MICROBATCHES = 8
+
+
+def diagram_configs(pp: int = DIAGRAM_PP, m: int = DIAGRAM_MICROBATCHES) -> dict[str, TrainingConfig]:
+    """The four schedules of :data:`SCHEDULES` on ``pp`` ranks with ``m`` micro-batches (interleaved:
+    :data:`INTERLEAVED_CHUNKS` chunks per rank), for drawing their operations."""
+    return {"gpipe": TrainingConfig(pp=pp, schedule="gpipe", num_microbatches=m),
+            "1f1b": TrainingConfig(pp=pp, schedule="1f1b", num_microbatches=m),
+            "interleaved": TrainingConfig(pp=pp, schedule="interleaved", vpp=INTERLEAVED_CHUNKS, num_microbatches=m),
+            "dualpipe": TrainingConfig(pp=pp, schedule="dualpipe", num_microbatches=m)}
 
 
 def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
@@ -229,6 +243,12 @@ def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads 
         out[name] = Run(name, t, e, tuple(st.total for st in e.stages), pk.stage.index, pk.total,
                         fits_all(e, capacity))
     return out
+
+
+def memory_timeline(runs: dict[str, "Run"], name: str = "1f1b") -> OverTime:
+    """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
+    (:func:`memlib.timeline.over_time`, as many micro-batches as fill the pipeline)."""
+    return over_time(runs[name].est)
 
 
 def costs_more(runs: dict[str, Run], than: str = "1f1b") -> dict[str, bool]:

@@ -1,0 +1,65 @@
+"""The book cites public sources only, each in book/references.bib with a label no other entry shares,
+and never names the project's internal working documents."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIB = ROOT / "book" / "references.bib"
+TEXTS = sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "book").glob("*.md"))
+REPORT = sorted((ROOT / "memlib" / "report").glob("*.py"))
+#: phrases that name internal working documents, never a public source
+INTERNAL = ("peers.md", "reference notes", "reference reconstruction", "shared/", "calculator notes")
+#: the sources the text relies on, by key
+RELIED_ON = ("zhang2025memory", "deepseekv2", "deepseekv3", "korthikanti2022", "rajbhandari2020zero",
+             "narayanan2021efficient", "megatroncore", "dao2022flashattention", "pytorchcudamemory", "nccl",
+             "simumax", "dualpipe")
+
+
+def entries() -> dict[str, dict[str, str]]:
+    """key -> {field: value} of every entry (top-level fields; braces kept)."""
+    text = BIB.read_text(encoding="utf-8")
+    out = {}
+    for m in re.finditer(r"^@\w+\{([^,]+),(.*?)^\}", text, re.S | re.M):
+        fields = dict((k.lower(), v.strip()) for k, v in re.findall(r"^\s*(\w+)\s*=\s*(.*?),?\s*$", m.group(2), re.M))
+        out[m.group(1).strip()] = fields
+    return out
+
+
+def cited_keys() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for p in TEXTS:
+        for role in re.findall(r"\{cite(?::[a-z]+)?\}`([^`]*)`", p.read_text(encoding="utf-8")):
+            for key in role.split(","):
+                out.setdefault(key.strip(), set()).add(p.name)
+    return out
+
+
+def test_every_cited_key_is_in_the_bibliography():
+    bib = entries()
+    missing = {k: sorted(v) for k, v in cited_keys().items() if k not in bib}
+    assert not missing, f"cited but not in references.bib: {missing}"
+
+
+def test_the_sources_the_text_relies_on_are_cited():
+    cited, bib = cited_keys(), entries()
+    assert [k for k in RELIED_ON if k not in bib] == []
+    assert [k for k in RELIED_ON if k not in cited] == []
+
+
+def test_labels_are_distinct():
+    """author-year labels: no two entries render as the same "[author, year]"."""
+    seen: dict[tuple[str, str], str] = {}
+    for key, f in entries().items():
+        label = (f.get("author", "").strip("{}").split(" and ")[0].split(",")[0], f.get("year", "").strip("{}"))
+        assert label not in seen, f"{key} and {seen[label]} both render as {label}"
+        seen[label] = key
+
+
+@pytest.mark.parametrize("path", TEXTS + REPORT, ids=lambda p: p.name)
+def test_no_internal_documents(path):
+    text = path.read_text(encoding="utf-8").lower()
+    assert not [w for w in INTERNAL if w in text]
