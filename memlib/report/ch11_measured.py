@@ -26,6 +26,11 @@ def _gib(n: int, digits: int = 2) -> str:
     return fmt_bytes(n, UNIT, digits, with_unit=False)
 
 
+def _term(n: int) -> str:
+    """A named term's bytes in a cell (a released term is negative: a true minus sign)."""
+    return ("−" if n < 0 else "") + _gib(abs(n))
+
+
 def _gib_text(n: int, digits: int = 2) -> str:
     return fmt_bytes(n, UNIT, digits)
 
@@ -78,7 +83,7 @@ def breakdown_table() -> str:
     rows = []
     for c in _cases():
         p = c.peak
-        tr = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in p.transient.items() if v)
+        tr = ", ".join(f"{k.replace('_', ' ')} {_term(v)}" for k, v in p.transient.items() if v)
         acts = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in p.activations.items() if v)
         rows.append([c.case.label, _gib(sum(p.persistent.values())), acts or "–", tr or "–", _gib(p.peak_allocated),
                      _gib(c.steady)])
