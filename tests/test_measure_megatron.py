@@ -247,7 +247,8 @@ def test_where_megatron_core_stops_on_the_cpu(kw, model, message):
 # ------------------------------------------------------------------------------------------------
 # without megatron-core: the CLI contract
 # ------------------------------------------------------------------------------------------------
-def test_measure_megatron_without_megatron_core_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--peak"]])
+def test_measure_megatron_without_megatron_core_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, extra):
     import importlib.metadata as md
 
     real = md.version
@@ -260,7 +261,7 @@ def test_measure_megatron_without_megatron_core_is_one_line_and_exit_2(monkeypat
     monkeypatch.setattr(md, "version", version)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL))
-    assert main(["measure", "--framework", "megatron-core", "--model", str(path)]) == 2
+    assert main(["measure", "--framework", "megatron-core", *extra, "--model", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"memlib: error: {MISSING_MCORE}"
     assert "pip install --no-deps --ignore-requires-python megatron-core==0.19.2" in err

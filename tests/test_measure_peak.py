@@ -22,8 +22,7 @@ import os
 import pytest
 
 from memlib.cli import main
-from memlib.config import TrainingConfig, model_from_dict
-from memlib.measure_megatron import MCORE_VERSION, MISSING_MCORE, available
+from memlib.config import model_from_dict
 
 #: a small DeepSeek-V3-style model: one dense and one MoE layer, q LoRA, a shared expert, groups, MTP
 SMALL = {
@@ -40,12 +39,6 @@ def small(**changes):
     return model_from_dict({**SMALL, **changes}, name="small")
 
 
-def local(**kw):
-    base = dict(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", precision="megatron", transformer_impl="local",
-                micro_batch=2, seq_len=8)
-    return TrainingConfig(**{**base, **kw})
-
-
 def _ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
 
@@ -58,13 +51,7 @@ def torch():
     return pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def mcore():
-    if _ci():
-        assert available(), MISSING_MCORE
-        return
-    if not available():
-        pytest.skip(f"megatron-core {MCORE_VERSION} (and torch) not installed: the training step is not measured")
+from test_measure_megatron import local, mcore  # noqa: E402,F401  (mcore skips without megatron-core, fails under CI)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -386,20 +373,3 @@ def test_peak_options_are_checked_before_anything_runs(capsys, tmp_path, monkeyp
         assert main(["measure", "--model", str(path), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("memlib: error: ") and message in err and err.count("\n") == 1, err
-
-
-def test_measure_peak_without_megatron_core_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
-    import importlib.metadata as md
-
-    real = md.version
-
-    def version(name):
-        if name == "megatron-core":
-            raise md.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(md, "version", version)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(SMALL))
-    assert main(["measure", "--framework", "megatron-core", "--peak", "--model", str(path)]) == 2
-    assert capsys.readouterr().err.strip() == f"memlib: error: {MISSING_MCORE}"

@@ -25,7 +25,7 @@ from hypothesis import given, settings, strategies as st
 
 from memlib import megatron_buffers as mb
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.measure_megatron import MISSING_MCORE, MCORE_VERSION, Request, available
+from memlib.measure_megatron import Request
 from memlib.partition import Partition
 from memlib.reference import MEGATRON_RUN_SETUPS, MEGATRON_RUNS, PYTORCH_ALLOCATOR
 from memlib.states import model_states
@@ -355,13 +355,7 @@ SMALL = {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 24
          "num_nextn_predict_layers": 1}
 
 
-@pytest.fixture(scope="module")
-def mcore():
-    if os.environ.get("CI", "").lower() in ("1", "true"):
-        assert available(), MISSING_MCORE
-        return
-    if not available():
-        pytest.skip(f"megatron-core {MCORE_VERSION} (and torch) not installed: CPU check skipped")
+from test_measure_megatron import mcore  # noqa: E402,F401  (skips without megatron-core; fails under CI)
 
 
 def _train(world: int, pp: int, ep: int) -> TrainingConfig:
