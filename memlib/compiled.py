@@ -47,7 +47,7 @@ from .ledgers import act_profile
 from .memory import Estimate, estimate
 from .overhead import Overheads
 from .partition import Stage, build_stages, resolve_layout
-from .schedule import Moment, moments
+from .schedule import Moment, moments, replay_microbatches
 from .symbols import sym
 
 __all__ = ["ExactFunction", "Family", "Pipeline", "Totals", "KNOBS", "chunk_signature", "stage_signature",
@@ -87,11 +87,15 @@ def _add(a, b):
     return a + b
 
 
+#: denominators are reduced (by the gcd) only past this magnitude: small ones keep every product in int64
+_REDUCE_PAST = 2**16
+
+
 def _reduce(n, d):
     if isinstance(n, int) and isinstance(d, int):
         g = gcd(n, d) or 1
         return n // g, d // g
-    if isinstance(d, int) and d == 1:
+    if _mag(d) < _REDUCE_PAST:
         return n, d
     g = np.gcd(n, d)
     g = np.where(g == 0, 1, g)
@@ -170,6 +174,9 @@ class ExactFunction:
             raise ConfigError(f"compiled expression keeps symbols {sorted(map(str, unknown))} that are not knobs "
                               f"({', '.join(map(str, KNOBS.values()))})")
         self._fn = self._build(self.expr)
+        syms = self.expr.free_symbols
+        #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
+        self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms)
 
     # -- compilation ---------------------------------------------------------------------------
     def _build(self, e) -> Callable[[Mapping], tuple]:
@@ -259,6 +266,27 @@ class ExactFunction:
     def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
         return self._fn(env)
 
+    def on_unique(self, env: Mapping[str, np.ndarray], size: int, cache: dict | None = None):
+        """:meth:`__call__` evaluated once per distinct combination of the knobs it depends on (and kept in
+        ``cache``, a dict for one set of rows, by this function)."""
+        if cache is not None and id(self) in cache:
+            return cache[id(self)][1]
+        keys = self.knobs
+        if not keys:
+            out = self(env, size)
+        else:
+            ukey = ("unique", keys)
+            if cache is not None and ukey in cache:
+                uenv, inverse = cache[ukey]
+            else:
+                uenv, inverse = _unique_rows([np.asarray(env[k]) for k in keys], keys)
+                if cache is not None:
+                    cache[ukey] = (uenv, inverse)
+            out = self(uenv, uenv[keys[0]].shape[0])[inverse]
+        if cache is not None:
+            cache[id(self)] = (self, out)        # the function is kept so that its id stays its own
+        return out
+
     def __call__(self, env: Mapping[str, np.ndarray], size: int | None = None):
         n, d = self._fn(env)
         if size is None:
@@ -268,6 +296,16 @@ class ExactFunction:
         n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
         q = np.where(n < 0, -((-n) // d), n // d)
         return q
+
+
+def _unique_rows(cols: list[np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
+    """The distinct rows of the columns (as a dict of columns) and each row's index among them."""
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:                                   # mixed radix over each column's ranks
+        values, rank = np.unique(c, return_inverse=True)
+        code = code * len(values) + rank.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return {k: c[first] for k, c in zip(keys, cols)}, inverse.reshape(-1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -297,8 +335,7 @@ class Family:
         self.model = load_model(model)
         self.train = train
         self.overhead = overhead if overhead is not None else Overheads()
-        base = train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, layout=None, vpp=1, schedule="1f1b",
-                           num_microbatches=None, seq_len=1)
+        base = self.canonical(train)
         if train.transformer_impl.value != "transformer_engine" and train.profile == "megatron":
             raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
                               "(the local modules split MLA's down-projections only when TP > 1)")
@@ -315,6 +352,25 @@ class Family:
         self._chunks: dict[tuple, ChunkProgram] = {}
         self._states: dict[tuple, dict[str, ExactFunction]] = {}
         self._pipelines: dict[tuple, Pipeline] = {}
+
+    @staticmethod
+    def canonical(train: TrainingConfig) -> TrainingConfig:
+        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on."""
+        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, layout=None, vpp=1, schedule="1f1b",
+                           num_microbatches=None, seq_len=1, micro_batch=1)
+
+    _CACHE: dict = {}
+
+    @classmethod
+    def of(cls, model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None) -> "Family":
+        """The family of ``train`` (kept: a later search reuses every compiled program)."""
+        m = load_model(model)
+        key = (m, cls.canonical(train), overhead if overhead is not None else Overheads())
+        if key not in cls._CACHE:
+            if len(cls._CACHE) > 64:
+                cls._CACHE.clear()
+            cls._CACHE[key] = cls(m, train, overhead)
+        return cls._CACHE[key]
 
     def variants(self, tp: np.ndarray) -> list[tuple[bool, np.ndarray | None]]:
         """(variant, mask of the rows it serves; None: all) for rows with these TP sizes."""
@@ -373,15 +429,19 @@ class Pipeline:
         self._moments: dict[tuple[int, int | None], list[Moment]] = {}
 
     def moments(self, rank: int, m: int | None) -> list[Moment]:
-        key = (rank, m)
+        """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only
+        through the micro-batches the replay runs, :func:`memlib.schedule.replay_microbatches`)."""
+        train = self.train.with_(num_microbatches=m)
+        key = (rank, replay_microbatches(train))
         if key not in self._moments:
-            self._moments[key] = moments(self.train.with_(num_microbatches=m), rank)
+            self._moments[key] = moments(train, rank)
         return self._moments[key]
 
-    def evaluate(self, *, zero, num_microbatches=None, **knobs) -> Totals:
+    def evaluate(self, *, zero, num_microbatches=None, cache: dict | None = None, **knobs) -> Totals:
         """Allocated and total bytes of every stage for rows of knobs (arrays of equal length; ``seq_len``,
         ``micro_batch``, ``dp``, ``tp``, ``ep``, ``etp``, ``cp``; ``zero`` 0..3; ``num_microbatches``: M, or
-        None for the schedule's default)."""
+        None for the schedule's default).  ``cache``: a dict kept by the caller for these very rows, so that
+        pipelines over the same rows evaluate each chunk's and stage's program once."""
         env = {k: np.asarray(knobs[k], dtype=np.int64) for k in KNOBS}
         n = len(env["dp"])
         zero = np.broadcast_to(np.asarray(zero, dtype=np.int64), (n,))
@@ -390,27 +450,34 @@ class Pipeline:
         ms = np.asarray([-1 if x is None else x for x in num_microbatches], dtype=np.int64)
         fam = self.family
         allocated = np.zeros((len(self.stages), n), dtype=np.int64)
-        zs, ms_u = np.unique(zero), np.unique(ms)
+        zs = np.unique(zero)
+        # rows grouped by the replay their M gives (a longer M only repeats moments)
+        groups: dict[int, list[int]] = {}
+        for mval in np.unique(ms):
+            m = None if mval < 0 else int(mval)
+            groups.setdefault(replay_microbatches(self.train.with_(num_microbatches=m)) if m is not None else -1,
+                              []).append(mval)
+        by_replay = [(None if vals[0] < 0 else int(vals[0]), np.isin(ms, vals)) for vals in groups.values()]
         for r, st in enumerate(self.stages):
             states = None
             for z in zs:
                 prog = fam.states_program(st, int(z))
-                part = sum(prog[k](env, n) for k in ("parameters", "gradients", "optimizer_states"))
+                part = sum(prog[k].on_unique(env, n, cache) for k in ("parameters", "gradients", "optimizer_states"))
                 states = part if states is None else np.where(zero == z, part, states)
             per, work = [], []
             for c in st.chunks:
                 p = w = None
                 for wide, mask in fam.variants(env["tp"]):
                     prog = fam.chunk_program(c, wide)
-                    pv, wv = prog.per_microbatch(env, n), prog.working(env, n)
+                    pv, wv = prog.per_microbatch.on_unique(env, n, cache), prog.working.on_unique(env, n, cache)
                     p = pv if mask is None or p is None else np.where(mask, pv, p)
                     w = wv if mask is None or w is None else np.where(mask, wv, w)
                 per.append(p)
                 work.append(w)
             act = None
-            for mval in ms_u:
+            for mval, mask in by_replay:
                 best = None
-                for mo in self.moments(r, None if mval < 0 else int(mval)):
+                for mo in self.moments(r, mval):
                     v = sum(k * per[c] for c, k in enumerate(mo.counts))
                     if mo.running:
                         w = work[mo.running[0]]
@@ -418,7 +485,7 @@ class Pipeline:
                             w = np.maximum(w, work[c])
                         v = v + np.maximum(w, 0)
                     best = v if best is None else np.maximum(best, v)
-                act = best if act is None else np.where(ms == mval, best, act)
+                act = best if act is None else np.where(mask, best, act)
             row = states + act
             if row.dtype == object:
                 allocated = allocated.astype(object)
