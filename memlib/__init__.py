@@ -9,7 +9,9 @@ DDP buffers with their padding, the distributed optimizer's shards, the framewor
 :mod:`~memlib.ledgers` (what each implementation saves: paper, :mod:`~memlib.ledgers_megatron`,
 :mod:`~memlib.ledgers_hf`) →
 :mod:`~memlib.schedule` (micro-batches in flight) → :mod:`~memlib.overhead` (named overheads) →
-:mod:`~memlib.memory` (per-device totals) → :mod:`~memlib.timeline` (memory over one iteration); :mod:`~memlib.megatron_args` reads Megatron-LM's own
+:mod:`~memlib.memory` (per-device totals) → :mod:`~memlib.compiled` (the same totals as vectorised
+NumPy functions of the parallel sizes) → :mod:`~memlib.plan` (every configuration of N GPUs that fits,
+ranked) → :mod:`~memlib.timeline` (memory over one iteration); :mod:`~memlib.megatron_args` reads Megatron-LM's own
 launch flags as a model and a training configuration.  Then what reads those results:
 :mod:`~memlib.reference` (published values, verbatim), :mod:`~memlib.paper` (the paper's views of
 memlib's counts, its errata), :mod:`~memlib.formulas` (the registry of named formulas, every

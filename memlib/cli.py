@@ -149,6 +149,39 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pe.add_argument("--json", action="store_true", help="machine-readable output")
 
+    pl = sub.add_parser("plan", help="every parallel configuration of N GPUs that fits, ranked",
+                        description="Enumerates every valid configuration of --gpus GPUs (DP TP PP CP = N, EP, ETP, "
+                                    "ZeRO 0-3, micro-batch sizes, the allowed profiles, precisions, recompute "
+                                    "policies, schedules and layouts), keeps those whose peak stage fits "
+                                    "--gpu-memory (estimate's total, to the byte) and ranks them by a stated cost "
+                                    "model (memlib.plan: pipeline bubble, recomputation, communication volume). "
+                                    "Not a throughput simulator: every term is shown.")
+    pl.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
+    pl.add_argument("--gpus", type=_count("gpus"), required=True, help="N, the number of GPUs")
+    pl.add_argument("--gpu-memory", required=True, help="device capacity, e.g. 80GB or 141GB")
+    pl.add_argument("--seq-len", type=_count("seq_len"), default=4096, help="s, tokens per sequence (default 4096)")
+    pl.add_argument("--global-batch", type=_count("global_batch"), default=None,
+                    help="B, sequences per step (default 15360, DeepSeek-V3's)")
+    pl.add_argument("--profile", default="megatron", help="comma list of profiles (default megatron)")
+    pl.add_argument("--precision", default="megatron", help="comma list of precision recipes (default megatron)")
+    pl.add_argument("--recompute", default="none,selective,full",
+                    help="comma list of recompute policies (default none,selective,full); a module list is "
+                         "joined by '+', e.g. layernorm+mla_up_proj")
+    pl.add_argument("--schedule", default="1f1b,interleaved,dualpipe",
+                    help="comma list of schedules (default 1f1b,interleaved,dualpipe)")
+    pl.add_argument("--zero", default="0,1,2,3", help="comma list of ZeRO stages (default 0,1,2,3)")
+    pl.add_argument("--layout-rule", default="default,balanced", help="comma list: default, balanced")
+    pl.add_argument("--fix", action="append", default=[], metavar="K=V,...",
+                    help="pin knobs: dp, tp, pp, ep, etp, cp, zero, b, vpp (e.g. tp=1,pp=16)")
+    pl.add_argument("--max-micro-batch", type=_count("max_micro_batch"), default=16,
+                    help="largest micro-batch size searched (default 16)")
+    pl.add_argument("--max-vpp", type=_count("max_vpp"), default=4,
+                    help="most model chunks per rank for the interleaved schedule (default 4)")
+    pl.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
+    pl.add_argument("--top", type=_count("top"), default=10, help="configurations listed (default 10)")
+    pl.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+
     pm = sub.add_parser("measure", help="measured against predicted activation bytes (needs memlib[measure])",
                         description="Builds the model with random weights on the CPU, runs one training forward "
                                     "pass with labels and counts what autograd saves for backward, per layer and "
@@ -455,6 +488,64 @@ def _estimate(args) -> int:
     return 0
 
 
+def _list(name: str, text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"{name}={show(text)} must name at least one value")
+    return items
+
+
+def _plan(args) -> int:
+    from .overhead import overheads
+    from .plan import DEFAULT_GLOBAL_BATCH, parse_fix, plan
+
+    zeros = []
+    for z in _list("zero", args.zero):
+        if z not in ("0", "1", "2", "3"):
+            raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
+        zeros.append(int(z))
+    if args.max_vpp < 2:
+        raise ConfigError(f"max_vpp={args.max_vpp} must be an integer >= 2")
+    capacity = _size("gpu_memory", args.gpu_memory)
+    result = plan(args.model, args.gpus, capacity, seq_len=args.seq_len,
+                  global_batch=args.global_batch or DEFAULT_GLOBAL_BATCH,
+                  profiles=_list("profile", args.profile), precisions=_list("precision", args.precision),
+                  recomputes=[x.replace("+", ",") for x in _list("recompute", args.recompute)],
+                  schedules=_list("schedule", args.schedule), zeros=zeros,
+                  layout_rules=_list("layout_rule", args.layout_rule), fix=parse_fix(args.fix),
+                  max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp, top=args.top,
+                  overhead=overheads(args.overhead), progress=not args.json and sys.stderr.isatty())
+    data = result.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    u = args.unit
+    print(f"{data['model']} · {data['gpus']} GPUs of {fmt_bytes(data['capacity'], u)} · searched "
+          f"{data['searched']:,} configurations, {data['fitting']:,} fit")
+    print("(ranked by the estimated step time of memlib.plan's cost model; bubble and recompute as fractions, "
+          "communication in GB per GPU per step)")
+    head = ("#", "PP", "TP", "CP", "DP", "EP", "ETP", "ZeRO", "b", "M", "schedule", "layout", "recompute",
+            "precision", f"peak {u}", "stage", "bubble", "recomp", "TP GB", "EP GB", "CP GB", "DP GB", "PP GB", "step s")
+    rows = []
+    for i, c in enumerate(data["configs"], 1):
+        cf, co = c["config"], c["cost"]
+        sched = cf["schedule"] + (f" V{cf['vpp']}" if cf["vpp"] > 1 else "")
+        rows.append((str(i), str(cf["pp"]), str(cf["tp"]), str(cf["cp"]), str(cf["dp"]), str(cf["ep"]), str(cf["etp"]),
+                     str(cf["zero"]), str(cf["micro_batch"]), str(cf["num_microbatches"]), sched, c["layout_rule"],
+                     cf["recompute"], cf["precision"], fmt_bytes(c["peak"], u, with_unit=False), str(c["peak_stage"]),
+                     f"{co['bubble']:.3f}", f"{co['recompute']:.3f}",
+                     *(f"{co[k] / 1e9:.1f}" for k in ("tp_bytes", "ep_bytes", "cp_bytes", "dp_bytes", "pp_bytes")),
+                     f"{co['step_s']:.2f}"))
+    if not rows:
+        print("nothing fits")
+        return 0
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(x.rjust(w) for x, w in zip(r, widths)))
+    return 0
+
+
 def _measure(args) -> int:
     if args.framework == "megatron-core":
         return _measure_megatron(args)
@@ -598,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         args.argv = argv
         return {"params": _params, "estimate": _estimate, "formula": _formula,
-                "measure": _measure}[args.command](args)
+                "measure": _measure, "plan": _plan}[args.command](args)
     except ConfigError as exc:
         print(f"memlib: error: {exc}", file=sys.stderr)
         return 2

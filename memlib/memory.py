@@ -47,7 +47,7 @@ from .transient import Segment, candidates, moe_copies, te_fused_softmax
 from .states import P_e, P_ne, Recipe, recipe, states_formula
 from .symbols import sym
 
-__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula", "StageExpressions"]
+__all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula", "StageExpressions", "config_values"]
 
 #: the byte terms that are tensors PyTorch allocates
 ALLOCATED = ("parameters", "gradients", "optimizer_states", "activations")
@@ -243,15 +243,23 @@ class Estimate:
         return by_entry, working
 
     # -- the one path ------------------------------------------------------------------------------
-    def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
-        """The terms of stage ``index`` with ``subs`` substituted (all symbols: exact integers)."""
-        part, t = self.partition, self.train
-        st = part.stages[index]
+    def stage_states(self, st: Stage, zero: int | None = None) -> Breakdown:
+        """Parameters, gradients and optimizer states of one device of ``st`` (any stage built from
+        this partition's model and profile) under ZeRO stage ``zero`` (default: the configuration's),
+        symbolic in the parallel sizes DP, TP, EP, ETP and CP."""
+        part = self.partition
         params = part.params(st)
         experts = part.edp_keys(st)
         counts = {P_ne: params.select(lambda k: k not in experts).total,
                   P_e: params.select(lambda k: k in experts).total, sym("EDP"): EDP_EXPR}
-        states = states_formula(t.zero, self.recipe).map(lambda e: e.xreplace(counts).xreplace(part.model_values))
+        z = self.train.zero if zero is None else zero
+        return states_formula(z, self.recipe).map(lambda e: e.xreplace(counts).xreplace(part.model_values))
+
+    def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
+        """The terms of stage ``index`` with ``subs`` substituted (all symbols: exact integers)."""
+        part, t = self.partition, self.train
+        st = part.stages[index]
+        states = self.stage_states(st)
         chunks, working = [], []
         for c in st.chunks:
             entries, w = self.chunk_expressions(c)
@@ -424,9 +432,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         """The CLI's JSON contract (see ``memlib estimate --json``)."""
-        cfg = {**self.train.values(), "layout": list(self.partition.layout), "framework": self.framework.values(),
-               "overhead": {"cuda_context": self.overhead.cuda_context, "comm_buffers": self.overhead.comm_buffers,
-                            "fragmentation": str(self.overhead.fragmentation)}}
+        cfg = config_values(self.train, self.partition.layout, self.framework, self.overhead)
         stages = []
         for s in self.stages:
             d = {
@@ -454,6 +460,14 @@ class Estimate:
             out["capacity"] = self.capacity
             out["fits"] = all(self.fits(s) for s in self.stages)
         return out
+
+
+def config_values(train: TrainingConfig, layout, framework: Framework, overhead: Overheads) -> dict:
+    """The ``config`` of the JSON contract: the training configuration, the resolved layout, the framework
+    and the overheads."""
+    return {**train.values(), "layout": list(layout), "framework": framework.values(),
+            "overhead": {"cuda_context": overhead.cuda_context, "comm_buffers": overhead.comm_buffers,
+                         "fragmentation": str(overhead.fragmentation)}}
 
 
 def stage_formula(est: Estimate, index: int, keep=("DP", "TP", "EP", "ETP", "CP", "b", "s")) -> Breakdown:

@@ -24,6 +24,8 @@ ORDER = [
     # the peak the allocator reports: persistent buffers, held activations, transient terms
     "transient", "peak",
     "overhead", "memory",
+    # the same per-stage terms compiled to vectorised NumPy functions of the knobs; the search over them
+    "compiled", "plan",
     # memory over time: the schedule replay on a clock, with each step's bytes
     "timeline",
     # Megatron-LM's launch flags read as a configuration

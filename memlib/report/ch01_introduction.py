@@ -33,6 +33,7 @@ MODULES = (
     ("schedule", "pipeline step", "8"), ("transient", "pipeline step", "9"), ("peak", "pipeline step", "9"),
     ("overhead", "pipeline step", "10"), ("memory", "pipeline step", "11"),
     ("timeline", "view of the results", None),
+    ("compiled", "view of the results", None), ("plan", "view of the results", None),
     ("megatron_args", "input: Megatron-LM's launch flags", None),
     ("formulas", "view of the results", None), ("paper", "view of the results", None),
     ("scenarios", "view of the results", None), ("report", "the book", None),

@@ -1,0 +1,511 @@
+"""One engine, two speeds: :mod:`memlib.memory`'s per-stage terms compiled into vectorised NumPy functions.
+
+:func:`memlib.memory.estimate` evaluates SymPy expressions for one configuration.  A search over parallel
+configurations needs the same numbers for hundreds of thousands of them.  This module derives them from the
+very same expressions, once:
+
+* a :class:`Family` is what does not change while the integer knobs do: the model, the profile (and its
+  kernel choices), the precision recipe, the recompute policy, sequence parallelism, the routing imbalance
+  and the overheads.  It holds one :class:`~memlib.memory.Estimate` and asks it for the terms of any chunk
+  (:meth:`~memlib.memory.Estimate.chunk_expressions`) and any stage's model states under any ZeRO stage
+  (:meth:`~memlib.memory.Estimate.stage_states`), the methods :meth:`~memlib.memory.Estimate.stage_expressions`
+  is built from.  Both are cached by the chunk's (stage's) *signature*: the kinds of its layers and whether
+  it holds the embedding or the head.  The same chunk recurs across pipeline depths and layouts.
+* a :class:`Pipeline` is a family laid over PP ranks by a schedule, V chunks per rank and a layout (they change
+  the partition, so configurations are grouped by them); its stages' moments come from the schedule replay
+  (:func:`memlib.schedule.moments`), per number of micro-batches M.
+* every expression is compiled by :class:`ExactFunction` into NumPy operations on exact rationals (numerator and
+  denominator int64 arrays, reduced by their gcd; an operation that could pass 2^62 switches to Python
+  integers): ceilings, maxima, piecewise cases and the final truncation ``int()`` are those of the exact
+  evaluation, so a vectorised result equals :func:`~memlib.memory.estimate`'s to the byte
+  (tests/test_compiled.py checks it on random configurations of every kind).
+
+The knobs are DP, TP, EP, ETP, CP, b, s (symbols of the expressions), M (the replay) and the ZeRO stage.
+
+>>> fam = Family("deepseek-v3", TrainingConfig(profile="megatron", precision="deepseek-v3", recompute="deepseek"))
+>>> pipe = fam.pipeline(pp=16, schedule="dualpipe")
+>>> t = pipe.evaluate(dp=[128, 64], tp=[1, 2], ep=[64, 64], etp=[1, 1], cp=[1, 1], micro_batch=[1, 1],
+...                   seq_len=[4096, 4096], zero=[1, 1], num_microbatches=[120, 240])
+>>> peak, stage = t.peak()
+>>> int(peak[0]) == estimate("deepseek-v3", TrainingConfig(dp=128, pp=16, ep=64, zero=1, profile="megatron",
+...     precision="deepseek-v3", recompute="deepseek", schedule="dualpipe", num_microbatches=120)).peak.total
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+from typing import Callable, Mapping, Sequence
+
+import copy
+
+import numpy as np
+import sympy as sp
+
+from .config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model
+from .ledgers import act_profile
+from .memory import Estimate, estimate
+from .overhead import Overheads
+from .partition import Stage, build_stages, resolve_layout
+from .schedule import Moment, moments, replay_microbatches
+from .symbols import sym
+
+__all__ = ["ExactFunction", "Family", "Pipeline", "Totals", "KNOBS", "chunk_signature", "stage_signature",
+           "compiled_totals"]
+
+#: the integer knobs that are symbols of the expressions: TrainingConfig field -> symbol
+KNOBS = {"dp": sym("DP"), "tp": sym("TP"), "ep": sym("EP"), "etp": sym("ETP"), "cp": sym("CP"),
+         "micro_batch": sym("b"), "seq_len": sym("s")}
+_BY_SYMBOL = {v: k for k, v in KNOBS.items()}
+
+#: magnitudes past which an int64 product could overflow: the operation goes to Python integers
+_LIMIT = 2**62
+
+
+# ------------------------------------------------------------------------------------------------
+# exact rationals on NumPy arrays
+# ------------------------------------------------------------------------------------------------
+def _mag(x) -> int:
+    if isinstance(x, np.ndarray):
+        return int(np.abs(x).max()) if x.size else 0
+    return abs(int(x))
+
+
+def _obj(x):
+    return x.astype(object) if isinstance(x, np.ndarray) and x.dtype != object else x
+
+
+def _mul(a, b):
+    if _mag(a) * _mag(b) >= _LIMIT:
+        a, b = _obj(a), _obj(b)
+    return a * b
+
+
+def _add(a, b):
+    if _mag(a) + _mag(b) >= _LIMIT:
+        a, b = _obj(a), _obj(b)
+    return a + b
+
+
+#: denominators are reduced (by the gcd) only past this magnitude: small ones keep every product in int64
+_REDUCE_PAST = 2**16
+
+
+def _reduce(n, d):
+    if isinstance(n, int) and isinstance(d, int):
+        g = gcd(n, d) or 1
+        return n // g, d // g
+    if _mag(d) < _REDUCE_PAST:
+        return n, d
+    g = np.gcd(n, d)
+    g = np.where(g == 0, 1, g)
+    return n // g, d // g
+
+
+def _r_add(x, y):
+    (n1, d1), (n2, d2) = x, y
+    if isinstance(d2, int) and d2 == 1:
+        return _add(n1, _mul(n2, d1)), d1
+    if isinstance(d1, int) and d1 == 1:
+        return _add(n2, _mul(n1, d2)), d2
+    return _reduce(_add(_mul(n1, d2), _mul(n2, d1)), _mul(d1, d2))
+
+
+def _r_mul(x, y):
+    (n1, d1), (n2, d2) = x, y
+    return _reduce(_mul(n1, n2), _mul(d1, d2))
+
+
+def _r_inv(x):
+    n, d = x
+    if isinstance(n, int):
+        if n == 0:
+            raise ZeroDivisionError("division by zero in a compiled expression")
+        return (d, n) if n > 0 else (-d, -n)
+    if np.any(n == 0):
+        raise ZeroDivisionError("division by zero in a compiled expression")
+    sign = np.where(n < 0, -1, 1)
+    return d * sign, n * sign
+
+
+def _r_cmp(x, y):
+    """(left, right) integers whose comparison is that of the rationals x and y (denominators positive)."""
+    (n1, d1), (n2, d2) = x, y
+    return _mul(n1, d2), _mul(n2, d1)
+
+
+def _r_where(c, x, y):
+    if isinstance(c, (bool, np.bool_)):
+        return x if c else y
+    return np.where(c, x[0], y[0]), np.where(c, x[1], y[1])
+
+
+def _r_max(x, y):
+    a, b = _r_cmp(x, y)
+    return _r_where(a >= b, x, y)
+
+
+def _r_min(x, y):
+    a, b = _r_cmp(x, y)
+    return _r_where(a <= b, x, y)
+
+
+def _floor_div(n, d):
+    return n // d
+
+
+def _ceil_div(n, d):
+    return -((-n) // d)
+
+
+_RELATIONS = {sp.Eq: np.equal, sp.Ne: np.not_equal, sp.StrictGreaterThan: np.greater,
+              sp.GreaterThan: np.greater_equal, sp.StrictLessThan: np.less, sp.LessThan: np.less_equal}
+
+
+class ExactFunction:
+    """An expression in the knob symbols, compiled to NumPy operations on exact rationals; called with
+    integer arrays it returns ``int(expr)`` for each row (truncated toward zero, as :func:`int` truncates a
+    SymPy rational), as int64 (or Python integers where int64 could overflow)."""
+
+    def __init__(self, expr):
+        self.expr = sp.sympify(expr)
+        unknown = self.expr.free_symbols - set(_BY_SYMBOL)
+        if unknown:
+            raise ConfigError(f"compiled expression keeps symbols {sorted(map(str, unknown))} that are not knobs "
+                              f"({', '.join(map(str, KNOBS.values()))})")
+        self._fn = self._build(self.expr)
+        syms = self.expr.free_symbols
+        #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
+        self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms)
+
+    # -- compilation ---------------------------------------------------------------------------
+    def _build(self, e) -> Callable[[Mapping], tuple]:
+        if not e.free_symbols and not isinstance(e, sp.logic.boolalg.Boolean):
+            q = sp.Rational(e)
+            const = (int(q.p), int(q.q))
+            return lambda env: const
+        if isinstance(e, sp.Symbol):
+            name = _BY_SYMBOL[e]
+            return lambda env: (env[name], 1)
+        if isinstance(e, sp.Add):
+            parts = [self._build(a) for a in e.args]
+
+            def add(env):
+                acc = parts[0](env)
+                for f in parts[1:]:
+                    acc = _r_add(acc, f(env))
+                return acc
+            return add
+        if isinstance(e, sp.Mul):
+            parts = [self._build(a) for a in e.args]
+
+            def mul(env):
+                acc = parts[0](env)
+                for f in parts[1:]:
+                    acc = _r_mul(acc, f(env))
+                return acc
+            return mul
+        if isinstance(e, sp.Pow):
+            base, k = e.args
+            if not (k.is_Integer and int(k) != 0):
+                raise ConfigError(f"compiled expression: power {e} is not an integer power")
+            f, k = self._build(base), int(k)
+
+            def power(env):
+                x = f(env)
+                acc = x
+                for _ in range(abs(k) - 1):
+                    acc = _r_mul(acc, x)
+                return acc if k > 0 else _r_inv(acc)
+            return power
+        if isinstance(e, (sp.ceiling, sp.floor)):
+            f = self._build(e.args[0])
+            op = _ceil_div if isinstance(e, sp.ceiling) else _floor_div
+            return lambda env: (op(*f(env)), 1)
+        if isinstance(e, (sp.Max, sp.Min)):
+            parts = [self._build(a) for a in e.args]
+            op = _r_max if isinstance(e, sp.Max) else _r_min
+
+            def extreme(env):
+                acc = parts[0](env)
+                for f in parts[1:]:
+                    acc = op(acc, f(env))
+                return acc
+            return extreme
+        if isinstance(e, sp.Piecewise):
+            cases = [(self._build(x), self._cond(c)) for x, c in e.args]
+
+            def piecewise(env):
+                x, c = cases[-1]         # memlib's Piecewise ends with (expr, True)
+                acc = x(env)
+                for x, c in reversed(cases[:-1]):
+                    acc = _r_where(c(env), x(env), acc)
+                return acc
+            return piecewise
+        raise ConfigError(f"compiled expression: {type(e).__name__} ({e}) is not supported")
+
+    def _cond(self, c) -> Callable[[Mapping], object]:
+        if c is sp.true or c == True:  # noqa: E712 - SymPy's true
+            return lambda env: True
+        if c is sp.false or c == False:  # noqa: E712
+            return lambda env: False
+        if isinstance(c, (sp.And, sp.Or)):
+            parts = [self._cond(a) for a in c.args]
+            op = np.logical_and if isinstance(c, sp.And) else np.logical_or
+            return lambda env: op.reduce([np.asarray(f(env)) for f in parts]) if len(parts) > 1 else parts[0](env)
+        if isinstance(c, sp.Not):
+            f = self._cond(c.args[0])
+            return lambda env: np.logical_not(f(env))
+        for cls, op in _RELATIONS.items():
+            if isinstance(c, cls):
+                lf, rf = self._build(c.lhs), self._build(c.rhs)
+                return lambda env, op=op: op(*_r_cmp(lf(env), rf(env)))
+        raise ConfigError(f"compiled expression: condition {c} is not supported")
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
+        return self._fn(env)
+
+    def on_unique(self, env: Mapping[str, np.ndarray], size: int, cache: dict | None = None):
+        """:meth:`__call__` evaluated once per distinct combination of the knobs it depends on (and kept in
+        ``cache``, a dict for one set of rows, by this function)."""
+        if cache is not None and id(self) in cache:
+            return cache[id(self)][1]
+        keys = self.knobs
+        if not keys:
+            out = self(env, size)
+        else:
+            ukey = ("unique", keys)
+            if cache is not None and ukey in cache:
+                uenv, inverse = cache[ukey]
+            else:
+                uenv, inverse = _unique_rows([np.asarray(env[k]) for k in keys], keys)
+                if cache is not None:
+                    cache[ukey] = (uenv, inverse)
+            out = self(uenv, uenv[keys[0]].shape[0])[inverse]
+        if cache is not None:
+            cache[id(self)] = (self, out)        # the function is kept so that its id stays its own
+        return out
+
+    def __call__(self, env: Mapping[str, np.ndarray], size: int | None = None):
+        n, d = self._fn(env)
+        if size is None:
+            size = len(next(iter(env.values())))
+        if isinstance(n, int) and isinstance(d, int):
+            return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
+        n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
+        q = np.where(n < 0, -((-n) // d), n // d)
+        return q
+
+
+def _unique_rows(cols: list[np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
+    """The distinct rows of the columns (as a dict of columns) and each row's index among them."""
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:                                   # mixed radix over each column's ranks
+        values, rank = np.unique(c, return_inverse=True)
+        code = code * len(values) + rank.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return {k: c[first] for k, c in zip(keys, cols)}, inverse.reshape(-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# signatures: what a chunk's and a stage's expressions depend on
+# ------------------------------------------------------------------------------------------------
+def chunk_signature(model: ModelConfig, chunk) -> tuple:
+    """The kinds of a chunk's layers, in order, and whether it holds the embedding and the head."""
+    return tuple(model.layer_kinds[i] for i in chunk.layers), chunk.first, chunk.last
+
+
+def stage_signature(model: ModelConfig, stage: Stage) -> tuple:
+    return tuple(chunk_signature(model, c) for c in stage.chunks)
+
+
+@dataclass(frozen=True)
+class ChunkProgram:
+    per_microbatch: ExactFunction       #: int(one micro-batch's saved bytes through the chunk)
+    working: ExactFunction              #: int(the recompute working set while it computes)
+
+
+class Family:
+    """The compiled terms of one (model, profile, precision, recompute policy, kernel options, sequence
+    parallelism, routing imbalance, overheads); the parallel sizes, b, s, M, ZeRO, PP, V, the schedule and
+    the layout of ``train`` do not matter here (they are the knobs and the pipelines)."""
+
+    def __init__(self, model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None):
+        self.model = load_model(model)
+        self.train = train
+        self.overhead = overhead if overhead is not None else Overheads()
+        base = self.canonical(train)
+        if train.transformer_impl.value != "transformer_engine" and train.profile == "megatron":
+            raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
+                              "(the local modules split MLA's down-projections only when TP > 1)")
+        #: the estimate whose methods give every expression
+        self.base: Estimate = estimate(self.model, base, self.overhead)
+        #: the activation profile's binding may depend on whether TP > 1 (the megatron profile's RoPE key is
+        #: gathered under sequence parallelism): one estimate per binding, the same but for its profile
+        self._variants: dict[bool, Estimate] = {False: self.base}
+        wide = act_profile(train.profile, base.with_(tp=2))
+        if wide.key != self.base.act_profile.key:
+            est = copy.copy(self.base)
+            est.act_profile = wide
+            self._variants[True] = est
+        self._chunks: dict[tuple, ChunkProgram] = {}
+        self._states: dict[tuple, dict[str, ExactFunction]] = {}
+        self._pipelines: dict[tuple, Pipeline] = {}
+
+    @staticmethod
+    def canonical(train: TrainingConfig) -> TrainingConfig:
+        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on."""
+        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, layout=None, vpp=1, schedule="1f1b",
+                           num_microbatches=None, seq_len=1, micro_batch=1)
+
+    _CACHE: dict = {}
+
+    @classmethod
+    def of(cls, model: ModelConfig | str, train: TrainingConfig, overhead: Overheads | None = None) -> "Family":
+        """The family of ``train`` (kept: a later search reuses every compiled program)."""
+        m = load_model(model)
+        key = (m, cls.canonical(train), overhead if overhead is not None else Overheads())
+        if key not in cls._CACHE:
+            if len(cls._CACHE) > 64:
+                cls._CACHE.clear()
+            cls._CACHE[key] = cls(m, train, overhead)
+        return cls._CACHE[key]
+
+    def variants(self, tp: np.ndarray) -> list[tuple[bool, np.ndarray | None]]:
+        """(variant, mask of the rows it serves; None: all) for rows with these TP sizes."""
+        if len(self._variants) == 1:
+            return [(False, None)]
+        wide = tp > 1
+        return [(v, wide == v) for v in (False, True) if (wide == v).any()]
+
+    def chunk_program(self, chunk, wide: bool = False) -> ChunkProgram:
+        key = (chunk_signature(self.model, chunk), wide)
+        if key not in self._chunks:
+            entries, working = self._variants[wide].chunk_expressions(chunk)
+            self._chunks[key] = ChunkProgram(ExactFunction(sp.Add(*entries.values())), ExactFunction(working))
+        return self._chunks[key]
+
+    def states_program(self, stage: Stage, zero: int) -> dict[str, ExactFunction]:
+        key = (stage_signature(self.model, stage), int(zero))
+        if key not in self._states:
+            terms = self.base.stage_states(stage, zero)
+            self._states[key] = {k: ExactFunction(x) for k, x in terms.items()}
+        return self._states[key]
+
+    def pipeline(self, pp: int = 1, schedule: Schedule | str = "1f1b", vpp: int = 1,
+                 layout: Sequence[int] | None = None) -> "Pipeline":
+        key = (pp, Schedule(schedule), vpp, None if layout is None else tuple(layout))
+        if key not in self._pipelines:
+            self._pipelines[key] = Pipeline(self, *key)
+        return self._pipelines[key]
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Per-stage bytes of N configurations: arrays of shape (stages, N)."""
+
+    allocated: np.ndarray
+    total: np.ndarray
+
+    def peak(self) -> tuple[np.ndarray, np.ndarray]:
+        """The peak ``total`` of each configuration and its stage (the first such, as
+        :attr:`memlib.memory.Estimate.peak`)."""
+        idx = np.argmax(self.total, axis=0)
+        return self.total[idx, np.arange(self.total.shape[1])], idx
+
+
+class Pipeline:
+    """A family over PP ranks: the stages of (PP, schedule, V, layout), with their programs."""
+
+    def __init__(self, family: Family, pp: int, schedule: Schedule, vpp: int, layout: tuple | None):
+        self.family = family
+        m = family.model
+        # a number of micro-batches valid for the schedule's checks (the replay takes each M apart)
+        m0 = {Schedule.GPIPE: 1, Schedule.DUALPIPE: 2 * pp, Schedule.INTERLEAVED: pp}.get(schedule)
+        self.train = family.base.train.with_(pp=pp, schedule=schedule, vpp=vpp, layout=layout, num_microbatches=m0)
+        self.layout = resolve_layout(m, self.train)
+        self.stages: list[Stage] = build_stages(self.layout, self.train)
+        self._moments: dict[tuple[int, int | None], list[Moment]] = {}
+
+    def moments(self, rank: int, m: int | None) -> list[Moment]:
+        """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only
+        through the micro-batches the replay runs, :func:`memlib.schedule.replay_microbatches`)."""
+        train = self.train.with_(num_microbatches=m)
+        key = (rank, replay_microbatches(train))
+        if key not in self._moments:
+            self._moments[key] = moments(train, rank)
+        return self._moments[key]
+
+    def evaluate(self, *, zero, num_microbatches=None, cache: dict | None = None, **knobs) -> Totals:
+        """Allocated and total bytes of every stage for rows of knobs (arrays of equal length; ``seq_len``,
+        ``micro_batch``, ``dp``, ``tp``, ``ep``, ``etp``, ``cp``; ``zero`` 0..3; ``num_microbatches``: M, or
+        None for the schedule's default).  ``cache``: a dict kept by the caller for these very rows, so that
+        pipelines over the same rows evaluate each chunk's and stage's program once."""
+        env = {k: np.asarray(knobs[k], dtype=np.int64) for k in KNOBS}
+        n = len(env["dp"])
+        zero = np.broadcast_to(np.asarray(zero, dtype=np.int64), (n,))
+        if num_microbatches is None or np.ndim(num_microbatches) == 0:
+            num_microbatches = [num_microbatches] * n
+        ms = np.asarray([-1 if x is None else x for x in num_microbatches], dtype=np.int64)
+        fam = self.family
+        allocated = np.zeros((len(self.stages), n), dtype=np.int64)
+        zs = np.unique(zero)
+        # rows grouped by the replay their M gives (a longer M only repeats moments)
+        groups: dict[int, list[int]] = {}
+        for mval in np.unique(ms):
+            m = None if mval < 0 else int(mval)
+            groups.setdefault(replay_microbatches(self.train.with_(num_microbatches=m)) if m is not None else -1,
+                              []).append(mval)
+        by_replay = [(None if vals[0] < 0 else int(vals[0]), np.isin(ms, vals)) for vals in groups.values()]
+        for r, st in enumerate(self.stages):
+            states = None
+            for z in zs:
+                prog = fam.states_program(st, int(z))
+                part = sum(prog[k].on_unique(env, n, cache) for k in ("parameters", "gradients", "optimizer_states"))
+                states = part if states is None else np.where(zero == z, part, states)
+            per, work = [], []
+            for c in st.chunks:
+                p = w = None
+                for wide, mask in fam.variants(env["tp"]):
+                    prog = fam.chunk_program(c, wide)
+                    pv, wv = prog.per_microbatch.on_unique(env, n, cache), prog.working.on_unique(env, n, cache)
+                    p = pv if mask is None or p is None else np.where(mask, pv, p)
+                    w = wv if mask is None or w is None else np.where(mask, wv, w)
+                per.append(p)
+                work.append(w)
+            act = None
+            for mval, mask in by_replay:
+                best = None
+                for mo in self.moments(r, mval):
+                    v = sum(k * per[c] for c, k in enumerate(mo.counts))
+                    if mo.running:
+                        w = work[mo.running[0]]
+                        for c in mo.running[1:]:
+                            w = np.maximum(w, work[c])
+                        v = v + np.maximum(w, 0)
+                    best = v if best is None else np.maximum(best, v)
+                act = best if act is None else np.where(mask, best, act)
+            row = states + act
+            if row.dtype == object:
+                allocated = allocated.astype(object)
+            allocated[r] = row
+        ov = fam.overhead
+        frag = ov.fragmentation
+        total = allocated + int(ov.cuda_context) + int(ov.comm_buffers) + \
+            (-((-allocated * frag.numerator) // frag.denominator))
+        return Totals(allocated, total)
+
+    def evaluate_configs(self, trains: Sequence[TrainingConfig]) -> Totals:
+        """:meth:`evaluate` on training configurations (their knobs; each must match this pipeline)."""
+        knobs = {k: [getattr(t, k) for t in trains] for k in KNOBS}
+        return self.evaluate(zero=[int(t.zero) for t in trains],
+                             num_microbatches=[t.num_microbatches for t in trains], **knobs)
+
+
+def compiled_totals(model, train: TrainingConfig, overhead: Overheads | None = None) -> Totals:
+    """One configuration through the compiled path (for checks against :func:`~memlib.memory.estimate`)."""
+    fam = Family(model, train, overhead)
+    pipe = fam.pipeline(train.pp, train.schedule, train.vpp, train.layout)
+    return pipe.evaluate_configs([train])
+

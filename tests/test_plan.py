@@ -1,0 +1,123 @@
+"""memlib plan: the search, its exactness against estimate(), the DeepSeek-V3 recipe, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlib.cli import main
+from memlib.config import ConfigError, TrainingConfig
+from memlib.memory import estimate
+from memlib.overhead import Overheads
+from memlib.plan import parse_fix, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+GB = 10**9
+DS_OPTIONS = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",),
+                  schedules=("dualpipe",))
+
+
+def _train(cfg: dict) -> TrainingConfig:
+    keys = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "zero", "precision", "profile", "micro_batch", "seq_len",
+            "recompute", "schedule", "num_microbatches", "vpp")
+    return TrainingConfig(**{k: cfg[k] for k in keys}, layout=tuple(cfg["layout"]))
+
+
+def _is_recipe(c: dict) -> bool:
+    cf = c["config"]
+    return (cf["pp"], cf["tp"], cf["ep"], cf["etp"], cf["cp"], cf["zero"], cf["schedule"], cf["precision"],
+            cf["recompute"], cf["micro_batch"]) == (16, 1, 64, 1, 1, 1, "dualpipe", "deepseek-v3", "deepseek", 1)
+
+
+def test_the_deepseek_v3_recipe_is_found_and_ranked():
+    r = plan("deepseek-v3", 2048, 80 * GB, top=None, **DS_OPTIONS)
+    assert r.fitting == len(r.configs) > 0
+    ranks = [i for i, c in enumerate(r.configs, 1) if _is_recipe(c)]
+    assert ranks, "PP16 DualPipe TP1 EP64 ZeRO-1 is not among the fitting configurations"
+    best = r.configs[ranks[0] - 1]
+    est = estimate("deepseek-v3", _train(best["config"]))
+    assert best["peak"] == est.peak.total and best["peak_stage"] == est.peak.stage.index
+    assert best["headroom"] == 80 * GB - best["peak"]
+    print(f"DeepSeek-V3 recipe: rank {ranks[0]} of {r.fitting} fitting ({r.searched} searched)")
+
+
+@pytest.mark.parametrize("gpus,cap", [(1024, 80), (512, 141)])
+def test_every_listed_peak_equals_estimate(gpus, cap):
+    r = plan("deepseek-v3", gpus, cap * GB, top=8, **DS_OPTIONS)
+    assert r.configs
+    for c in r.configs:
+        est = estimate("deepseek-v3", _train(c["config"]))
+        assert (c["peak"], c["peak_stage"]) == (est.peak.total, est.peak.stage.index)
+        assert c["peak"] <= cap * GB
+        assert list(est.partition.layout) == c["config"]["layout"]
+        assert set(c["config"]) == set(est.to_dict()["config"])
+
+
+def test_a_small_full_search_is_exact_and_complete():
+    """deepseek-v2-lite on 16 GPUs, every schedule and policy: the listed peaks are estimate's, the
+    ranking is by step time, and the counts add up."""
+    r = plan("deepseek-v2-lite", 16, 40 * GB, recomputes=("none", "full"), global_batch=64, top=None,
+             overhead=Overheads())
+    assert r.searched >= r.fitting == len(r.configs) > 0
+    steps = [c["cost"]["step_s"] for c in r.configs]
+    assert steps == sorted(steps)
+    for c in r.configs[:: max(1, len(r.configs) // 25)]:
+        est = estimate("deepseek-v2-lite", _train(c["config"]))
+        assert c["peak"] == est.peak.total
+        assert set(c["cost"]) >= {"bubble", "recompute", "tp_bytes", "ep_bytes", "dp_bytes", "pp_bytes", "step_s"}
+
+
+def test_fix_pins_the_knobs():
+    r = plan("deepseek-v3", 2048, 80 * GB, fix=parse_fix(["tp=1,pp=16", "zero=1"]), top=None, **DS_OPTIONS)
+    assert r.configs and all((c["config"]["tp"], c["config"]["pp"], c["config"]["zero"]) == (1, 16, 1)
+                             for c in r.configs)
+
+
+@pytest.mark.parametrize("items,match", [(["tp=x"], "tp='x'"), (["foo=1"], "foo=1"), (["tp=1,tp=2"], "fixed twice")])
+def test_fix_errors_name_the_field(items, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_fix(items)
+
+
+def test_cli_json_peaks_equal_memlib_estimate(capsys):
+    args = ["plan", "--gpus", "2048", "--gpu-memory", "80GB", "--precision", "deepseek-v3", "--recompute", "deepseek",
+            "--schedule", "dualpipe", "--top", "3", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"model", "gpus", "capacity", "searched", "fitting", "configs"}
+    assert data["capacity"] == 80 * GB and data["gpus"] == 2048
+    c = data["configs"][0]
+    cf = c["config"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "memlib", "estimate", "--model", "deepseek-v3", "--json", "--profile", cf["profile"],
+           "--precision", cf["precision"], "--recompute", cf["recompute"], "--schedule", cf["schedule"],
+           "--layout", ",".join(map(str, cf["layout"])), "--num-microbatches", str(cf["num_microbatches"]),
+           "--micro-batch", str(cf["micro_batch"]), "--seq-len", str(cf["seq_len"]), "--zero", str(cf["zero"]),
+           *(x for k in ("dp", "tp", "pp", "ep", "etp", "cp") for x in (f"--{k}", str(cf[k])))]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
+    assert out["peak"] == {"stage": c["peak_stage"], "bytes": c["peak"]}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpus", "0", "--gpu-memory", "80GB"], "gpus=0 must be a positive integer"),
+    (["--gpus", "64", "--gpu-memory", "eighty"], "gpu_memory="),
+    (["--gpus", "64", "--gpu-memory", "80GB", "--zero", "4"], "zero='4' must be one of 0, 1, 2, 3"),
+    (["--gpus", "64", "--gpu-memory", "80GB", "--schedule", "zigzag"], "schedule='zigzag'"),
+    (["--gpus", "64", "--gpu-memory", "80GB", "--precision", "fp7"], "precision='fp7'"),
+    (["--gpus", "64", "--gpu-memory", "80GB", "--fix", "pp=x"], "fix='pp=x'"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("memlib: error: ") and message in err
+
+
+def test_cli_table(capsys):
+    assert main(["plan", "--model", "deepseek-v2-lite", "--gpus", "8", "--gpu-memory", "80GB", "--global-batch", "32",
+                 "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "searched" in out and "step s" in out and len(out.splitlines()) == 6
