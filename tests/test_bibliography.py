@@ -63,3 +63,15 @@ def test_labels_are_distinct():
 def test_no_internal_documents(path):
     text = path.read_text(encoding="utf-8").lower()
     assert not [w for w in INTERNAL if w in text]
+
+
+def test_no_citation_in_a_figure_caption():
+    """A citation in a caption is a moving argument LaTeX cannot expand (the PDF build stops): cite in the
+    prose around the figure."""
+    import re
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")):
+        for block in re.findall(r"```\{(?:glue:)?figure\}.*?```", path.read_text(encoding="utf-8"), re.S):
+            if "{cite" in block:
+                found.append(path.name)
+    assert found == []
