@@ -298,7 +298,7 @@ class Partition:
         out: list[tuple[Tensor, int]] = []
         for chunk in chunks:
             if chunk.first:
-                out += [(t, 1) for t in embedding_tensors()]
+                out += [(t, 1) for t in embedding_tensors(m)]
             kinds = [m.layer_kinds[i] for i in chunk.layers]
             for kind in ("dense", "moe"):
                 n = kinds.count(kind)
