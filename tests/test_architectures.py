@@ -196,3 +196,131 @@ def test_gpt_convention_is_gpt2s_blocks():
         assert _total(m) == hf_count(gpt2)
         # and by hand: 12 h^2 + 13 h per layer with f = 4h; here 4 h^2 + 2 h f + 9 h + f
         assert _total(m) == v * h + pos * h + layers * (4 * h * h + 2 * h * f + 9 * h + f) + 2 * h
+
+
+# ------------------------------------------------------------------------------------------------
+# partition, states and activations of the new blocks
+# ------------------------------------------------------------------------------------------------
+from memlib.config import TrainingConfig  # noqa: E402
+from memlib.partition import Partition  # noqa: E402
+
+
+def _device_params(model, **kw) -> list[int]:
+    p = Partition(model, TrainingConfig(**kw))
+    return [p.params(st).evaluate_total(p.values) for st in p.stages]
+
+
+def test_gqa_tp_splits_query_heads_and_kv_groups():
+    m = load_model("llama-3-8b")
+    (one,) = _device_params(m, tp=1, ep=1, pp=1)
+    (two,) = _device_params(m, tp=2, ep=1, pp=1, dp=1)
+    h, v, n_h, n_kv, d, l = 4096, 128256, 32, 8, 128, 32
+    # everything but the norms is TP-split under megatron: (W^Q, W^K, W^V, W^O, FFN, embedding, head) / 2
+    norms = (2 * l + 1) * h
+    assert two == (one - norms) // 2 + norms
+    assert one == 8_030_261_248
+    # the attention of one layer by hand
+    p = Partition(m, TrainingConfig(tp=2, ep=1, pp=1, profile="megatron"))
+    att = p.params(p.stages[0]).select(lambda k: k.startswith("attention.")).evaluate_total(p.values)
+    assert att == l * (2 * n_h * d * h + 2 * n_kv * d * h) // 2
+
+
+def test_gqa_tp_above_kv_heads():
+    m = load_model("llama-3-70b")          # 8 key-value heads
+    with pytest.raises(ConfigError, match="tp=16 must divide num_key_value_heads=8 under the paper profile"):
+        Partition(m, TrainingConfig(tp=16, ep=1, pp=1))
+    # Megatron-Core replicates a group over tp / n_kv ranks; its fused QKV weight stays evenly split
+    p = Partition(m, TrainingConfig(tp=16, ep=1, pp=1, profile="megatron"))
+    att = p.params(p.stages[0]).select(lambda k: k.startswith("attention.W_K")).evaluate_total(p.values)
+    assert att == 80 * 8 * 128 * 8192 // 16
+    odd = model_from_dict({**LLAMA, "hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 4})
+    with pytest.raises(ConfigError, match="tp=6 must divide num_key_value_heads=4 or be a multiple"):
+        Partition(odd, TrainingConfig(tp=6, ep=1, pp=1, profile="megatron"))
+
+
+def test_dense_model_refuses_expert_parallelism():
+    with pytest.raises(ConfigError, match="ep=2 needs routed experts"):
+        Partition(load_model("llama-3-8b"), TrainingConfig(tp=1, ep=2, dp=2, pp=1))
+
+
+def test_mixtral_ep_splits_the_experts():
+    m = load_model("mixtral-8x7b")
+    p = Partition(m, TrainingConfig(tp=2, ep=4, pp=2, dp=4, profile="megatron"))
+    for st in p.stages:
+        routed = p.params(st).select(lambda k: k.startswith("routed_experts.")).evaluate_total(p.values)
+        assert routed == 16 * 8 * 3 * 4096 * 14336 // 4
+    with pytest.raises(ConfigError, match="ep=16 must divide n_routed_experts=8"):
+        Partition(m, TrainingConfig(tp=1, ep=16, dp=16, pp=1))
+
+
+def test_qwen2_moe_shared_expert_and_gate():
+    d = {"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "num_experts": 4,
+         "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 48}
+    m = model_from_dict(d)
+    p = Partition(m, TrainingConfig(tp=2, ep=2, dp=2, pp=1, profile="megatron"))
+    b = p.params(p.stages[0]).evaluate(p.values)
+    assert b["shared_experts.gate"] == 2 * 48 * 64 // 2 and b["shared_experts.gate_weight"] == 2 * 64
+    assert b["attention.b_K"] == 2 * 2 * 16 // 2        # qkv_bias: TP-split with its weight
+
+
+@pytest.mark.parametrize("preset,kw", [
+    ("mixtral-8x7b", dict(tp=2, ep=4, pp=2, dp=4)),
+    ("llama-3-8b", dict(tp=2, ep=1, pp=2, dp=2)),
+    ("qwen3-30b-a3b", dict(tp=4, ep=8, pp=4, dp=8)),
+    ("llama-3-70b", dict(tp=8, ep=1, pp=8, dp=1, recompute="selective")),
+])
+@pytest.mark.parametrize("profile", ["megatron", "paper"])
+def test_estimate_runs_for_the_new_blocks(preset, kw, profile):
+    from memlib.memory import estimate
+
+    est = estimate(preset, TrainingConfig(profile=profile, **kw))
+    assert est.stages and all(int(s.total) > 0 for s in est.stages)
+    assert all(p.peak_allocated > 0 for p in est.peaks)    # megatron: Megatron-Core's buffers of every rank
+
+
+def test_gpt_and_qwen2_moe_estimates():
+    from memlib.memory import estimate
+
+    gpt = model_from_dict({"model_type": "gpt", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+                           "max_position_embeddings": 512, "vocab_size": 1000})
+    q2 = model_from_dict({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "num_experts": 4,
+                          "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 48})
+    for m, kw in ((gpt, dict(tp=2, ep=1, pp=2, dp=1)), (q2, dict(tp=2, ep=2, pp=1, dp=2))):
+        for profile in ("megatron", "paper"):
+            est = estimate(m, TrainingConfig(profile=profile, seq_len=128, **kw))
+            assert all(int(s.total) > 0 for s in est.stages)
+            assert all(p.peak_allocated > 0 for p in est.peaks)
+
+
+def test_paper_gqa_ledger_by_hand():
+    """MHA (n_kv = n_h) under the paper profile is Korthikanti's attention, 11 s b h + 5 a s^2 b bytes, plus its
+    LayerNorm's input (2 s b h, which their 34 s b h counts apart)."""
+    from memlib.activations import ledger_bytes, training_values
+    from memlib.ledgers import paper_layer
+
+    m = model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+                         "max_position_embeddings": 32, "vocab_size": 100})
+    bb, ss = 2, 16
+    train = TrainingConfig(tp=1, ep=1, pp=1, micro_batch=bb, seq_len=ss)
+    from memlib.partition import parallel_values
+    vals = {**values(m), **training_values(train), **parallel_values(train)}
+    att = {k: x for k, x in ledger_bytes(paper_layer(m, "dense"), train).evaluate(vals).items()
+           if k.startswith("attention.")}
+    sbh, a = ss * bb * 64, 4
+    assert sum(att.values()) == 13 * sbh + 5 * a * ss * ss * bb
+
+
+def test_hf_eager_names_the_missing_ledger():
+    from memlib.memory import estimate
+
+    with pytest.raises(ConfigError, match="hf-eager has a ledger for transformers' DeepseekV2/V3 only"):
+        estimate("llama-3-8b", TrainingConfig(profile="hf-eager", ep=1, pp=1)).stages
+
+
+def test_megatron_ledger_tp_above_kv_heads_is_refused():
+    from memlib.memory import estimate
+
+    with pytest.raises(ConfigError, match="tp=16 > num_key_value_heads=8"):
+        estimate("llama-3-70b", TrainingConfig(profile="megatron", tp=16, ep=1, pp=1)).stages
