@@ -374,6 +374,9 @@ def _cli_training(args, explicit: set[str]) -> TrainingConfig:
     from .megatron_args import MegatronLayout, layout_stages
 
     kw = _train_kwargs(args)
+    if not {"ep", "etp"} <= explicit and not load_model(args.model).has_moe:
+        # a dense model has no experts to lay out: the paper's EP8 default does not apply to it
+        kw.update({k: 1 for k in ("ep", "etp") if k not in explicit})
     if isinstance(args.layout, MegatronLayout):
         m = load_model(args.model)
         lay, vpp = layout_stages(args.layout, args.pp, m.num_hidden_layers, None, name="layout")

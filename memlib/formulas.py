@@ -81,6 +81,9 @@ class Formula:
 
     def build(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> Rhs:
         m = load_model(model)
+        if m.family != "deepseek":
+            raise ConfigError(f"model={m.name}: the book's formulas are written for MLA and DeepSeekMoE; "
+                              f"{m.name} is a {m.family} model (its formulas are issue 12's second phase)")
         return self.rhs(m, train if train is not None else default_training(m))
 
     def expression(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None,

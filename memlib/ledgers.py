@@ -167,15 +167,75 @@ def _paper_mtp(m: ModelConfig, j: int) -> list[Saved]:
     return own + block + common_head("mtp.head")
 
 
+def _paper_gqa(m: ModelConfig) -> list[Saved]:
+    """Grouped-query (or multi-head) attention under the paper's conventions, Korthikanti's for a GPT
+    layer: the norm's input and output, q (n_h heads), k and v (n_kv heads), the softmax output, the
+    attention-dropout mask and output (s x s per head), the context (input of W^O), the dropout mask
+    after W^O.  A LayerNorm keeps no more than an RMSNorm here (the paper counts no statistics)."""
+    bs = b * s
+    n_kv, d_head = sym("n_kv"), sym("d_head")
+    out = _paper_norm("attention", "norm input (the layer input)", "norm output, input of W^Q, W^K and W^V")
+    out += [
+        _S("attention.q", "queries q", bs * n_h * d_head, shard={"TP", "CP"}, width=n_h * d_head),
+        _S("attention.k", "keys k (n_kv heads)", bs * n_kv * d_head, shard={"TP", "CP"}, width=n_kv * d_head),
+        _S("attention.v", "values v (n_kv heads)", bs * n_kv * d_head, shard={"TP", "CP"}, width=n_kv * d_head),
+        _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.context", "attention output, input of W^O", bs * n_h * d_head, shard={"TP", "CP"},
+           linear_input=True, width=n_h * d_head),
+        _S("attention.out_dropout_mask", "dropout mask after W^O", bs * h, "mask", shard={"SP", "CP"}),
+    ]
+    return out
+
+
+def _paper_gelu(m: ModelConfig) -> list[Saved]:
+    """The classic GPT MLP as Korthikanti et al. count it: norm input and output, GeLU input and output
+    (h_F wide), dropout mask."""
+    bs = b * s
+    out = _paper_norm("dense_ffn", "norm input (the FFN block input)", "norm output, input of fc1")
+    out += [
+        _S("dense_ffn.gelu_input", "GeLU input (fc1 output)", bs * h_F, shard={"TP", "CP"}, modules={"mlp"}),
+        _S("dense_ffn.act_out", "GeLU output, input of fc2", bs * h_F, shard={"TP", "CP"}, modules={"mlp"},
+           linear_input=True, width=h_F),
+        _S("dense_ffn.out_dropout_mask", "dropout mask after the FFN", bs * h, "mask", shard={"SP", "CP"}),
+    ]
+    return out
+
+
+def _paper_qwen2_shared(m: ModelConfig) -> list[Saved]:
+    """Qwen2-MoE's shared expert (width h_S) like the paper's shared experts, and its sigmoid gate."""
+    bs = b * s
+    out = _paper_ffn("shared", sym("h_S"), bs, shard_w={"CP"}, shard_in={"CP"}, module="shared_experts",
+                     label="shared expert's", input_mask=True)
+    out.append(_S("shared.gate_sigmoid", "the shared expert's sigmoid gate, one per token", bs, shard={"CP"},
+                  modules={"shared_experts"}))
+    return [renamed(e, "moe." + e.key) for e in out]
+
+
 def paper_layer(m: ModelConfig, kind: str) -> list[Saved]:
     """The paper profile's ledger of one decoder layer of ``kind``."""
-    return _paper_attention(m) + (_paper_moe(m) if kind == "moe" else _paper_dense(m))
+    att = _paper_attention(m) if m.attention == "mla" else _paper_gqa(m)
+    if kind == "moe":
+        return att + _paper_moe(m) + (_paper_qwen2_shared(m) if m.moe == "qwen2_moe" else [])
+    return att + (_paper_gelu(m) if m.mlp == "gelu" else _paper_dense(m))
+
+
+def _paper_embedding(m: ModelConfig) -> list[Saved]:
+    out = common_embedding()
+    if m.positions == "learned":
+        out.append(_S("embedding.position_ids", "position ids (for the learned position embedding's backward)",
+                      b * s, "int64", shard={"CP"}, keep_full=True))
+    return out
 
 
 #: the paper's ledger as a profile
 PAPER_PROFILE = ActProfile(
     "paper", "arXiv 2502.07846 §5: eager attention with dropout, bf16, every intermediate kept",
-    paper_layer, lambda m: common_embedding(), lambda m: common_head(), _paper_mtp)
+    paper_layer, _paper_embedding, lambda m: common_head(), _paper_mtp)
 
 
 #: TrainingConfig fields that choose kernels; only a profile with ``bind`` reads them

@@ -48,7 +48,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .activations import DTYPE_BYTES, ActProfile, Saved, saved as _S
-from .config import ModelConfig
+from .config import ConfigError, ModelConfig
 from .symbols import sym
 
 __all__ = ["hf_eager_layer", "hf_embedding", "hf_head", "HF_VERSIONS"]
@@ -167,13 +167,21 @@ def _moe(m: ModelConfig) -> list[Saved]:
     return out
 
 
+def _deepseek_only(m: ModelConfig) -> None:
+    if m.family != "deepseek":
+        raise ConfigError(f"profile=hf-eager has a ledger for transformers' DeepseekV2/V3 only; {m.name} is a "
+                          f"{m.family} model (its hf-eager ledger is issue 12's second phase)")
+
+
 def hf_eager_layer(m: ModelConfig, kind: str) -> list[Saved]:
     """The ``hf-eager`` ledger of one decoder layer of ``kind`` (``dense`` or ``moe``)."""
+    _deepseek_only(m)
     return _attention(m) + (_moe(m) if kind == "moe" else _dense(m))
 
 
 def hf_embedding(m: ModelConfig) -> list[Saved]:
     """The embedding keeps the token ids; the RoPE tables are computed once and kept by every layer."""
+    _deepseek_only(m)
     return [
         _S("embedding.token_ids", "input token ids, int64 (kept by the embedding)", b * s, "int64", keep_full=True),
         _S("embedding.rope_cos", "RoPE cos table [1, s, d_h^R], bf16, shared by every layer", s * d_hR,

@@ -88,6 +88,7 @@ class Kernels:
     fp32: bool = False              #: activations in fp32 (precision fp32): no separate upcast copies
     policy: Policy = Policy("none")  #: the recompute policy (for the checkpoints that exist once per model)
     gathered_rope_key: bool = False  #: TP > 1 with SP: MLA gathers k^R over TP before RoPE
+    tp: int = 1                      #: the TP size (grouped-query attention with TP > n_kv is not in the ledger)
 
     @property
     def local_norm(self) -> bool:
@@ -113,7 +114,8 @@ class Kernels:
         return cls(impl=impl, backend=train.attention_backend, softmax_fp32=train.attention_softmax_in_fp32,
                    swiglu_fusion=train.bias_swiglu_fusion, ce_fusion=train.cross_entropy_loss_fusion,
                    ce_impl=train.cross_entropy_fusion_impl, aux_loss=train.moe_aux_loss,
-                   fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp)
+                   fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp,
+                   tp=train.tp)
 
 
 TE_DEFAULT = Kernels()
@@ -457,9 +459,135 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# grouped-query attention, the GeLU MLP and LayerNorm (Megatron-Core's GPT layer spec with TE)
+# ------------------------------------------------------------------------------------------------
+_FROM_CODE = "read from megatron-core 0.19.2's and Transformer Engine's code, not measured"
+
+
+def _layernorm_mu(prefix: str, what: str, m: ModelConfig, shard=frozenset({"SP", "CP"}), modules=(),
+                  keep_full: bool = False) -> list[Saved]:
+    """TE's LayerNorm keeps the mean per token (fp32) beside rsigma; an RMSNorm has none."""
+    if m.norm != "layernorm":
+        return []
+    return [_S(f"{prefix}.norm_mu", f"{what}: the LayerNorm's mean per token, fp32", b * s, "fp32", shard=shard,
+               modules=modules, keep_full=keep_full, note=KERNEL_SOURCES["te_layernorm_linear"] + "; " + _FROM_CODE)]
+
+
+def _gqa_attention(m: ModelConfig, k: Kernels) -> list[Saved]:
+    """Grouped-query (or multi-head) attention on the Transformer Engine path: the input norm fused into
+    linear_qkv (TELayerNormColumnParallelLinear keeps its input, rsigma (and mu) and ln_out), q, k, v after
+    the fused RoPE, the attention kernel's output and, for flash/fused attention, the fp32 softmax
+    statistics (or, unfused, the s x s probabilities), the output projection's input."""
+    if k.local_norm:
+        raise ConfigError(f"transformer_impl={k.impl} with grouped-query attention ({m.name}): the megatron "
+                          f"ledger has only the Transformer Engine path for it yet")
+    if k.tp > m.num_key_value_heads:
+        raise ConfigError(f"tp={k.tp} > num_key_value_heads={m.num_key_value_heads}: Megatron-Core all-gathers the "
+                          f"QKV output and replicates a key-value group; the megatron activation ledger does not "
+                          f"count that yet (use tp <= num_key_value_heads)")
+    bs = b * s
+    n_kv, d_head = sym("n_kv"), sym("d_head")
+    te = KERNEL_SOURCES["te_layernorm_linear"]
+    out = [
+        _S("attention.norm_input", "the layer input (residual stream), kept by the norm fused into linear_qkv",
+           bs * h, shard={"SP", "CP"}, keep_full=True, note=te + "; " + _FROM_CODE),
+        _S("attention.norm_rstd", "the input norm's 1/rms (1/std) per token, fp32", bs, "fp32", shard={"SP", "CP"},
+           modules={"layernorm"}, note=te),
+    ] + _layernorm_mu("attention", "the layer input", m, modules={"layernorm"}) + [
+        _S("attention.norm_output", "input norm output (ln_out), input of linear_qkv", bs * h, shard={"SP", "CP"},
+           modules={"layernorm"}, linear_input=True, width=h, note=te),
+    ]
+    if m.qk_norm:
+        out += [
+            _S("attention.qkv_output", "linear_qkv output [q; k; v] per group, kept by the q/k layernorms (their "
+               "inputs are views of it)", bs * (sym("n_h") + 2 * n_kv) * d_head, shard={"TP", "CP"},
+               note="q_layernorm and k_layernorm (TENorm over d_head) run on views of mixed_qkv; " + _FROM_CODE),
+            _S("attention.qk_norm_rstd", "the q and k layernorms' 1/rms per head and token, fp32",
+               bs * (sym("n_h") + n_kv), "fp32", shard={"TP", "CP"}, note=KERNEL_SOURCES["te_rmsnorm"]),
+        ]
+    if k.backend.keeps_scores(k.impl):
+        qkv_note = "kept by the batched matmuls Q K^T and P V: " + KERNEL_SOURCES["te_unfused_attention"]
+    elif k.backend is AttnBackend.FLASH:
+        qkv_note = "saved by flash attention as its inputs: " + KERNEL_SOURCES["flash_attention"]
+    else:
+        qkv_note = ("saved by the fused attention kernel as its inputs: " + KERNEL_SOURCES["te_fused_attention"])
+    qkv_note += ("; q and k are new tensors (the fused RoPE's outputs; it keeps only the cached frequencies), v a "
+                 "slice of linear_qkv's output counted as its own tensor; " + _FROM_CODE)
+    out += [
+        _S("attention.q", "queries after RoPE, input of the attention kernel", bs * n_h * d_head, shard={"TP", "CP"},
+           note=qkv_note),
+        _S("attention.k", "keys after RoPE (n_kv heads), input of the attention kernel", bs * n_kv * d_head,
+           shard={"TP", "CP"}, note=qkv_note),
+        _S("attention.v", "values (n_kv heads), input of the attention kernel", bs * n_kv * d_head,
+           shard={"TP", "CP"}, note=qkv_note),
+        _S("attention.attn_mask_type", "the mask type, kept as a one-element int32 tensor by the core-attention "
+           "checkpoint", 1, "int32", only_when={"core_attn"}, note=_SHARED_CODE),
+    ]
+    if k.backend.keeps_scores(k.impl):
+        out.append(_S("attention.softmax_out", "softmax probabilities [b, n_h, s, s]", b * n_h * s * s,
+                      shard={"TP", "CP"}, modules={"core_attn"}, note=KERNEL_SOURCES["te_unfused_attention"]))
+    else:
+        out.append(_S("attention.softmax_lse", "softmax statistics (log-sum-exp per query and head), fp32",
+                      b * n_h * s, "fp32", shard={"TP", "CP"}, modules={"core_attn"},
+                      note="flash/fused attention keeps no s^2 tensor: " + KERNEL_SOURCES["flash_attention"]))
+    out.append(_S("attention.context", "attention output, kept by the kernel and as the input of linear_proj",
+                  bs * n_h * d_head, shard={"TP", "CP"}, linear_input=True, width=n_h * d_head,
+                  note=qkv_note + "; " + KERNEL_SOURCES["te_linear"]))
+    return out
+
+
+def _gelu_dense(m: ModelConfig, k: Kernels) -> list[Saved]:
+    """The classic GPT MLP on the TE path: the norm fused into fc1, the fused bias-GeLU's input and its output
+    (fc2's input)."""
+    if k.local_norm:
+        raise ConfigError(f"transformer_impl={k.impl} with a GeLU MLP ({m.name}): the megatron ledger has only the "
+                          f"Transformer Engine path for it yet")
+    bs = b * s
+    out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"mlp"},
+                output_name="norm output, input of fc1", te_source="te_layernorm_linear",
+                output_note="ln_out of the norm fused into fc1: " + KERNEL_SOURCES["te_layernorm_linear"])
+    out[1:1] = _layernorm_mu("dense_ffn", "the FFN block input", m, modules={"mlp"})
+    out += [
+        _S("dense_ffn.gelu_input", "fc1 output, the fused bias-GeLU's input", bs * h_F, shard={"TP", "CP"},
+           modules={"mlp"}, note="fused_bias_gelu.py keeps its input and the bias; " + _FROM_CODE),
+        _S("dense_ffn.act_output", "GeLU output, input of fc2", bs * h_F, shard={"TP", "CP"}, modules={"mlp"},
+           linear_input=True, width=h_F, note=KERNEL_SOURCES["te_linear"]),
+    ]
+    return out
+
+
+def _qwen2_shared(m: ModelConfig, k: Kernels) -> list[Saved]:
+    """Qwen2-MoE's shared expert (width h_S, TP-split) and its sigmoid gate (SharedExpertMLP with
+    use_shared_expert_gate: the gate logits' sigmoid output, one per token, kept by the product)."""
+    bs = b * s
+    out = _swiglu("moe.shared", "shared expert's", bs, sym("h_S"), {"TP", "CP"}, {"moe", "shared_experts"},
+                  {"moe", "shared_experts"}, k, note="TP-split like the dense FFN over all s tokens")
+    out += [
+        _S("moe.shared.gate_sigmoid", "the shared expert's gate, sigmoid(x W^{gate}_S), kept by the product", bs,
+           shard={"SP", "CP"}, modules={"moe", "shared_experts"}, note="shared_experts.py; " + _FROM_CODE),
+        _S("moe.shared.output", "the shared expert's output, kept by the product with its gate", bs * h,
+           shard={"SP", "CP"}, modules={"moe", "shared_experts"}, note="shared_experts.py; " + _FROM_CODE),
+    ]
+    return out
+
+
 def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[Saved]:
     """The megatron profile's ledger of one decoder layer of ``kind`` under kernel choices ``k``."""
-    return _attention(m, k) + (_moe(m, k) if kind == "moe" else _dense(m, k))
+    att = _attention(m, k) if m.attention == "mla" else _gqa_attention(m, k)
+    if kind == "moe":
+        ffn = _moe(m, k)
+        if m.moe == "qwen2_moe":
+            ffn += _qwen2_shared(m, k)
+        if m.norm == "layernorm":
+            ffn[1:1] = _layernorm_mu("moe", "the MoE block input", m, modules={"layernorm"})
+    elif m.mlp == "gelu":
+        ffn = _gelu_dense(m, k)
+    else:
+        ffn = _dense(m, k)
+        if m.norm == "layernorm":
+            ffn[1:1] = _layernorm_mu("dense_ffn", "the FFN block input", m, modules={"mlp"})
+    return att + ffn
 
 
 # ------------------------------------------------------------------------------------------------
@@ -472,6 +600,9 @@ def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
               note="with TP > 1 the vocab-parallel embedding keeps its own shifted copy instead: the same bytes; "
                    + _SHARED_CODE),
            _vocab_mask("embedding")]
+    if m.positions == "learned":
+        out.append(_S("embedding.position_ids", "position ids (for the learned position embedding's backward)", b * s,
+                      "int64", shard={"CP"}, keep_full=True, note="language_model_embedding.py; " + _FROM_CODE))
     mask_kept = k.backend.keeps_scores(k.impl) and k.backend.is_local(k.impl)
     if mask_kept or k.policy.full or "core_attn" in k.policy.modules:
         out.append(_S("embedding.attention_mask", "the dataset's attention mask [b, 1, s, s], bool, one tensor "
@@ -593,7 +724,8 @@ def _profile(k: Kernels) -> ActProfile:
            if local else "fused attention (no s^2), no dropout, SwiGLU, fp32 router, alltoall dispatch over "
                          "EP/ETP, TP-split shared experts, sequence parallelism, MTP"),
         lambda m, kind: megatron_layer(m, kind, k), lambda m: megatron_embedding(m, k),
-        lambda m: megatron_head("head", k), lambda m, j: megatron_mtp(m, j, k),
+        lambda m: megatron_head("head", k) + _layernorm_mu("head", "final norm input", m, keep_full=True),
+        lambda m, j: megatron_mtp(m, j, k),
         modules=frozenset(modules), bind=bind, key=(k,))
 
 

@@ -137,15 +137,28 @@ class MegatronParam:
 
 h, n_h, d_v, d_cq, d_c, h_F, h_E, N_s, N = (sym(k) for k in ("h", "n_h", "d_v", "d_cq", "d_c", "h_F", "h_E",
                                                                "N_s", "N"))
+d_head, h_S = sym("d_head"), sym("h_S")
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
 #: memlib tensor keys -> (Megatron-Core parameter, its number of columns, a TE GEMM weight); tensors mapped
 #: to one parameter are fused (rows stacked), in Megatron-Core's registration order (transformer_layer.py,
-#: multi_latent_attention.py, moe/moe_layer.py, extensions/transformer_engine.py at MEGATRON_COMMIT)
+#: multi_latent_attention.py, moe/moe_layer.py, extensions/transformer_engine.py at MEGATRON_COMMIT).  A key
+#: ``kind:key`` applies only to a layer of that kind (``dense``, ``moe``), attention kind (``mla``, ``gqa``) or
+#: MoE kind (``deepseek``, ``qwen2_moe``, ...).  The grouped-query rows (attention.py SelfAttention: linear_proj,
+#: then linear_qkv with the input norm fused, then the q/k layernorms; TELayerNormColumnParallelLinear registers
+#: layer_norm_weight, layer_norm_bias, weight, bias) are read from megatron-core 0.19.2's code, not measured
 _LAYER_PARAMS: tuple[tuple[str, tuple[str, ...], object, bool], ...] = (
-    ("input_layernorm.weight", ("norms.attn_norm",), None, False),
-    ("self_attention.linear_proj.weight", ("attention.W_O",), n_h * d_v / TP, True),
-    ("self_attention.linear_q_proj.weight", ("attention.W_Q", "attention.W_QR"), h, True),
+    ("input_layernorm.weight", ("mla:norms.attn_norm",), None, False),
+    ("self_attention.linear_proj.weight", ("mla:attention.W_O",), n_h * d_v / TP, True),
+    ("self_attention.linear_proj.weight", ("gqa:attention.W_O",), n_h * d_head / TP, True),
+    ("self_attention.linear_proj.bias", ("attention.b_O",), None, False),
+    ("self_attention.linear_qkv.layer_norm_weight", ("gqa:norms.attn_norm",), None, False),
+    ("self_attention.linear_qkv.layer_norm_bias", ("gqa:norms.attn_norm_bias",), None, False),
+    ("self_attention.linear_qkv.weight", ("gqa:attention.W_Q", "attention.W_K", "attention.W_V"), h, True),
+    ("self_attention.linear_qkv.bias", ("attention.b_Q", "attention.b_K", "attention.b_V"), None, False),
+    ("self_attention.q_layernorm.weight", ("attention.q_head_norm",), None, False),
+    ("self_attention.k_layernorm.weight", ("attention.k_head_norm",), None, False),
+    ("self_attention.linear_q_proj.weight", ("mla:attention.W_Q", "attention.W_QR"), h, True),
     ("self_attention.linear_q_down_proj.weight", ("attention.W_DQ",), h, True),
     ("self_attention.linear_q_up_proj.layer_norm_weight", ("attention.q_norm",), None, False),
     ("self_attention.linear_q_up_proj.weight", ("attention.W_UQ", "attention.W_QR"), d_cq, True),
@@ -154,15 +167,25 @@ _LAYER_PARAMS: tuple[tuple[str, tuple[str, ...], object, bool], ...] = (
     ("self_attention.linear_kv_up_proj.weight", ("attention.W_UK", "attention.W_UV"), d_c, True),
     # dense layer: the pre-MLP norm is fused into linear_fc1 (TELayerNormColumnParallelLinear)
     ("mlp.linear_fc1.layer_norm_weight", ("dense:norms.ffn_norm",), None, False),
+    ("mlp.linear_fc1.layer_norm_bias", ("dense:norms.ffn_norm_bias",), None, False),
     ("mlp.linear_fc1.weight", ("dense_ffn.gate", "dense_ffn.up"), h, True),
+    ("mlp.linear_fc1.weight", ("dense_ffn.fc1",), h, True),
+    ("mlp.linear_fc1.bias", ("dense_ffn.gate_bias", "dense_ffn.up_bias"), None, False),
+    ("mlp.linear_fc1.bias", ("dense_ffn.fc1_bias",), None, False),
     ("mlp.linear_fc2.weight", ("dense_ffn.down",), h_F / TP, True),
+    ("mlp.linear_fc2.weight", ("dense_ffn.fc2",), h_F / TP, True),
+    ("mlp.linear_fc2.bias", ("dense_ffn.down_bias",), None, False),
+    ("mlp.linear_fc2.bias", ("dense_ffn.fc2_bias",), None, False),
     # MoE layer
     ("pre_mlp_layernorm.weight", ("moe:norms.ffn_norm",), None, False),
+    ("pre_mlp_layernorm.bias", ("moe:norms.ffn_norm_bias",), None, False),
     ("mlp.router.weight", ("router.gate",), h, False),
     ("mlp.experts.linear_fc1.weight{e}", ("routed_experts.gate", "routed_experts.up"), h, True),
     ("mlp.experts.linear_fc2.weight{e}", ("routed_experts.down",), h_E / ETP, True),
     ("mlp.shared_experts.linear_fc1.weight", ("shared_experts.gate", "shared_experts.up"), h, True),
-    ("mlp.shared_experts.linear_fc2.weight", ("shared_experts.down",), N_s * h_E / TP, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("deepseek:shared_experts.down",), N_s * h_E / TP, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("qwen2_moe:shared_experts.down",), h_S / TP, True),
+    ("mlp.shared_experts.gate_weight", ("shared_experts.gate_weight",), h, False),
 )
 
 
@@ -181,7 +204,7 @@ def _layer_params(part: Partition, prefix: str, tensors: list[Tensor], kind: str
         for k in keys:
             if ":" in k:
                 k_kind, k = k.split(":")
-                if k_kind != kind:
+                if k_kind not in (kind, part.model.attention, part.model.moe):
                     continue
             if k in by_key and k not in used:
                 wanted.append(k)
@@ -233,11 +256,15 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
         shared = t.pp > 1 and (not chunk.first or (not chunk.last and (m.tie_word_embeddings or mtp_here
                                                                           or m.num_nextn_predict_layers > 0)))
         out.append(MegatronParam("embedding.word_embeddings.weight", (vocab_local, hidden), shared_embedding=shared))
+        if chunk.first and m.positions == "learned":   # language_model_embedding.py: torch.nn.Embedding, replicated
+            out.append(MegatronParam("embedding.position_embeddings.weight", (m.max_position_embeddings, hidden)))
     for k, i in enumerate(chunk.layers):
         kind = m.layer_kinds[i]
         out += _layer_params(part, f"decoder.layers.{k}.", decoder_layer_tensors(m, kind), kind, experts)
     if chunk.last:
         out.append(MegatronParam("decoder.final_layernorm.weight", (hidden,)))
+        if m.norm == "layernorm":
+            out.append(MegatronParam("decoder.final_layernorm.bias", (hidden,)))
     if mtp_here:
         kind = m.layer_kinds[-1]
         for j in range(m.num_nextn_predict_layers):
@@ -650,6 +677,16 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                     2 * t.micro_batch * (t.seq_len // t.cp) * m.hidden_size))
     d_r, s = m.qk_rope_head_dim, t.seq_len // t.cp
     rows = s if rope_fusion else original_max_position_embeddings
+    if m.attention != "mla":
+        mla_modules = 0
+    if m.attention == "gqa" and m.positions == "rope":
+        # gpt_model.py builds one RotaryEmbedding per model chunk: inv_freq [d_head/2] fp32 and the
+        # lru_cache-d forward [s, 1, 1, d_head] fp32 (rotary_pos_embedding.py; read from code, not measured)
+        for c in st.chunks:
+            out += [("rope_caches", f"chunk {c.index}: RotaryEmbedding inv_freq [{m.head_dim // 2}] fp32",
+                     4 * (m.head_dim // 2)),
+                    ("rope_caches", f"chunk {c.index}: lru_cache-d forward [{s}, {m.head_dim}] fp32",
+                     4 * s * m.head_dim)]
     for i in range(mla_modules):
         out += [("rope_caches", f"MLA module {i}: cos_cached [{rows}, {d_r}] bf16", 2 * rows * d_r),
                 ("rope_caches", f"MLA module {i}: sin_cached [{rows}, {d_r}] bf16", 2 * rows * d_r),

@@ -55,7 +55,7 @@ def layer_counts(m: ModelConfig) -> dict[str, sp.Expr]:
 def _layers(m: ModelConfig, *, buffers: bool = False, routed_scale=1) -> Breakdown:
     n = layer_counts(m)
     terms = []
-    for kind in ("dense", "moe"):
+    for kind in (k for k in ("dense", "moe") if k in m.layer_kinds):
         for t in decoder_layer_tensors(m, kind):
             if (t.kind == "buffer") != buffers:
                 continue
@@ -66,7 +66,7 @@ def _layers(m: ModelConfig, *, buffers: bool = False, routed_scale=1) -> Breakdo
 
 def model_params(m: ModelConfig) -> Breakdown:
     """The main model (no MTP, no buffers), per tensor summed over layers: embedding, layers, head."""
-    return tensor_counts(embedding_tensors()) + _layers(m) + tensor_counts(head_tensors(m))
+    return tensor_counts(embedding_tensors(m)) + _layers(m) + tensor_counts(head_tensors(m))
 
 
 def activated_params(m: ModelConfig, *, embedding: bool = True) -> Breakdown:
@@ -76,7 +76,7 @@ def activated_params(m: ModelConfig, *, embedding: bool = True) -> Breakdown:
     With ``embedding=True`` the embedding matrix counts whole, as in DeepSeek's "37B"; a token's
     lookup reads one row of it, and leaving it out gives the "36.7B" of DeepSeek-V3's weights
     documentation (36.63B)."""
-    emb = tensor_counts(embedding_tensors()) if embedding else Breakdown()
+    emb = tensor_counts(embedding_tensors(m)) if embedding else Breakdown()
     return emb + _layers(m, routed_scale=sym("N_r") / sym("N")) + tensor_counts(head_tensors(m))
 
 
@@ -129,7 +129,7 @@ def total_formula(m: ModelConfig) -> sp.Expr:
     norm, then every layer's MLA and norms, the dense layers' FFNs and the MoE layers' experts,
     each block written once.  Equal to :func:`model_params` (a test expands both)."""
     n, b = layer_counts(m), block_formulas(m)
-    ends = tensor_counts(embedding_tensors()).total + tensor_counts(head_tensors(m)).total
+    ends = tensor_counts(embedding_tensors(m)).total + tensor_counts(head_tensors(m)).total
     return ends + (n["dense"] + n["moe"]) * (b["mla"] + b["norms"]) + n["dense"] * b["ffn"] + n["moe"] * b["moe"]
 
 

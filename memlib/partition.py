@@ -21,6 +21,16 @@ Two conventions (*profiles*) say which tensors are TP-split:
     shared experts are TP-split like the dense FFN, and the MTP modules sit on the last stage.
 
 The data-parallel sizes follow Megatron: world = DP TP CP PP and EDP = DP TP CP / (EP ETP).
+
+Grouped-query attention (any non-MLA family): TP splits the query heads (W^Q, W^O by n_h) and the
+key-value groups (W^K, W^V by their width n_kv d_head).  Under ``paper`` and ``hf-eager`` TP must divide
+n_kv: each rank holds whole groups.  Under ``megatron`` TP may also be a multiple of n_kv, as
+Megatron-Core allows (transformer_config.py: "num_query_groups must be a multiple or divisor of
+tensor_model_parallel_size"): its fused ``linear_qkv`` weight is still split evenly over the TP ranks
+(what each stores is exact), and in the forward pass each rank all-gathers it and computes one whole
+key-value group, replicated over TP / n_kv ranks (attention.py).  Biases of column-parallel Linears
+split with their weight; the output projection's and fc2's biases are replicated.  A dense model takes
+no EP or ETP > 1.
 """
 from __future__ import annotations
 
@@ -48,7 +58,9 @@ TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 #: how a tensor is laid over the ranks of a stage, with the divisor of its element count
 SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by EP and ETP"}
 
-_PAPER_TP = {"attention.W_UQ", "attention.W_Q", "attention.W_UK", "attention.W_UV", "attention.W_O"}
+_PAPER_TP = {"attention.W_UQ", "attention.W_Q", "attention.W_UK", "attention.W_UV", "attention.W_O",
+             # grouped-query attention: the query heads and the key-value groups, with their biases
+             "attention.W_K", "attention.W_V", "attention.b_Q", "attention.b_K", "attention.b_V"}
 
 #: Megatron-Core's local spec (transformer_impl=local) builds MLA's down-projections as ColumnParallelLinear
 #: (then gathers their outputs): W^DQ split over d_c', the fused [W^DKV; W^KR] over d_c + d_h^R
@@ -265,15 +277,29 @@ class Partition:
     # ------------------------------------------------------------------------------------------
     def _check(self) -> None:
         m, t = self.model, self.train
-        if m.n_routed_experts % t.ep:
+        if not m.has_moe:
+            for name in ("ep", "etp"):
+                if getattr(t, name) != 1:
+                    raise ConfigError(f"{name}={getattr(t, name)} needs routed experts, and {m.name} is a dense model "
+                                      f"(no MoE layers): use {name}=1")
+        elif m.n_routed_experts % t.ep:
             raise ConfigError(f"ep={t.ep} must divide n_routed_experts={m.n_routed_experts}")
-        if m.moe_intermediate_size % t.etp:
+        elif m.moe_intermediate_size % t.etp:
             raise ConfigError(f"etp={t.etp} must divide moe_intermediate_size={m.moe_intermediate_size}")
         if (t.dp * t.tp * t.cp) % (t.ep * t.etp):
             raise ConfigError(f"dp*tp*cp={t.dp * t.tp * t.cp} must be divisible by ep*etp={t.ep * t.etp} "
                               f"(each expert group spans EP*ETP of a stage's ranks)")
         if m.num_attention_heads % t.tp:
             raise ConfigError(f"tp={t.tp} must divide num_attention_heads={m.num_attention_heads}")
+        if m.attention == "gqa" and m.num_key_value_heads % t.tp:
+            kv = m.num_key_value_heads
+            if self.profile.name != "megatron":
+                raise ConfigError(f"tp={t.tp} must divide num_key_value_heads={kv} under the {t.profile} profile "
+                                  f"(each rank holds whole key-value groups; the megatron profile replicates a group "
+                                  f"over tp/num_key_value_heads ranks, as Megatron-Core does)")
+            if t.tp % kv:
+                raise ConfigError(f"tp={t.tp} must divide num_key_value_heads={kv} or be a multiple of it "
+                                  f"(Megatron-Core's rule: transformer_config.py)")
         if self._local_tp and ("moe" in m.layer_kinds or (self.profile.include_mtp and m.num_nextn_predict_layers
                                                           and m.layer_kinds[-1] == "moe")):
             raise ConfigError(f"tp={t.tp} with transformer_impl=local and MoE layers: Megatron-Core requires sequence "
@@ -298,7 +324,7 @@ class Partition:
         out: list[tuple[Tensor, int]] = []
         for chunk in chunks:
             if chunk.first:
-                out += [(t, 1) for t in embedding_tensors()]
+                out += [(t, 1) for t in embedding_tensors(m)]
             kinds = [m.layer_kinds[i] for i in chunk.layers]
             for kind in ("dense", "moe"):
                 n = kinds.count(kind)

@@ -233,7 +233,9 @@ def test_unknown_preset_lists_known_presets():
         line = check_error(runner(cmd, "--model", "deepseek-v9"), "model='deepseek-v9'")
         for name in preset_names():
             assert name in line
-    assert set(preset_names()) == {"deepseek-v3", "deepseek-v2", "deepseek-v2-lite"}
+    assert set(preset_names()) == {"deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "moonlight-16b-a3b",
+                                   "llama-3-8b", "llama-3-70b", "llama-3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
+                                   "qwen3-30b-a3b", "qwen3-235b-a22b"}
 
 
 def test_config_file_missing_fields(tmp_path):

@@ -21,8 +21,10 @@ from ..symbols import model_symbols
 __all__ = ["PRESET_ORDER", "EXTRA_FIELDS", "model_fields", "layer_pattern", "layer_patterns", "attention_shapes",
            "contrasting_preset", "preset_summary", "preset_totals", "presets_where"]
 
-#: the shipped presets, the paper's model first
-PRESET_ORDER: tuple[str, ...] = (PAPER_MODEL,) + tuple(p for p in PRESETS if p != PAPER_MODEL)
+#: the DeepSeek presets the book compares, the paper's model first (the other architectures' presets,
+#: Llama, Mixtral, Qwen, Kimi-K2, Moonlight, are not part of these comparisons)
+PRESET_ORDER: tuple[str, ...] = (PAPER_MODEL,) + tuple(p for p in PRESETS if p != PAPER_MODEL
+                                                       and p.startswith("deepseek-"))
 
 #: configuration fields that set the structure but have no symbol
 EXTRA_FIELDS = ("moe_layer_freq", "tie_word_embeddings", "router_bias")

@@ -219,13 +219,13 @@ def measure_all(model: ModelConfig) -> dict:
 # ------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def parameter_checks(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure.param_check` of ``model`` and of every other shipped preset, each at full
+    """:func:`memlib.measure.param_check` of ``model`` and of every other DeepSeek preset the book compares, each at full
     size on the meta device, with ``difference`` (transformers − memlib), ``tensors_differing``,
     ``is_model`` and ``block_rows`` (per memlib block: memlib, transformers, difference)."""
-    from ..config import PRESETS
     from ..measure import param_check
+    from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/test_architectures.py)
 
-    names = [model] + [p for p in PRESETS if p != model.name]
+    names = [model] + [p for p in PRESET_ORDER if p != model.name]
     out = []
     for spec in names:
         r = param_check(spec)
