@@ -392,17 +392,17 @@ class Estimate:
                     segs.append(Segment(f"mtp.{j}", "mtp", self._evaluated(f"mtp.{j}"), pol))
                 head = {k: v for k, v in head.items() if k not in norm}
             segs.append(Segment("head", "head", head, pol))
-        kinds = sorted({m.layer_kinds[i] for i in chunk.layers}) or ["dense"]
-        led = self._evaluated(f"layer.{kinds[0]}")
-        H = led["attention.norm_output"][0] if "attention.norm_output" in led else 0
         t, fw = self.train, self.framework
+        # one residual-stream tensor [s/(CP TP (SP)), b, h] in the compute dtype (never FP8-cached)
+        tokens = -(-t.micro_batch * t.seq_len // (t.cp * (t.tp if t.sp else 1)))
+        H = tokens * m.hidden_size * self.recipe.activations
         te = t.transformer_impl.uses_te
         fused_softmax = (te and t.attention_backend is AttnBackend.UNFUSED
                          and te_fused_softmax(t.micro_batch, m.num_attention_heads // t.tp, -(-t.seq_len // t.cp),
                                               -(-t.seq_len // t.cp), self.act_recipe.activations == 2))
         copies = moe_copies(te=te, grouped_gemm=fw.moe_grouped_gemm, dispatcher=fw.token_dispatcher,
                             permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
-                            local_experts=m.n_routed_experts // t.ep)
+                            local_experts=max(1, (m.n_routed_experts or 0) // t.ep))
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
                           shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies)
 

@@ -10,8 +10,8 @@ the chunk's transient.  Integers only; every rule is read from the code that run
 ``tests/test_peak_cpu.py``).  The Transformer Engine rules below are read from the sources only (TransformerEngine
 v2.18, file:line there unless said otherwise; Megatron-LM d98e8a64dd), not measured: no GPU here.
 
-``H`` is one residual-stream tensor ``[s/TP (SP), b, h]`` in the activation dtype (the bytes of the ledger's
-``attention.norm_output``), ``L`` the bf16 logits ``[s/CP, b, v/TP]`` of one output head, ``D`` the MTP depth
+``H`` is one residual-stream tensor ``[s/(CP TP (SP)), b, h]`` in the compute dtype (never FP8-cached; computed from
+the micro-batch, the sequence and h), ``L`` the bf16 logits ``[s/CP, b, v/TP]`` of one output head, ``D`` the MTP depth
 on the chunk (0 without MTP or off the last chunk).
 
 forward_end (every chunk)
