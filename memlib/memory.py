@@ -418,7 +418,7 @@ class Estimate:
             loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
                      for i, c in enumerate(st.chunks)]
             states = {k: mem.bytes[k] for k in ("parameters", "gradients", "optimizer_states")}
-            pers = persistent_terms(part, st.index, states, self.framework, grad_bytes, rec.weights)
+            pers = persistent_terms(part, st.index, states, self.framework, grad_bytes, rec.weights, rec.optimizer)
             out.append(stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation))
         return out
 

@@ -211,12 +211,20 @@ class StagePeak:
                                          "computing": list(self.moment.running)}}}
 
 
+#: the optimizer states Megatron-Core's buffers hold (memlib.megatron_buffers counts them this way: fp32 main
+#: parameters and Adam moments)
+MEGATRON_OPTIMIZER = (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4))
+
+
 def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], framework: Framework,
-                     grad_dtype_bytes: int, param_dtype_bytes: int) -> tuple[dict[str, int], str]:
-    """The persistent terms of ``stage``: Megatron-Core's buffers (megatron profile, ZeRO 0 or 1),
-    otherwise memlib's model states ``states`` (parameters, gradients, optimizer_states)."""
+                     grad_dtype_bytes: int, param_dtype_bytes: int,
+                     optimizer: Sequence[tuple[str, int]] = MEGATRON_OPTIMIZER) -> tuple[dict[str, int], str]:
+    """The persistent terms of ``stage``: Megatron-Core's buffers (megatron profile, ZeRO 0 or 1, a precision
+    whose optimizer keeps fp32 main parameters and moments, as the buffers count them), otherwise memlib's
+    model states ``states`` (parameters, gradients, optimizer_states)."""
     t = part.train
-    if t.profile == "megatron" and int(t.zero) <= 1:
+    states_held = tuple((k, b) for k, b in optimizer if k != "main_grad")
+    if t.profile == "megatron" and int(t.zero) <= 1 and states_held == MEGATRON_OPTIMIZER:
         from .megatron_buffers import persistent_memory
 
         opts = framework.buffer_options(t, grad_dtype_bytes, param_dtype_bytes)

@@ -173,8 +173,10 @@ def test_persistent_terms_are_megatron_buffers_account():
     want = mb.persistent_memory(Partition(m, t), 0, **Framework(compute_capability=8).buffer_options(t, 4, 2))
     assert est.peaks[0].persistent == {k: v for k, v in want.evaluate(est.partition.values).items() if v}
     assert est.peaks[0].persistent_source == "megatron_buffers"
-    # ZeRO-2 and the paper's profile: memlib's own states
-    for t2 in (t.with_(zero=2), t.with_(profile="paper")):
+    # ZeRO-2, the paper's profile, and a precision whose moments are not the fp32 ones the buffers hold
+    # (the paper's bf16 moments, BF16 exp_avg by a spec): memlib's own states
+    for t2 in (t.with_(zero=2), t.with_(profile="paper"), t.with_(precision="paper"),
+               t.with_(precision="megatron:exp_avg=bf16")):
         e2 = estimate(m, t2, NONE)
         assert e2.peaks[0].persistent == {k: e2.stages[0].bytes[k] for k in
                                           ("parameters", "gradients", "optimizer_states")}
