@@ -187,24 +187,16 @@ class ExactFunction:
         if isinstance(e, sp.Symbol):
             name = _BY_SYMBOL[e]
             return lambda env: (env[name], 1)
-        if isinstance(e, sp.Add):
+        if isinstance(e, (sp.Add, sp.Mul)):
             parts = [self._build(a) for a in e.args]
+            op = _r_add if isinstance(e, sp.Add) else _r_mul
 
-            def add(env):
+            def fold(env):
                 acc = parts[0](env)
                 for f in parts[1:]:
-                    acc = _r_add(acc, f(env))
+                    acc = op(acc, f(env))
                 return acc
-            return add
-        if isinstance(e, sp.Mul):
-            parts = [self._build(a) for a in e.args]
-
-            def mul(env):
-                acc = parts[0](env)
-                for f in parts[1:]:
-                    acc = _r_mul(acc, f(env))
-                return acc
-            return mul
+            return fold
         if isinstance(e, sp.Pow):
             base, k = e.args
             if not (k.is_Integer and int(k) != 0):

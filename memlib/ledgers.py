@@ -49,6 +49,19 @@ def _paper_norm(block: str, input_name: str, output_name: str) -> list[Saved]:
     ]
 
 
+def _paper_scores() -> list[Saved]:
+    """The s x s tensors of the paper's attention (Korthikanti et al.'s 5 a s^2 b): the softmax output, the
+    attention-dropout mask and the dropout's output, per query head."""
+    return [
+        _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
+           shard={"TP", "CP"}, modules={"core_attn"}),
+        _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
+           shard={"TP", "CP"}, modules={"core_attn"}),
+    ]
+
+
 def _paper_attention(m: ModelConfig) -> list[Saved]:
     bs = b * s
     out = _paper_norm("attention", "RMSNorm input (the layer input)", "RMSNorm output, input of the down-projections")
@@ -64,12 +77,7 @@ def _paper_attention(m: ModelConfig) -> list[Saved]:
            shard={"TP", "CP"}, modules={"mla_up_proj"}, width=n_h * (d_h + d_hR)),
         _S("attention.v", "values v", bs * n_h * d_v, shard={"TP", "CP"}, modules={"mla_up_proj"},
            width=n_h * d_v, note="the paper writes d_h; DeepSeek's configs call this v_head_dim"),
-        _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
-           shard={"TP", "CP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
-           shard={"TP", "CP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
-           shard={"TP", "CP"}, modules={"core_attn"}),
+        *_paper_scores(),
         _S("attention.context", "attention output, input of W^O", bs * n_h * d_v, shard={"TP", "CP"},
            linear_input=True, fp8_exception="E5M6", width=n_h * d_v),
         _S("attention.out_dropout_mask", "dropout mask after W^O", bs * h, "mask", shard={"SP", "CP"}),
@@ -179,12 +187,7 @@ def _paper_gqa(m: ModelConfig) -> list[Saved]:
         _S("attention.q", "queries q", bs * n_h * d_head, shard={"TP", "CP"}, width=n_h * d_head),
         _S("attention.k", "keys k (n_kv heads)", bs * n_kv * d_head, shard={"TP", "CP"}, width=n_kv * d_head),
         _S("attention.v", "values v (n_kv heads)", bs * n_kv * d_head, shard={"TP", "CP"}, width=n_kv * d_head),
-        _S("attention.softmax_out", "softmax output (attention probabilities)", b * n_h * s * s,
-           shard={"TP", "CP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_mask", "attention-dropout mask", b * n_h * s * s, "mask",
-           shard={"TP", "CP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_out", "attention-dropout output", b * n_h * s * s,
-           shard={"TP", "CP"}, modules={"core_attn"}),
+        *_paper_scores(),
         _S("attention.context", "attention output, input of W^O", bs * n_h * d_head, shard={"TP", "CP"},
            linear_input=True, width=n_h * d_head),
         _S("attention.out_dropout_mask", "dropout mask after W^O", bs * h, "mask", shard={"SP", "CP"}),
