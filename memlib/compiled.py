@@ -187,9 +187,10 @@ class ExactFunction:
         if isinstance(e, sp.Symbol):
             name = _BY_SYMBOL[e]
             return lambda env: (env[name], 1)
-        if isinstance(e, (sp.Add, sp.Mul)):
+        folds = {sp.Add: _r_add, sp.Mul: _r_mul, sp.Max: _r_max, sp.Min: _r_min}
+        if type(e) in folds:
             parts = [self._build(a) for a in e.args]
-            op = _r_add if isinstance(e, sp.Add) else _r_mul
+            op = folds[type(e)]
 
             def fold(env):
                 acc = parts[0](env)
@@ -214,16 +215,6 @@ class ExactFunction:
             f = self._build(e.args[0])
             op = _ceil_div if isinstance(e, sp.ceiling) else _floor_div
             return lambda env: (op(*f(env)), 1)
-        if isinstance(e, (sp.Max, sp.Min)):
-            parts = [self._build(a) for a in e.args]
-            op = _r_max if isinstance(e, sp.Max) else _r_min
-
-            def extreme(env):
-                acc = parts[0](env)
-                for f in parts[1:]:
-                    acc = op(acc, f(env))
-                return acc
-            return extreme
         if isinstance(e, sp.Piecewise):
             cases = [(self._build(x), self._cond(c)) for x, c in e.args]
 

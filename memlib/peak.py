@@ -188,6 +188,7 @@ class StagePeak:
     activations: dict[str, int]       #: chunk label -> held bytes at that moment (and the overlap's extra)
     transient: dict[str, int]         #: named transient terms at that moment
     fragmentation: int = 0            #: the allocator's caching on top (reserved - allocated)
+    candidate: str = ""               #: the computing chunk's worst candidate moment (memlib.transient)
 
     @property
     def peak_allocated(self) -> int:
@@ -240,7 +241,7 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
     if not moments:
         raise ConfigError(f"stage {stage}: the schedule replay has no moment")
 
-    def at(mo: Moment) -> tuple[dict[str, int], dict[str, int]]:
+    def at(mo: Moment) -> tuple[dict[str, int], dict[str, int], str]:
         held = {f"chunk{c}": n * chunks[c].held for c, n in enumerate(mo.counts) if n}
         # offloaded: what the micro-batches held have moved to the host; Megatron-Core keeps one group of each
         # offloaded module name on the GPU (one layer's), and reloads a layer's before its backward
@@ -252,23 +253,23 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
             held["a2a_overlap_forward"] = max(chunks[c].layer for c in mo.running)
         trans = dict.fromkeys(TRANSIENT_TERMS, 0)
         if mo.running:
-            worst = max((chunks[c].transient() for c in mo.running), key=lambda d: sum(d.values()))
-            trans.update(worst)
+            c = max(mo.running, key=lambda c: sum(chunks[c].transient().values()))
+            trans.update(chunks[c].transient())
             # only what is still on the host can be reloaded
             trans["offload_reload"] = min(trans["offload_reload"], away - margin)
-        return held, trans
+        return held, trans, chunks[c].moment() if mo.running else ""
 
     best = None
     for mo in moments:
-        held, trans = at(mo)
+        held, trans, cand = at(mo)
         total = sum(held.values()) + sum(trans.values())
         if best is None or total > best[0]:
-            best = (total, mo, held, trans)
-    _, mo, held, trans = best
+            best = (total, mo, held, trans, cand)
+    _, mo, held, trans, cand = best
     pers, source = persistent
     base = sum(pers.values()) + best[0]
     frag = int(-(-Fraction(fragmentation) * base // 1))
-    return StagePeak(stage, dict(pers), source, mo, held, trans, frag)
+    return StagePeak(stage, dict(pers), source, mo, held, trans, frag, cand)
 
 
 def check_framework(fw: Framework) -> Framework:

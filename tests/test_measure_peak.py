@@ -24,14 +24,7 @@ import pytest
 from memlib.cli import main
 from memlib.config import model_from_dict
 
-#: a small DeepSeek-V3-style model: one dense and one MoE layer, q LoRA, a shared expert, groups, MTP
-SMALL = {
-    "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16, "num_attention_heads": 4,
-    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "q_lora_rank": 16, "kv_lora_rank": 12,
-    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "num_hidden_layers": 2,
-    "first_k_dense_replace": 1, "vocab_size": 64, "model_type": "deepseek_v3", "n_group": 4, "topk_group": 2,
-    "num_nextn_predict_layers": 1,
-}
+from test_measure_megatron import SMALL  # noqa: E402  (the same small DeepSeek-V3-style model)
 DENSE = {"first_k_dense_replace": 2, "num_nextn_predict_layers": 0}
 
 

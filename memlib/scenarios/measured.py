@@ -261,20 +261,7 @@ def measured_case(case: Case) -> MeasuredCase:
                         f["max_run_at"], pk, sum(pk.persistent.values()),
                         {k: v for k, v in pk.persistent.items() if k in FRAMEWORK_TERMS},
                         implied_imbalance(case, f["max_run"]),
-                        est.stages[-1].activations["by_entry"].get("head.loss_softmax", 0), _peak_moment(est))
-
-
-def _peak_moment(est: Estimate) -> str:
-    """The candidate moment (memlib.transient) of the last stage's chunk computing at its peak."""
-    st = est.partition.stages[-1]
-    pk = est.peaks[-1]
-    ex = est.stage_expressions(st.index, est.values)
-    best, name = -1, ""
-    for c in pk.moment.running:
-        load = est.chunk_load(st.chunks[c], {k: int(x) for k, x in ex.chunks[c].items()}, int(ex.working[c]))
-        if load.candidates and sum(load.transient().values()) > best:
-            best, name = sum(load.transient().values()), load.moment()
-    return name
+                        est.stages[-1].activations["by_entry"].get("head.loss_softmax", 0), pk.candidate)
 
 
 def measured_cases(issue_only: bool = False) -> list[MeasuredCase]:
