@@ -6,7 +6,7 @@ import pytest
 from memlib import estimate
 from memlib.paper import paper_training
 from memlib.paper.errata import KINDS, errata
-from memlib.report import ch12_errata as ch
+from memlib.report import ch14_errata as ch
 
 
 def est(model):
