@@ -57,21 +57,69 @@ def require():
 # memlib config -> Hugging Face config
 # ------------------------------------------------------------------------------------------------
 def _check_hf_compatible(m: ModelConfig) -> None:
-    if m.moe_layer_freq != 1:
+    from .ledgers_hf import hf_code
+
+    hf_code(m)             # a family (or a gpt config) transformers cannot build: one line
+    if m.family == "deepseek" and m.moe_layer_freq != 1:
         raise ConfigError(f"moe_layer_freq={m.moe_layer_freq}: transformers' DeepSeek models make every layer "
                           f"from first_k_dense_replace on MoE; only moe_layer_freq=1 can be compared")
 
 
+def _gqa_kwargs(m: ModelConfig, max_positions: int) -> dict:
+    """The fields every Llama-style config shares (no dropout, as the hf-eager ledger counts)."""
+    return dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_hidden_layers,
+                num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                head_dim=m.head_dim, max_position_embeddings=max_positions, tie_word_embeddings=m.tie_word_embeddings,
+                hidden_act=m.hidden_act, attention_dropout=0.0)
+
+
+def _moe_kwargs(m: ModelConfig) -> dict:
+    return dict(num_experts=m.n_routed_experts, moe_intermediate_size=m.moe_intermediate_size,
+                num_experts_per_tok=m.num_experts_per_tok, norm_topk_prob=m.norm_topk_prob, decoder_sparse_step=1,
+                mlp_only_layers=[], output_router_logits=False)
+
+
+#: memlib family -> (transformers config class, its keyword arguments from memlib's fields and the longest
+#: sequence); memlib's ``gpt`` is built as GPT-2 (see :mod:`memlib.ledgers_hf`)
+HF_CONFIGS = {
+    "llama": ("LlamaConfig", lambda m, n: {**_gqa_kwargs(m, n), "intermediate_size": m.intermediate_size,
+                                           "attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}),
+    "qwen3": ("Qwen3Config", lambda m, n: {**_gqa_kwargs(m, n), "intermediate_size": m.intermediate_size,
+                                           "attention_bias": m.qkv_bias}),
+    "mixtral": ("MixtralConfig", lambda m, n: {**_gqa_kwargs(m, n), "num_local_experts": m.n_routed_experts,
+                                               "intermediate_size": m.moe_intermediate_size,
+                                               "num_experts_per_tok": m.num_experts_per_tok,
+                                               "router_jitter_noise": 0.0, "output_router_logits": False}),
+    "qwen2_moe": ("Qwen2MoeConfig", lambda m, n: {**_gqa_kwargs(m, n), **_moe_kwargs(m), "qkv_bias": m.qkv_bias,
+                                                  "shared_expert_intermediate_size": m.shared_expert_intermediate_size,
+                                                  "intermediate_size": m.intermediate_size or m.moe_intermediate_size}),
+    "qwen3_moe": ("Qwen3MoeConfig", lambda m, n: {**_gqa_kwargs(m, n), **_moe_kwargs(m), "attention_bias": m.qkv_bias,
+                                                  "intermediate_size": m.intermediate_size or m.moe_intermediate_size}),
+    "gpt2": ("GPT2Config", lambda m, n: dict(
+        vocab_size=m.vocab_size, n_embd=m.hidden_size, n_layer=m.num_hidden_layers, n_head=m.num_attention_heads,
+        n_positions=m.max_position_embeddings, n_inner=m.intermediate_size, activation_function=m.hidden_act,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=m.tie_word_embeddings,
+        bos_token_id=None, eos_token_id=None)),
+}
+HF_CONFIGS["gpt"] = HF_CONFIGS["gpt2"]
+
+
 def hf_config(m: ModelConfig | str, *, arch: str | None = None, attn: str = "eager", max_positions: int = 4096):
-    """The ``transformers`` config of ``m``: ``DeepseekV3Config``, or ``DeepseekV2Config`` when ``arch``
-    is ``None`` and the model has no router bias (DeepSeek-V2's greedy routing), with memlib's fields
-    and the routing made valid for any N (``n_group = topk_group = 1``, which changes which experts
-    are picked, not what is saved)."""
-    require()
-    from transformers import DeepseekV2Config, DeepseekV3Config
+    """The ``transformers`` config of ``m``.  A DeepSeek model: ``DeepseekV3Config``, or ``DeepseekV2Config``
+    when ``arch`` is ``None`` and the model has no router bias (DeepSeek-V2's greedy routing), with memlib's
+    fields and the routing made valid for any N (``n_group = topk_group = 1``, which changes which experts
+    are picked, not what is saved).  Any other family: its :data:`HF_CONFIGS` entry, every dropout 0."""
+    _, transformers = require()
 
     m = load_model(m)
     _check_hf_compatible(m)
+    if m.family != "deepseek":
+        name, kwargs = HF_CONFIGS[m.family]
+        cfg = getattr(transformers, name)(**kwargs(m, max_positions))
+        cfg._attn_implementation = attn
+        return cfg
+    from transformers import DeepseekV2Config, DeepseekV3Config
+
     if arch is None:
         arch = "v3" if m.router_bias else "v2"
     common = dict(
@@ -93,9 +141,11 @@ def hf_config(m: ModelConfig | str, *, arch: str | None = None, attn: str = "eag
 
 
 def _model_class(cfg):
-    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+    from transformers import AutoModelForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
 
-    return DeepseekV3ForCausalLM if cfg.model_type == "deepseek_v3" else DeepseekV2ForCausalLM
+    if cfg.model_type.startswith("deepseek"):
+        return DeepseekV3ForCausalLM if cfg.model_type == "deepseek_v3" else DeepseekV2ForCausalLM
+    return AutoModelForCausalLM._model_mapping[type(cfg)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -105,6 +155,26 @@ def _model_class(cfg):
 _EXPERT_HF = {"mlp.experts.*.gate_proj.weight": "mlp.experts.gate_up_proj",
               "mlp.experts.*.up_proj.weight": "mlp.experts.gate_up_proj",
               "mlp.experts.*.down_proj.weight": "mlp.experts.down_proj"}
+
+
+#: GPT2LMHeadModel's names of memlib's tensors (memlib names them as Llama does): the fused c_attn holds
+#: W^Q, W^K and W^V and their biases
+_GPT2_HF = {"model.embed_tokens.weight": "transformer.wte.weight", "model.norm.weight": "transformer.ln_f.weight",
+            "model.norm.bias": "transformer.ln_f.bias", "model.layers.": "transformer.h.",
+            **{f"self_attn.{p}_proj.{w}": f"attn.c_attn.{w}" for p in "qkv" for w in ("weight", "bias")},
+            "self_attn.o_proj.weight": "attn.c_proj.weight", "self_attn.o_proj.bias": "attn.c_proj.bias",
+            **{f"{n}.{w}": f"{g}.{w}" for n, g in (("input_layernorm", "ln_1"), ("post_attention_layernorm", "ln_2"))
+               for w in ("weight", "bias")}}
+
+
+def _hf_name(m: ModelConfig, name: str) -> str:
+    """The name of memlib's Hugging Face tensor ``name`` in ``m``'s transformers class."""
+    if m.family not in ("gpt", "gpt2"):
+        return name
+    if name.startswith("model.layers."):
+        i, rest = name[len("model.layers."):].split(".", 1)
+        return f"transformer.h.{i}." + _GPT2_HF.get(rest, rest)
+    return _GPT2_HF.get(name, name)
 
 
 def memlib_hf_tensors(m: ModelConfig) -> dict[str, dict]:
@@ -117,11 +187,12 @@ def memlib_hf_tensors(m: ModelConfig) -> dict[str, dict]:
     out: dict[str, dict] = {}
 
     def add(name, t):
+        name = _hf_name(m, name)
         d = out.setdefault(name, {"count": 0, "block": t.block, "buffer": t.kind == "buffer", "keys": []})
         d["count"] += int(t.numel.xreplace(vals))
         d["keys"].append(t.key)
 
-    for t in embedding_tensors():
+    for t in embedding_tensors(m):
         add(t.hf, t)
     for i, kind in enumerate(m.layer_kinds):
         for t in decoder_layer_tensors(m, kind):
@@ -213,6 +284,12 @@ def _check_small(m: ModelConfig, device: str = "cpu") -> None:
                           f"on the CPU; use a small config (the presets' parameters are checked on the meta device)")
 
 
+#: transformers class -> (base model attribute, token embedding, RoPE module or None, decoder layers, final
+#: norm) within it; None: the Llama layout, which DeepSeek, Qwen and Mixtral share
+_MODULES = {None: ("model", "embed_tokens", "rotary_emb", "layers", "norm"),
+            "GPT2LMHeadModel": ("transformer", "wte", None, "h", "ln_f")}
+
+
 class _Packed:
     """What the pack hook hands autograd: the tensor and where it was saved."""
 
@@ -301,6 +378,9 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
 
     m = load_model(model)
     _check_small(m, device)
+    if m.positions == "learned" and seq_len > m.max_position_embeddings:
+        raise ConfigError(f"seq_len={seq_len} exceeds max_position_embeddings={m.max_position_embeddings}, the "
+                          f"positions {m.name} has embeddings for")
     cfg = hf_config(m, arch="v3", attn=attn, max_positions=max(seq_len, 2))
     torch.manual_seed(seed)
     with warnings.catch_warnings():       # no shared experts: empty Linears warn that init is a no-op
@@ -329,13 +409,15 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
         for t in out:
             rope_outputs.add(_storage_key(t))
 
-    core = hf.model
-    hooks.append(core.embed_tokens.register_forward_pre_hook(enter("embedding")))
-    hooks.append(core.rotary_emb.register_forward_hook(rope_post))
-    for i, layer in enumerate(core.layers):
+    core, embed, rotary, layers, norm = _MODULES.get(type(hf).__name__, _MODULES[None])
+    core = getattr(hf, core)
+    hooks.append(getattr(core, embed).register_forward_pre_hook(enter("embedding")))
+    if rotary is not None:
+        hooks.append(getattr(core, rotary).register_forward_hook(rope_post))
+    for i, layer in enumerate(getattr(core, layers)):
         hooks.append(layer.register_forward_pre_hook(enter(f"layer.{i}")))
         hooks.append(layer.register_forward_hook(leave("between")))
-    hooks.append(core.norm.register_forward_pre_hook(enter("final_norm")))
+    hooks.append(getattr(core, norm).register_forward_pre_hook(enter("final_norm")))
     hooks.append(hf.lm_head.register_forward_pre_hook(enter("head")))
     hooks.append(hf.lm_head.register_forward_hook(leave("loss")))
 
@@ -423,7 +505,7 @@ def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile:
 
 
 def _predicted_states(m: ModelConfig) -> dict:
-    """bf16 parameters and gradients (fp32 router weights, as transformers keeps them); AdamW keeps
+    """bf16 parameters and gradients (DeepSeek's fp32 router weights, as transformers keeps them); AdamW keeps
     two moments in each parameter's dtype and a 4-byte fp32 step counter per tensor."""
     tensors = memlib_hf_tensors(m)
     param_bytes, n_tensors = 0, 0
@@ -432,10 +514,11 @@ def _predicted_states(m: ModelConfig) -> dict:
             continue
         if name.startswith("lm_head") and m.tie_word_embeddings:
             continue
-        param_bytes += d["count"] * (4 if d["block"] == "router" else 2)
+        # DeepSeek's router weight is kept in fp32 (_keep_in_fp32_modules_strict); the others' are bf16
+        param_bytes += d["count"] * (4 if d["block"] == "router" and m.family == "deepseek" else 2)
         n_tensors += 1
-    if not m.n_shared_experts:   # transformers still builds the shared experts, as three empty Linears
-        n_tensors += 3 * m.layer_kinds.count("moe")
+    if m.family == "deepseek" and not m.n_shared_experts:   # transformers still builds DeepSeek's shared
+        n_tensors += 3 * m.layer_kinds.count("moe")           # experts, as three empty Linears
     return {"parameters": param_bytes, "gradients": param_bytes, "optimizer_states": 2 * param_bytes + 4 * n_tensors}
 
 
