@@ -35,7 +35,9 @@ What makes it differ from the paper's ledger (:mod:`memlib.ledgers`):
 * **Queries and keys** (grouped-query attention): the RoPE'd query (b s n_h d_head) is kept by
   QK^T, itself or as the contiguous copy the batched matmul makes; the key is ``repeat_kv``'s copy
   over every query head (b s n_h d_head) when n_kv < n_h, else the RoPE'd key or its copy, the
-  same size.  The values likewise (b s n_h d_head).  MLA's concatenated query and its key built with
+  same size.  The values likewise (b s n_h d_head).  One exception, a ``Piecewise``: with a single
+  key-value head (n_kv = 1) ``repeat_kv`` returns a stride-0 view, which the batched matmul keeps
+  as it is when b = 1, so only the unrepeated key and value (b s d_head each) stay alive.  MLA's concatenated query and its key built with
   ``new_empty`` + ``copy_`` are kept, bs n_h (d_h + d_h^R) each.
 * **Softmax** runs in fp32 (``dtype=torch.float32``) in every model class but GPT-2: its fp32 output
   is kept (for the softmax backward) and the bf16 copy that multiplies V.  GPT-2's softmax runs in
@@ -227,14 +229,19 @@ def _gqa_attention(m: ModelConfig) -> list[Saved]:
     if m.qk_norm:
         out += _rmsnorm("attention.q_norm", "per-head RMSNorm of the queries (over d_head)", d_head, bs * n_h)
         out += _rmsnorm("attention.k_norm", "per-head RMSNorm of the keys (over d_head)", d_head, bs * n_kv)
+    # repeat_kv expands [b, n_kv, s, d] to n_h heads and reshapes: a copy, unless n_kv = 1 (then a view with
+    # stride 0 over the heads, which the batched matmul folds without copying only when b = 1)
+    kv = sp.Piecewise((bs * n_kv * d_head, sp.Eq(n_kv, 1) & sp.Eq(b, 1)), (bs * n_h * d_head, True))
     out += [
         _S("attention.query", "RoPE'd queries q cos + rotate_half(q) sin, a new tensor kept by QK^T (itself or "
            "the contiguous copy the batched matmul makes)", bs * n_h * d_head, modules={"core_attn"}),
-        _S("attention.key", "keys for QK^T: repeat_kv's copy over the n_h query heads when n_kv < n_h, else the "
-           "RoPE'd key (or its contiguous copy)", bs * n_h * d_head, modules={"core_attn"}),
+        _S("attention.key", "keys for QK^T: repeat_kv's copy over the n_h query heads (or, without repetition, "
+           "the RoPE'd key or its contiguous copy); with one key-value head and b = 1 the stride-0 view of the "
+           "RoPE'd key, whose storage has n_kv heads", kv, modules={"core_attn"}),
         *_softmax_fp32(),
-        _S("attention.value", "values for probs @ V: repeat_kv's copy over the n_h query heads when n_kv < n_h, "
-           "else v_proj's output (or its contiguous copy)", bs * n_h * d_head, modules={"core_attn"}),
+        _S("attention.value", "values for probs @ V: repeat_kv's copy over the n_h query heads (or, without "
+           "repetition, v_proj's output or its contiguous copy); with one key-value head and b = 1 the stride-0 "
+           "view of v_proj's output", kv, modules={"core_attn"}),
         _S("attention.context", "attention output, transposed contiguous, input of o_proj", bs * n_h * d_head),
     ]
     return out
