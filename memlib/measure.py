@@ -278,7 +278,8 @@ def _check_small(m: ModelConfig, device: str = "cpu") -> None:
 
     n = model_params(m).evaluate_total(values(m))
     if "moe" in m.layer_kinds and (m.hidden_size % 8 or m.moe_intermediate_size % 8):
-        raise ConfigError(f"hidden_size={m.hidden_size}, moe_intermediate_size={m.moe_intermediate_size}: "
+        width = _config_field(m, "moe_intermediate_size")
+        raise ConfigError(f"hidden_size={m.hidden_size}, {width}={m.moe_intermediate_size}: "
                           f"transformers' grouped_mm experts need both to be multiples of 8 (16-byte strides in bf16)")
     if n > MAX_MEASURED_PARAMS and device == "cpu":
         raise ConfigError(f"model={m.name} has {n} parameters, more than {MAX_MEASURED_PARAMS} that measure builds "
@@ -289,6 +290,15 @@ def _check_small(m: ModelConfig, device: str = "cpu") -> None:
 #: norm) within it; None: the Llama layout, which DeepSeek, Qwen and Mixtral share
 _MODULES = {None: ("model", "embed_tokens", "rotary_emb", "layers", "norm"),
             "GPT2LMHeadModel": ("transformer", "wte", None, "h", "ln_f")}
+
+
+def _config_field(m: ModelConfig, field: str) -> str:
+    """The config.json name of ModelConfig's ``field`` in ``m``'s family (Mixtral's expert width is
+    ``intermediate_size``)."""
+    from .config import FAMILIES
+
+    fam = next((f for f in FAMILIES if f.name == m.family), None)
+    return next((hf for name, hf, _ in (fam.fields if fam else ()) if name == field and hf), field)
 
 
 class _Packed:
@@ -472,7 +482,7 @@ def region_of_key(key: str, layer: int | None = None) -> str:
 
 def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile: str = "hf-eager") -> dict:
     """The ledger's bytes per region (embedding, layer.i, final_norm, head, loss), per entry, and
-    gradient and AdamW-state bytes of the bf16 model (the router's weight is kept in fp32)."""
+    gradient and AdamW-state bytes of the bf16 model (DeepSeek's router weight is kept in fp32)."""
     from .activations import ledger_bytes, training_values
     from .config import TrainingConfig
     from .ledgers import act_profile

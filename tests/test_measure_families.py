@@ -204,3 +204,14 @@ def test_parameters_per_transformers_tensor(extra, model):
     r = param_check(m)
     assert [row for row in r["tensors"] if not row["ok"]] == []
     assert r["ok"] and r["total"]["memlib"] == r["total"]["transformers"]
+
+
+def test_cli_measure_names_the_family_s_expert_width(extra, tmp_path, capsys):
+    """Mixtral's expert width is its config.json's intermediate_size; grouped_mm needs multiples of 8."""
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps({"architectures": ["MixtralForCausalLM"], "hidden_size": 16, "num_attention_heads": 2,
+                                "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 20,
+                                "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 12}))
+    assert main(["measure", "--model", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "intermediate_size=12" in err and "multiples of 8" in err and "moe_intermediate_size" not in err
