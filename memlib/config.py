@@ -324,11 +324,13 @@ FAMILIES: tuple[Family, ...] = (
               ("qkv_bias", "qkv_bias", True), ("intermediate_size", "intermediate_size", None),
               ("norm_topk_prob", "norm_topk_prob", False)) + _SILU,
            source="transformers Qwen2MoeForCausalLM: GQA with q, k, v biases (qkv_bias), routed experts and one "
-                  "shared expert of width shared_expert_intermediate_size behind a sigmoid gate"),
+                  "shared expert of width shared_expert_intermediate_size behind a sigmoid gate; norm_topk_prob (default "
+                  "false) renormalises the top-k probabilities"),
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), "gqa", "swiglu", "qwen3_moe", qk_norm=True,
            fields=_gqa_fields() + _moe_fields("num_experts", "moe_intermediate_size") + _ATTENTION_BIAS
            + (("intermediate_size", "intermediate_size", None), ("norm_topk_prob", "norm_topk_prob", False)) + _SILU,
-           source="transformers Qwen3MoeForCausalLM: GQA with q/k RMSNorms, routed experts, no shared expert"),
+           source="transformers Qwen3MoeForCausalLM: GQA with q/k RMSNorms, routed experts, no shared expert; "
+                  "norm_topk_prob (default false) renormalises the top-k probabilities"),
     Family("gpt", ("GPTForCausalLM",), ("gpt",), "gqa", "gelu", None, "layernorm", "learned",
            fields=_gqa_fields(kv=lambda kw: kw["num_attention_heads"], tie=True)
            + (("intermediate_size", "intermediate_size", lambda kw: 4 * kw["hidden_size"]),
@@ -336,7 +338,7 @@ FAMILIES: tuple[Family, ...] = (
               ("qkv_bias", "attention_bias", True), ("o_bias", "attention_bias", True), ("mlp_bias", "mlp_bias", True),
               ("hidden_act", "hidden_act", "gelu")),
            source="memlib's convention for Megatron's classic GPT (model_type gpt): LayerNorm with bias, "
-                  "GeLU MLP of width intermediate_size (default 4 hidden_size), biases on every Linear "
+                  "GeLU MLP of width intermediate_size (default 4 hidden_size; hidden_act, default gelu), biases on every Linear "
                   "(attention_bias, mlp_bias, default true), learned absolute positions "
                   "(max_position_embeddings, required), tied embeddings by default (Megatron's "
                   "share_embeddings_and_output_weights); num_key_value_heads defaults to num_attention_heads"),
@@ -349,7 +351,8 @@ FAMILIES: tuple[Family, ...] = (
                    ("max_position_embeddings", "n_positions", REQUIRED),
                    ("qkv_bias", None, True), ("o_bias", None, True), ("mlp_bias", None, True),
                    ("hidden_act", "activation_function", "gelu_new")),
-           source="transformers GPT2LMHeadModel: the same blocks as the classic GPT under GPT-2's field names"),
+           source="transformers GPT2LMHeadModel: the same blocks as the classic GPT under GPT-2's field names "
+                  "(activation_function, default gelu_new)"),
 )
 
 _INT_NULLABLE = {"intermediate_size"}
