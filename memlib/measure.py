@@ -158,24 +158,29 @@ _EXPERT_HF = {"mlp.experts.*.gate_proj.weight": "mlp.experts.gate_up_proj",
               "mlp.experts.*.down_proj.weight": "mlp.experts.down_proj"}
 
 
-#: GPT2LMHeadModel's names of memlib's tensors (memlib names them as Llama does): the fused c_attn holds
-#: W^Q, W^K and W^V and their biases
-_GPT2_HF = {"model.embed_tokens.weight": "transformer.wte.weight", "model.norm.weight": "transformer.ln_f.weight",
-            "model.norm.bias": "transformer.ln_f.bias", "model.layers.": "transformer.h.",
-            **{f"self_attn.{p}_proj.{w}": f"attn.c_attn.{w}" for p in "qkv" for w in ("weight", "bias")},
-            "self_attn.o_proj.weight": "attn.c_proj.weight", "self_attn.o_proj.bias": "attn.c_proj.bias",
-            **{f"{n}.{w}": f"{g}.{w}" for n, g in (("input_layernorm", "ln_1"), ("post_attention_layernorm", "ln_2"))
-               for w in ("weight", "bias")}}
+#: transformers class -> its names of memlib's tensors (memlib names them as Llama does) and its decoder-layer
+#: prefix; GPT-2's fused c_attn holds W^Q, W^K and W^V and their biases
+_HF_NAMES = {"GPT2LMHeadModel": ({
+    "model.embed_tokens.weight": "transformer.wte.weight", "model.norm.weight": "transformer.ln_f.weight",
+    "model.norm.bias": "transformer.ln_f.bias",
+    **{f"self_attn.{p}_proj.{w}": f"attn.c_attn.{w}" for p in "qkv" for w in ("weight", "bias")},
+    "self_attn.o_proj.weight": "attn.c_proj.weight", "self_attn.o_proj.bias": "attn.c_proj.bias",
+    **{f"{n}.{w}": f"{g}.{w}" for n, g in (("input_layernorm", "ln_1"), ("post_attention_layernorm", "ln_2"))
+       for w in ("weight", "bias")}}, "transformer.h.")}
 
 
 def _hf_name(m: ModelConfig, name: str) -> str:
     """The name of memlib's Hugging Face tensor ``name`` in ``m``'s transformers class."""
-    if m.family not in ("gpt", "gpt2"):
+    from .ledgers_hf import HF_CODE
+
+    code = HF_CODE.get(m.family)
+    if code is None or code.cls not in _HF_NAMES:
         return name
+    names, layers = _HF_NAMES[code.cls]
     if name.startswith("model.layers."):
         i, rest = name[len("model.layers."):].split(".", 1)
-        return f"transformer.h.{i}." + _GPT2_HF.get(rest, rest)
-    return _GPT2_HF.get(name, name)
+        return f"{layers}{i}." + names.get(rest, rest)
+    return names.get(name, name)
 
 
 def memlib_hf_tensors(m: ModelConfig) -> dict[str, dict]:
