@@ -16,7 +16,9 @@ Activations
     is not held), each storage once (views share storage), parameters and buffers excluded.  Each
     storage is attributed to the region that first saved it: the embedding, decoder layer ``i``,
     the final norm, the head or the loss; the RoPE tables, computed once before the first layer
-    and saved by every layer, are attributed to the embedding.  It then runs backward and one
+    and saved by every layer, are attributed to the embedding (GPT-2's position ids are saved there).
+    Every family memlib reads is built by its transformers class (:data:`HF_CONFIGS`; memlib's ``gpt``
+    as GPT-2), with every dropout probability 0.  It then runs backward and one
     AdamW step and counts the gradient and optimizer-state bytes.
 
 :func:`compare` puts the measurement beside the ``hf-eager`` ledger of :mod:`memlib.ledgers_hf`, per
