@@ -229,6 +229,32 @@ def test_family_tp2_without_sequence_parallelism(mcore):
             assert r["exact"], _differences(r)
 
 
+def test_family_local_ledger_by_hand():
+    """Without megatron-core: the local ledger of a tiny Llama (GQA 4/2 heads of 6, RoPE) and a tiny GPT (MHA,
+    LayerNorm, biases, learned positions, GeLU), b = 2, s = 5, bf16, tensor by tensor as megatron-core 0.19.2
+    saved them on the CPU.  Llama layer: RMSNorm fp32 input, 1/rms, normalised 640 + 40 + 640, linear_qkv's
+    input 320, four RoPE tables 4 x 60, q and the repeated k and v 3 x 480, probabilities 2 x 4 x 5 x 5 x 2 =
+    400, linear_proj's input 480; FFN: the norm again 1320, fc1's input 320, SwiGLU input 800, fc2's input
+    400.  GPT layer: LayerNorm input, mean, 1/std 320 + 20 + 20 twice, the qkv output kept whole by the views
+    of q, k, v 960, probabilities 400, linear_proj's input 320, fc1's input 320, GeLU input and output 400 +
+    400; ids and position ids 80 + 80, the bool mask 50."""
+    from memlib.measure_megatron import predicted
+
+    llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "head_dim": 6, "num_hidden_layers": 1, "vocab_size": 32,
+                             "intermediate_size": 20}, name="llama")
+    gpt = model_from_dict({"model_type": "gpt", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1,
+                           "max_position_embeddings": 40, "vocab_size": 32, "intermediate_size": 20}, name="gpt")
+    t = local(micro_batch=2, seq_len=5)
+    head = 320 + 1280 + 10 + 80 + 40          # output layer input, fp32 softmax, target mask, targets, loss mask
+    assert predicted(llama, t)["regions"] == {"embedding": 80 + 50, "layer.0": 4200 + 2840, "head": 1320 + head}
+    assert predicted(gpt, t)["regions"] == {"embedding": 80 + 80 + 50, "layer.0": 2360 + 1480, "head": 360 + head}
+    # selective: the probabilities and the repeated k and v go, the core-attention checkpoint keeps k (n_kv heads,
+    # 240), the qkv output (v is a view of it: 10 tokens x (4 + 2 x 2) heads x 6 x 2 = 960) and the mask type (4)
+    sel = predicted(llama, local(micro_batch=2, seq_len=5, recompute="selective"))["regions"]["layer.0"]
+    assert sel == 4200 + 2840 - 400 - 2 * 480 + 240 + 960 + 4
+
+
 def test_family_requests_megatron_core_cannot_build():
     """Named before a process starts: Megatron-Core biases linear_proj and the MLP together (add_bias_linear),
     its fused bias-GeLU needs the bias, and its mlp checkpoint with a bias recurses in backward."""
