@@ -135,3 +135,12 @@ def test_moe_rows_activate_fewer_than_they_hold():
 def test_bad_profile_is_a_config_error():
     with pytest.raises(ConfigError, match="profile='hf-eager'"):
         A.attention_token("llama-3-8b", "hf-eager")
+
+
+@pytest.mark.parametrize("profile", A.PROFILES)
+def test_one_expression_per_attention_kind(profile):
+    """The chapter shows one equation for GQA (no per-head q/k norms) and one for MLA with q compression."""
+    f = A.attention_token_formula
+    assert f("llama-3-70b", profile) == f("mixtral-8x22b", profile) == f("llama-3-8b", profile)
+    assert f("deepseek-v2", profile) == f("kimi-k2", profile) == f("deepseek-v3", profile)
+    assert f("deepseek-v2-lite", profile) != f("deepseek-v3", profile)

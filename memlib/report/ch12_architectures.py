@@ -104,8 +104,8 @@ def equations(prefix: str = "oa_eq_") -> dict[str, str]:
     """Display equations (Markdown with ``$$``) of the attention bytes per token of one layer, by glue
     key: ``{prefix}gqa`` and ``{prefix}mla`` under the paper profile, ``{prefix}gqa_megatron`` and
     ``{prefix}mla_megatron`` under the megatron one
-    (from Llama-3-8B's and DeepSeek-V3's ledgers: every GQA and every MLA model with q compression
-    has the same expression)."""
+    (from Llama-3-8B's and DeepSeek-V3's ledgers: every GQA model without per-head q/k norms and every
+    MLA model with q compression has the same expression)."""
     out = {}
     for key, model, lhs in (("gqa", "llama-3-8b", r"M^{A}_{\mathrm{GQA}}"), ("mla", "deepseek-v3", r"M^{A}_{\mathrm{MLA}}")):
         out[prefix + key] = _equation(lhs, sa.attention_token_formula(model, "paper"))
