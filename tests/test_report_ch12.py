@@ -59,3 +59,14 @@ def test_figure_draws_the_categories_in_their_colours():
             if c.get_label():
                 seen[c.get_label()] = matplotlib.colors.to_hex(c.patches[0].get_facecolor())
     assert seen == {CATEGORY_LABELS[k]: CATEGORY_COLORS[k].lower() for k in ch.FIGURE_CATEGORIES}
+
+
+def test_glue_keys_are_distinct():
+    """Every key the chapter glues (the values under ``oa_``, the equations, tables and figure) once."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "12_other_architectures.md").read_text()
+    others = re.findall(r'glue_(?:md|figure)\("(\w+)"', text) + list(ch.equations())
+    keys = [f"oa_{k}" for k in ch.values()] + others
+    assert len(keys) == len(set(keys)) and "oa_pairs_table" in others
