@@ -107,7 +107,8 @@ def equations(prefix: str = "oa_eq_") -> dict[str, str]:
     (from Llama-3-8B's and DeepSeek-V3's ledgers: every GQA model without per-head q/k norms and every
     MLA model with q compression has the same expression)."""
     out = {}
-    for key, model, lhs in (("gqa", "llama-3-8b", r"M^{A}_{\mathrm{GQA}}"), ("mla", "deepseek-v3", r"M^{A}_{\mathrm{MLA}}")):
+    for key, model, lhs in (("gqa", "llama-3-8b", r"\frac{M^{A}_{\mathrm{GQA}}}{b\,s}"),
+                             ("mla", "deepseek-v3", r"\frac{M^{A}_{\mathrm{MLA}}}{b\,s}")):
         out[prefix + key] = _equation(lhs, sa.attention_token_formula(model, "paper"))
         out[prefix + key + "_megatron"] = _equation(lhs, sa.attention_token_formula(model, "megatron"))
     return out
