@@ -11,6 +11,7 @@ Most of the paper's tables are known through a secondary transcription of its te
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -442,3 +443,113 @@ MEGATRON_RUN_SETUPS: dict[str, dict] = {
         "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
 }
 __all__.append("MEGATRON_RUN_SETUPS")
+
+
+# ------------------------------------------------------------------------------------------------
+# other published measurements of Megatron-LM runs (Llama, Mixtral)
+# ------------------------------------------------------------------------------------------------
+#: the SimuMax commit its B200 table and launch scripts were read at (MooreThreads/SimuMax, 2026-05-11)
+SIMUMAX_COMMIT = "4dcaae513ba7679d56c116a17cd4a691ec41e252"
+#: the copy of the Llama rows of docs/b200/b200_release_v1.2_summary.json, written by tools/published_runs.py
+SIMUMAX_RUNS_FILE = Path(__file__).with_name("data") / "published_runs" / "simumax_b200_llama3.json"
+
+#: what the B200 runs ran, each fact with the SimuMax file (at SIMUMAX_COMMIT) that states it
+SIMUMAX_SETUP: dict[str, tuple] = {
+    "megatron_commit": ("23e00ed0963c35382dfe8a5a94fb3cda4d21e133",
+                        "docs/b200/b200_real_repro_guide.md §2: the Megatron-LM checkout of the real runs"),
+    "gpu": (("B200", 10), "docs/b200/b200_real_repro_guide.md; configs/system/b200_bf16_ceperm.json"),
+    "world_size": (8, "simu_tools/megatron_scripts/run_llama3.sh: world_size=8, DP = 8 / (TP CP PP)"),
+    "micro_batch": (1, "tools/b200/run_params/b200_bf16_ceperm_sweep.json (mbs_list [1]); "
+                       "tools/b200/run_megatron_perf_real_pipeline.py (micro_batch_size 1)"),
+    "seq_len": (4096, "tools/b200/run_params/b200_bf16_ceperm_sweep.json (seq_len_list [4096]); "
+                      "the CP rows name theirs (seq32768, seq131072)"),
+    "flags": ("--use-distributed-optimizer --use-flash-attn --sequence-parallel --recompute-granularity full "
+              "--recompute-method block --recompute-num-layers 0 --bf16 --accumulate-allreduce-grads-in-fp32 "
+              "--untie-embeddings-and-output-weights --swiglu --normalization RMSNorm --disable-bias-linear "
+              "--position-embedding-type rope --group-query-attention --transformer-impl transformer_engine "
+              "--tokenizer-type NullTokenizer --vocab-size V (no overlap flags)",
+              "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh"),
+    "cross_entropy": ("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te",
+                      "docs/strategy.md: the _cef suffix of the result tables' cases means both flags in the real "
+                      "runs"),
+    "vocab": ("NullTokenizer: --vocab-size + 1 (one EOD token), padded to a multiple of 128 TP",
+              "Megatron-LM 23e00ed0: megatron/training/tokenizer/tokenizer.py (_NullTokenizer.vocab_size, "
+              "_vocab_size_with_padding)"),
+    "metric": ("torch.cuda.max_memory_allocated() / 2**20 of every rank, the published value their maximum",
+               "simu_tools/megatron_scripts/patches/megatron_b200_memory_logging.patch; "
+               "tools/b200/run_megatron_perf_real_pipeline.py (max over all ranks)"),
+}
+
+#: the launcher's MODEL_TYPE shapes (run_pretrain_llama3.sh), --vocab-size as it passes it
+SIMUMAX_MODELS: dict[str, dict[str, int]] = {
+    "llama3-70b": {"hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+                   "num_key_value_heads": 8, "vocab_size": 128256},
+    "llama3-405b": {"hidden_size": 16384, "intermediate_size": 53248, "num_attention_heads": 128,
+                    "num_key_value_heads": 16, "vocab_size": 128256},
+}
+
+_SIMUMAX_SIZES = re.compile(r"_(tp|cp|pp|dp)(\d+)")
+
+
+def _mib_bytes(value) -> int:
+    """A logged ``bytes / 2**20`` as the exact byte count (the float is a multiple of 2**-20)."""
+    b = Fraction(value) * 2**20
+    if b.denominator != 1:
+        raise ValueError(f"{value!r} MiB is not a whole number of bytes")
+    return int(b)
+
+
+def _load_simumax_runs() -> dict[str, dict]:
+    data = json.loads(SIMUMAX_RUNS_FILE.read_text(encoding="utf-8"))
+    runs: dict[str, dict] = {}
+    for row in data["rows"]:
+        key = row.get("memory_source_case") or row["case"]
+        if key in runs:
+            runs[key]["rows"].append(row["case"])
+            continue
+        sizes = {k: int(v) for k, v in _SIMUMAX_SIZES.findall(key)}
+        seq = re.search(r"_seq(\d+)", key)
+        mem = row["peak_memory_by_rank_mb"]
+        runs[key] = {
+            "model": row["model"], "layers": row["layer_num"], "tp": sizes["tp"], "pp": sizes["pp"],
+            "cp": sizes.get("cp", 1), "dp": sizes["dp"],
+            "seq_len": int(seq.group(1)) if seq else SIMUMAX_SETUP["seq_len"][0],
+            "max_allocated": {int(r): _mib_bytes(v["max_allocated_mb"]) for r, v in mem.items()},
+            "max_reserved": {int(r): _mib_bytes(v["max_reserved_mb"]) for r, v in mem.items()},
+            "printed_alloc_gib": f"{row['real_alloc_gib']:.2f}", "printed_reserved_gib": f"{row['real_reserved_gib']:.2f}",
+            "rows": [row["case"]],
+            "source": f"MooreThreads/SimuMax {SIMUMAX_COMMIT[:10]} docs/b200/b200_release_v1.2_summary.json",
+        }
+    return runs
+
+
+SIMUMAX_B200_RUNS: dict[str, dict] = _load_simumax_runs()
+"""SimuMax's measured B200 runs of Llama-3-70B (12 layers) and Llama-3-405B (4 layers) under Megatron-LM, keyed by
+the case whose run was measured (``memory_source_case``: the rows with 8 and 32 micro-batches repeat the memory of
+the 4-micro-batch run): the model, its layers, TP/PP/CP/DP, the sequence length; ``max_allocated`` and
+``max_reserved``, rank -> exact bytes; the published GiB (the maximum over the ranks, printed with two decimals) and
+the published rows that share the measurement."""
+
+#: Megatron-LM PR #482 "Analysis Tool" (yxyOo, 2023): the table of its tools/get_training_info/README.md, as
+#: printed (MBS, GBS, DP, PP, TP, "Peak_Memory_Actual", "Peak_Memory_Estimated"); Llama2 7B, bf16, one H800
+#: node of eight GPUs (the PR's comment of 2023-10-07); actual = torch.cuda.max_memory_allocated() after
+#: several iterations; a review comment adds a two-node row whose second rank is not given ("1:a")
+PR482_LLAMA2_7B = {
+    "source": "https://github.com/NVIDIA/Megatron-LM/pull/482, tools/get_training_info/README.md",
+    "commit": "550b341be5c71e6a9f65c87e86615670f1e14248",
+    "rows": (("2", "2048", "8", "1", "1", "69.1", "68.8"), ("4", "512", "4", "1", "2", "55.7", "55.5"),
+             ("2", "2048", "4", "2", "1", "49.8", "49.5"), ("4", "128", "1", "1", "8", "28.8", "28.6")),
+    "review_row": ("2", "2048", "8", "2", "1", "0:69.1, 1:a", "0:68.8, 1:a"),
+}
+
+#: ISEEKYAN/mbridge memory_estimator/README.md "Some result comparison": a "Mixtral-8x2B with reduced layers"
+#: (./model_configs/test_small.yaml) on one node of eight GPUs, as printed (nlayers, TP, MBS, SEQ_LEN,
+#: "Allocated/GB", "Real")
+MBRIDGE_MIXTRAL = {
+    "source": "https://github.com/ISEEKYAN/mbridge/blob/10cb17f59dd082ef1dd9d5a36f8b1b5b3a5ecc3e/memory_estimator/README.md",
+    "commit": "10cb17f59dd082ef1dd9d5a36f8b1b5b3a5ecc3e",
+    "rows": (("4", "2", "1", "4096", "7.61", "6.6"), ("4", "2", "2", "4096", "7.96", "8"),
+             ("4", "1", "1", "4096", "13.41", "11.2"), ("4", "1", "2", "4096", "13.81", "13.8")),
+}
+__all__ += ["SIMUMAX_COMMIT", "SIMUMAX_RUNS_FILE", "SIMUMAX_SETUP", "SIMUMAX_MODELS", "SIMUMAX_B200_RUNS",
+            "PR482_LLAMA2_7B", "MBRIDGE_MIXTRAL"]
