@@ -475,6 +475,8 @@ SIMUMAX_SETUP: dict[str, tuple] = {
     "vocab": ("NullTokenizer: --vocab-size + 1 (one EOD token), padded to a multiple of 128 TP",
               "Megatron-LM 23e00ed0: megatron/training/tokenizer/tokenizer.py (_NullTokenizer.vocab_size, "
               "_vocab_size_with_padding)"),
+    "rank_order": ("tp-cp-ep-dp-pp", "Megatron-LM 23e00ed0: megatron/core/parallel_state.py, initialize_model_parallel's "
+                                     "default order (pipeline stage slowest: ranks 0 .. 8/PP - 1 are the first stage)"),
     "metric": ("torch.cuda.max_memory_allocated() / 2**20 of every rank, the published value their maximum",
                "simu_tools/megatron_scripts/patches/megatron_b200_memory_logging.patch; "
                "tools/b200/run_megatron_perf_real_pipeline.py (max over all ranks)"),
@@ -512,7 +514,7 @@ def _load_simumax_runs() -> dict[str, dict]:
         mem = row["peak_memory_by_rank_mb"]
         runs[key] = {
             "model": row["model"], "layers": row["layer_num"], "tp": sizes["tp"], "pp": sizes["pp"],
-            "cp": sizes.get("cp", 1), "dp": sizes["dp"],
+            "cp": sizes.get("cp", 1), "dp": sizes["dp"], "micro_batches": row["mbc"],
             "seq_len": int(seq.group(1)) if seq else SIMUMAX_SETUP["seq_len"][0],
             "max_allocated": {int(r): _mib_bytes(v["max_allocated_mb"]) for r, v in mem.items()},
             "max_reserved": {int(r): _mib_bytes(v["max_reserved_mb"]) for r, v in mem.items()},
@@ -526,7 +528,7 @@ def _load_simumax_runs() -> dict[str, dict]:
 SIMUMAX_B200_RUNS: dict[str, dict] = _load_simumax_runs()
 """SimuMax's measured B200 runs of Llama-3-70B (12 layers) and Llama-3-405B (4 layers) under Megatron-LM, keyed by
 the case whose run was measured (``memory_source_case``: the rows with 8 and 32 micro-batches repeat the memory of
-the 4-micro-batch run): the model, its layers, TP/PP/CP/DP, the sequence length; ``max_allocated`` and
+the 4-micro-batch run): the model, its layers, TP/PP/CP/DP, the micro-batches per step of the measured run, the sequence length; ``max_allocated`` and
 ``max_reserved``, rank -> exact bytes; the published GiB (the maximum over the ranks, printed with two decimals) and
 the published rows that share the measurement."""
 

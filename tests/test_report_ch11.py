@@ -46,3 +46,21 @@ def test_other_tables_and_the_figure():
     fig = ch.figure()
     ax = fig.axes[0]
     assert len(ax.get_xticks()) == len(sm.CASES) and ax.get_legend() is not None
+
+
+def test_published_tables_are_the_librarys():
+    cases = sm.published_cases()
+    rows = _rows(ch.published_table())
+    assert [r[0] for r in rows] == [c.label for c in cases]
+    for row, c in zip(rows, cases):
+        assert row[4] == fmt_bytes(c.measured_max, "GiB", 2, with_unit=False)
+        assert row[5] == fmt_bytes(c.predicted, "GiB", 2, with_unit=False)
+        assert row[7] == ("yes" if c.within_target else "no")
+    staged = _rows(ch.published_stage_table())
+    assert len(staged) == sum(len(c.peaks) for c in cases if len(c.peaks) > 1)
+    assert len(_rows(ch.assumptions_table())) == len(sm.SIMUMAX_ASSUMPTIONS)
+    not_used = _rows(ch.not_used_table())
+    assert len(not_used) == len(sm.PUBLISHED_NOT_USED) and all(r[3] for r in not_used)
+    v = ch.published_values()
+    assert v["n_runs"] == str(len(cases)) and v["n_within"] == str(sum(c.within_target for c in cases))
+    assert all(isinstance(x, str) and x for x in v.values())

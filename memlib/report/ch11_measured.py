@@ -5,13 +5,14 @@ from __future__ import annotations
 import textwrap
 
 from ..peak import TRANSIENT_TERMS
-from ..reference import MEGATRON_LM_COMMIT
+from ..reference import MEGATRON_LM_COMMIT, SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..scenarios import measured as sm
 from .figures import CATEGORY_COLORS, OKABE_ITO, Series, in_unit, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
 
 __all__ = ["values", "cases_table", "breakdown_table", "post_step_table", "framework_table", "run_max_table",
-           "not_expressible_table", "gaps_table", "figure"]
+           "not_expressible_table", "gaps_table", "figure", "published_values", "published_table",
+           "published_stage_table", "assumptions_table", "not_used_table"]
 
 UNIT = "GiB"
 
@@ -158,3 +159,59 @@ def figure():
     ax.set_title("memlib's peak_allocated against Megatron-LM's logged max_memory_allocated (last rank)", fontsize=9)
     return fig
 
+
+
+# ------------------------------------------------------------------------------------------------
+# published measurements of Llama runs (SimuMax, B200), and the published rows not used
+# ------------------------------------------------------------------------------------------------
+def _parallel(c) -> str:
+    t = c.train
+    return f"TP {t.tp}, CP {t.cp}, PP {t.pp}, DP {t.dp}"
+
+
+def published_values() -> dict[str, str]:
+    """The numbers and words of the section on the published measurements."""
+    cs = sm.published_cases()
+    errs = [abs(c.error) for c in cs]
+    stage = [abs(e) for c in cs for e in c.stage_errors]
+    over = [c for c in cs for e in c.stage_errors if abs(e) > sm.TARGET]
+    return {
+        "n_runs": fmt_count(len(cs)), "n_rows": fmt_count(sum(len(c.rows) for c in cs)),
+        "n_within": fmt_count(sum(c.within_target for c in cs)),
+        "max_abs": _err(max(errs)).lstrip("+"), "mean_abs": _err(sum(errs) / len(errs)).lstrip("+"),
+        "stage_max_abs": _err(max(stage)).lstrip("+"), "n_stage_over": fmt_count(len(over)),
+        "simumax_commit": SIMUMAX_COMMIT[:10], "megatron_commit": SIMUMAX_SETUP["megatron_commit"][0][:8],
+        "gpu": SIMUMAX_SETUP["gpu"][0][0], "world": fmt_count(SIMUMAX_SETUP["world_size"][0]),
+        "n_not_used": fmt_count(len(sm.PUBLISHED_NOT_USED)),
+    }
+
+
+def published_table() -> str:
+    rows = []
+    for c in sm.published_cases():
+        rows.append([c.label, _parallel(c), fmt_count(c.train.seq_len), fmt_count(len(c.rows)), _gib(c.measured_max),
+                     _gib(c.predicted), _err(c.error), "yes" if c.within_target else "no"])
+    return md_table(["run", "parallel sizes", "sequence", "published rows", f"measured maximum ({UNIT})",
+                     f"memlib peak_allocated ({UNIT})", "error", f"within {fmt_decimal(100 * sm.TARGET, 0)} %"],
+                    rows, "llrrrrrl")
+
+
+def published_stage_table() -> str:
+    """The runs with more than one pipeline stage, stage by stage."""
+    rows = []
+    for c in sm.published_cases():
+        if len(c.peaks) < 2:
+            continue
+        for i, (p, m, e) in enumerate(zip(c.peaks, c.measured, c.stage_errors)):
+            rows.append([c.label, fmt_count(i + 1), _gib(m), _gib(p.peak_allocated), _err(e)])
+    return md_table(["run", "stage", f"measured ({UNIT})", f"memlib ({UNIT})", "error"], rows, "lrrrr")
+
+
+def assumptions_table() -> str:
+    rows = [[what, SIMUMAX_SETUP[key][1]] for what, key in sm.SIMUMAX_ASSUMPTIONS]
+    return md_table(["read as", "stated by (SimuMax, or the Megatron-LM it ran)"], rows, "ll")
+
+
+def not_used_table() -> str:
+    rows = [[src, what, val, why] for src, what, val, why in sm.not_used()]
+    return md_table(["source", "rows", "published", "why not used"], rows, "llll")

@@ -35,7 +35,7 @@ from ..megatron_args import MegatronRun, parse_megatron_args
 from ..megatron_buffers import FRAMEWORK_TERMS
 from ..overhead import Overheads
 from ..peak import StagePeak
-from ..reference import MEGATRON_RUNS
+from ..reference import MEGATRON_RUNS, SIMUMAX_MODELS, SIMUMAX_SETUP
 
 __all__ = ["Case", "CASES", "NOT_EXPRESSIBLE", "GAPS", "GAP_DEFAULT", "gap_text", "TARGET", "MeasuredCase", "run_of", "measured_case",
            "measured_cases", "implied_imbalance", "summary", "not_expressible", "SIMUMAX_ASSUMPTIONS", "PublishedCase",
@@ -283,14 +283,18 @@ def summary(cases: list[MeasuredCase]) -> dict:
 #: what each SimuMax run is read as, beyond its own name (model, layers, TP/PP/CP/DP, sequence length):
 #: the launcher's flags (:data:`memlib.reference.SIMUMAX_SETUP`), each set in the TrainingConfig or the Framework
 SIMUMAX_ASSUMPTIONS: tuple[tuple[str, str], ...] = (
-    ("micro-batch 1, sequence 4096 (the CP rows: 32,768 or 131,072)", "micro_batch"),
-    ("distributed optimizer (ZeRO 1), fp32 main gradients, bf16 weights: memlib's megatron precision", "flags"),
-    ("sequence parallelism where TP > 1; flash attention through Transformer Engine; no recompute (full, block, "
-     "0 layers); no overlap of gradient reduction or parameter gather", "flags"),
-    ("Transformer Engine's fused cross-entropy (the _cef suffix)", "cross_entropy"),
-    ("vocabulary 128,256 + 1 (the NullTokenizer's EOD token), padded to a multiple of 128 TP", "vocab"),
-    ("B200 (compute capability 10), Megatron-LM 23e00ed0", "megatron_commit"),
-    ("ranks 0 .. 8/PP - 1 are the first stage (Megatron-LM's default order tp-cp-ep-dp-pp)", "world_size"),
+    (f"micro-batch {SIMUMAX_SETUP['micro_batch'][0]}", "micro_batch"),
+    (f"sequence {SIMUMAX_SETUP['seq_len'][0]:,} (the CP rows: the one their name gives)", "seq_len"),
+    ("distributed optimizer (ZeRO 1), fp32 main gradients, bf16 weights (memlib's megatron precision); sequence "
+     "parallelism where TP > 1; flash attention through Transformer Engine; no recompute (full, block, no layer); "
+     "no overlap of the gradient reduction or the parameter gather", "flags"),
+    ("Transformer Engine's fused cross-entropy", "cross_entropy"),
+    (f"the launcher's vocabulary + 1, padded: {SIMUMAX_MODELS['llama3-70b']['vocab_size']:,} + 1 to a multiple of "
+     "128 TP", "vocab"),
+    (f"{SIMUMAX_SETUP['gpu'][0][0]} (compute capability {SIMUMAX_SETUP['gpu'][0][1]}), Megatron-LM "
+     f"{SIMUMAX_SETUP['megatron_commit'][0][:8]}", "megatron_commit"),
+    (f"rank order {SIMUMAX_SETUP['rank_order'][0]}: the stage of a rank", "rank_order"),
+    (f"{SIMUMAX_SETUP['world_size'][0]} GPUs", "world_size"),
 )
 
 
@@ -360,7 +364,7 @@ def published_case(key: str) -> PublishedCase:
         raise ConfigError(f"{key}: TP PP CP DP = {run['tp'] * run['pp'] * run['cp'] * run['dp']} must be {world}")
     train = TrainingConfig(dp=run["dp"], tp=run["tp"], pp=run["pp"], cp=run["cp"], sp=run["tp"] > 1, zero=1,
                            precision="megatron", profile="megatron", micro_batch=SIMUMAX_SETUP["micro_batch"][0],
-                           seq_len=run["seq_len"], num_microbatches=4, cross_entropy_loss_fusion=True,
+                           seq_len=run["seq_len"], num_microbatches=run["micro_batches"], cross_entropy_loss_fusion=True,
                            cross_entropy_fusion_impl="te")
     model = simumax_model(run["model"], run["layers"], run["tp"])
     fw = Framework(compute_capability=SIMUMAX_SETUP["gpu"][0][1])
