@@ -183,6 +183,7 @@ def published_values() -> dict[str, str]:
         "simumax_commit": SIMUMAX_COMMIT[:10], "megatron_commit": SIMUMAX_SETUP["megatron_commit"][0][:8],
         "gpu": SIMUMAX_SETUP["gpu"][0][0], "world": fmt_count(SIMUMAX_SETUP["world_size"][0]),
         "n_not_used": fmt_count(len(sm.PUBLISHED_NOT_USED)),
+        "models": " and ".join(dict.fromkeys(c.label.split(" ")[0] for c in cs)),
     }
 
 
