@@ -310,6 +310,12 @@ class PublishedCase:
     measured: tuple[int, ...]      #: per stage: the maximum over its ranks of max_memory_allocated (bytes)
     reserved: int                  #: the maximum over all ranks of max_memory_reserved (bytes)
     peaks: tuple[StagePeak, ...]   #: memlib's prediction per stage
+    unfused_ce: int = 0            #: memlib's largest stage peak were the cross-entropy not fused (the one assumption
+                                   #: the runs' own flags do not show)
+
+    @property
+    def error_unfused_ce(self) -> Fraction:
+        return Fraction(self.unfused_ce - self.measured_max, self.measured_max)
 
     @property
     def measured_max(self) -> int:
@@ -369,10 +375,12 @@ def published_case(key: str) -> PublishedCase:
     model = simumax_model(run["model"], run["layers"], run["tp"])
     fw = Framework(compute_capability=SIMUMAX_SETUP["gpu"][0][1])
     est = estimate(model, train, Overheads(0, 0, Fraction(0)), framework=fw)
+    unfused = estimate(model, train.with_(cross_entropy_loss_fusion=False), Overheads(0, 0, Fraction(0)), framework=fw)
     per_stage = world // run["pp"]
     measured = tuple(max(v for r, v in run["max_allocated"].items() if r // per_stage == st) for st in range(run["pp"]))
     return PublishedCase(key, _simumax_label(run), tuple(run["rows"]), train, run["layers"], measured,
-                         max(run["max_reserved"].values()), tuple(est.peaks))
+                         max(run["max_reserved"].values()), tuple(est.peaks),
+                         max(p.peak_allocated for p in unfused.peaks))
 
 
 def published_cases() -> list[PublishedCase]:
