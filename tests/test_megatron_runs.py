@@ -182,3 +182,32 @@ def test_copies_match_the_repository():
                 assert f[key] == {int(k): _exact(v) for k, v in kept.items()}
                 if f["full_run"] is None:
                     assert len(kept) == len(values)
+
+
+SIMUMAX_MIRROR = Path(os.environ.get("SIMUMAX_MIRROR", "/work/.mirror/MooreThreads+SimuMax/repo"))
+
+
+@pytest.mark.skipif(not SIMUMAX_MIRROR.exists(), reason="no SimuMax mirror on this machine")
+def test_simumax_copy_matches_the_repository():
+    """The Llama rows of SimuMax's B200 table are copied, not retyped; the launcher passes the model shapes
+    memlib.reference.SIMUMAX_MODELS holds."""
+    from memlib.reference import SIMUMAX_COMMIT, SIMUMAX_MODELS, SIMUMAX_RUNS_FILE
+
+    def show(path):
+        return subprocess.run(["git", "--git-dir", str(SIMUMAX_MIRROR), "show", f"{SIMUMAX_COMMIT}:{path}"],
+                              capture_output=True, text=True, check=True).stdout
+    original = {r["case"]: r for r in json.loads(show("docs/b200/b200_release_v1.2_summary.json"))["rows"]}
+    copy = json.loads(SIMUMAX_RUNS_FILE.read_text(encoding="utf-8"))
+    assert SIMUMAX_COMMIT in copy["_source"] and copy["rows"]
+    for row in copy["rows"]:
+        assert all(original[row["case"]][k] == v for k, v in row.items()), row["case"]
+    launcher = show("simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh")
+    for shape in SIMUMAX_MODELS.values():
+        block = (f"hidden_size={shape['hidden_size']}\n    ffn_hidden_size={shape['intermediate_size']}\n"
+                 f"    head_num={shape['num_attention_heads']}\n    num_query_groups={shape['num_key_value_heads']}\n"
+                 f"    vocab_size={shape['vocab_size']}")
+        assert block in launcher
+    for flag in ("--use-distributed-optimizer", "--use-flash-attn", "--sequence-parallel", "--recompute-num-layers 0",
+                 "--accumulate-allreduce-grads-in-fp32", "--untie-embeddings-and-output-weights", "NullTokenizer"):
+        assert flag in launcher
+    assert "--cross-entropy-fusion-impl te" in show("docs/strategy.md")
