@@ -21,6 +21,11 @@ Two measured values per case:
 
 A case memlib cannot express (another attention, another sharding of the model states, CUDA graphs) is
 listed with its reason (:data:`NOT_EXPRESSIBLE`), never given a number.
+
+Measurements published elsewhere: SimuMax's B200 runs of Llama-3-70B and -405B under Megatron-LM
+(:data:`memlib.reference.SIMUMAX_B200_RUNS`) are predicted stage by stage from the launch script's flags
+(:data:`SIMUMAX_ASSUMPTIONS`, :func:`published_cases`); the published Llama and Mixtral rows whose
+configuration cannot be recovered are listed with the reason (:data:`PUBLISHED_NOT_USED`).
 """
 from __future__ import annotations
 
