@@ -415,8 +415,8 @@ PUBLISHED_NOT_USED: tuple[tuple[str, str, str, str], ...] = (
      "groups, top-k and the expert parallel size are unknown; the launch flags (distributed optimizer, "
      "recompute, dispatcher) are not given; the two measured columns are not defined"),
     ("SimuMax, A100-PCIe (Llama-3 8B and 70B)", "24 rows (docs/FULL_RESULTS.md)", "errors only",
-     "the table publishes SimuMax's error, not the measured value (the values are in a chart image), and not "
-     "the Megatron-LM version or the flags of those runs"),
+     "the table publishes SimuMax's memory error only, not the measured memory (its chart, assets/A100-Pcie.png, "
+     "shows performance), nor the Megatron-LM version or the flags of those runs"),
     ("SimuMax, B200, interleaved pipeline (Llama-3-70B, PP 4, VPP 2)", "4 rows (excluded list)", "none",
      "excluded from the published table by its authors; no measured value is published"),
 )
