@@ -75,7 +75,7 @@ from .partition import balanced_layout, default_layout
 from .peak import Framework
 from .states import recipe
 
-__all__ = ["CostModel", "PlanResult", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
+__all__ = ["CostModel", "PlanResult", "Grid", "search", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
 DEFAULT_GLOBAL_BATCH = 15360
@@ -108,6 +108,83 @@ class PlanResult:
     def to_dict(self) -> dict:
         return {"model": self.model, "gpus": self.gpus, "capacity": self.capacity, "searched": self.searched,
                 "fitting": self.fitting, "configs": self.configs}
+
+
+_COST_NAMES = ("bubble", "recompute", "tp_bytes", "ep_bytes", "cp_bytes", "dp_bytes", "pp_bytes", "compute_s",
+               "comm_s", "step_s")
+
+
+@dataclass
+class Grid:
+    """Every configuration a search went through, as arrays (one row each): the knobs ``rows`` (columns
+    :data:`Grid.COLUMNS`), the group of each row (``groups[g]``: family, PP, schedule, V, layout rule and
+    layout), its exact peak bytes and peak stage, and its cost terms (floats, the cost model's)."""
+
+    model: ModelConfig
+    gpus: int
+    seq_len: int
+    global_batch: int
+    overhead: Overheads
+    groups: list
+    rows: np.ndarray
+    group: np.ndarray
+    peak: np.ndarray
+    stage: np.ndarray
+    cost: dict
+
+    COLUMNS = ("dp", "tp", "cp", "ep", "etp", "zero", "b", "M")
+
+    @property
+    def searched(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> np.ndarray:
+        """A knob of every row: a column of ``rows``, or ``pp``, ``vpp`` (from the row's group)."""
+        if name in self.COLUMNS:
+            return self.rows[:, self.COLUMNS.index(name)]
+        j = {"pp": 1, "vpp": 3}[name]
+        return np.array([g[j] for g in self.groups], dtype=np.int64)[self.group]
+
+    def labels(self, name: str) -> np.ndarray:
+        """A named choice of every row: ``schedule``, ``layout_rule``, ``recompute``, ``precision``, ``profile``."""
+        if name == "schedule":
+            per = [g[2].value for g in self.groups]
+        elif name == "layout_rule":
+            per = [g[4] for g in self.groups]
+        else:
+            per = [getattr(g[0].train, name) for g in self.groups]
+        return np.array(per, dtype=object)[self.group] if per else np.zeros(0, dtype=object)
+
+    def fits(self, capacity: int) -> np.ndarray:
+        """Which rows' peak stage fits ``capacity`` bytes (exact integers)."""
+        if self.peak.dtype == object:
+            return np.array([int(p) <= capacity for p in self.peak], dtype=bool)
+        if capacity >= 2**63:
+            return np.ones(len(self.peak), dtype=bool)
+        return self.peak <= capacity
+
+    def ranking(self, capacity: int | None = None) -> np.ndarray:
+        """Indices of the rows that fit ``capacity`` (None: every row), best first: by the estimated step time,
+        then by peak memory (then by search order)."""
+        idx = np.arange(len(self.rows)) if capacity is None else np.flatnonzero(self.fits(capacity))
+        order = np.lexsort((idx, self.peak[idx].astype(np.float64), self.cost["step_s"][idx]))
+        return idx[order]
+
+    def train(self, i: int) -> TrainingConfig:
+        """Row ``i`` as a training configuration (its estimate has the row's peak)."""
+        fam, pp, sch, v, rule, lay = self.groups[int(self.group[i])]
+        dp, tp, cp, ep, etp, z, b, M = (int(x) for x in self.rows[i])
+        return fam.train.with_(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero=z, micro_batch=b,
+                               num_microbatches=M, schedule=sch, vpp=v, layout=lay, seq_len=self.seq_len)
+
+    def config(self, i: int, capacity: int) -> dict:
+        """Row ``i`` as ``plan`` lists it: the configuration, its layout rule, peak, peak stage, headroom, cost."""
+        fam, pp, sch, v, rule, lay = self.groups[int(self.group[i])]
+        pipe = fam.pipeline(pp, sch, v, lay)
+        peak = int(self.peak[i])
+        return {"config": config_values(self.train(i), pipe.layout, Framework(), self.overhead),
+                "layout_rule": rule, "peak": peak, "peak_stage": int(self.stage[i]), "headroom": int(capacity - peak),
+                "cost": {k: float(x[i]) for k, x in self.cost.items()}}
 
 
 def parse_fix(items: Iterable[str]) -> dict[str, int]:
@@ -240,15 +317,15 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="group", leave=False)
 
 
-def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4096,
+def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
          global_batch: int = DEFAULT_GLOBAL_BATCH, profiles: Sequence[str] = ("megatron",),
          precisions: Sequence[str] = ("megatron",), recomputes: Sequence[str] = ("none", "selective", "full"),
          schedules: Sequence[str] = ("1f1b", "interleaved", "dualpipe"), zeros: Sequence[int] = (0, 1, 2, 3),
          layout_rules: Sequence[str] = LAYOUT_RULES, fix: Mapping[str, int] | None = None,
-         max_micro_batch: int = 16, max_vpp: int = 4, top: int | None = 10, overhead: Overheads | None = None,
-         cost: CostModel = CostModel(), progress: bool = False) -> PlanResult:
-    """Every valid configuration of ``gpus`` GPUs, those whose peak stage fits ``capacity`` bytes, the best
-    ``top`` of them (None: all) by the cost model (module docstring)."""
+         max_micro_batch: int = 16, max_vpp: int = 4, overhead: Overheads | None = None,
+         cost: CostModel = CostModel(), progress: bool = False) -> "Grid":
+    """Every valid configuration of ``gpus`` GPUs (module docstring), each with its exact peak and its cost
+    terms: a :class:`Grid`, whatever the capacity."""
     m = load_model(model)
     fix = dict(fix or {})
     overhead = overhead if overhead is not None else Overheads()
@@ -338,10 +415,9 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
                     groups.append((fam, pp, sch, v, rule, lay, rows))
 
     bar = _progress(len(groups), progress)
-    searched = fitting = 0
-    found = []      # (arrays of the fitting rows, group)
+    parts = []      # (rows, peak, stage, group index) of every searched row
     caches: dict[tuple, dict] = {}      # per family, PP and the schedule's rule on M: the same rows
-    for fam, pp, sch, v, rule, lay, rows in groups:
+    for gi, (fam, pp, sch, v, rule, lay, rows) in enumerate(groups):
         if bar is not None:
             bar.update(1)
         M = rows[:, 7]
@@ -353,50 +429,48 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
         r = rows[ok]
         if not len(r):
             continue
-        searched += len(r)
         pipe = fam.pipeline(pp, sch, v, lay)
         cache = caches.setdefault((id(fam), pp, sch if sch in (Schedule.INTERLEAVED, Schedule.DUALPIPE) else None), {})
         tot = pipe.evaluate(dp=r[:, 0], tp=r[:, 1], cp=r[:, 2], ep=r[:, 3], etp=r[:, 4], zero=r[:, 5],
                             micro_batch=r[:, 6], num_microbatches=r[:, 7], seq_len=np.full(len(r), seq_len),
                             cache=cache)
         peak, stage = tot.peak()
-        fits = peak <= capacity
-        fitting += int(fits.sum())
-        if fits.any():
-            found.append((r[fits], peak[fits], stage[fits], (fam, pp, sch, v, rule, lay)))
+        parts.append((r, peak, stage, gi))
     if bar is not None:
         bar.close()
 
-    # cost of the fitting rows, vectorised per group
-    scored = []
-    for r, peak, stage, grp in found:
-        fam, pp, sch, v, rule, lay = grp
-        terms = _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch,
-                            gpus, cost)
-        scored.append((r, peak, stage, grp, terms))
-    result = PlanResult(m.name, gpus, capacity, searched, fitting)
-    if not scored:
-        return result
-    step = np.concatenate([t["step_s"] for *_, t in scored])
-    peaks = np.concatenate([p.astype(np.float64) for _, p, *_ in scored])
-    where = [(g, i) for g, (r, *_) in enumerate(scored) for i in range(len(r))]
-    order = np.lexsort((peaks, step))
+    names = _COST_NAMES
+    grid = Grid(m, gpus, seq_len, global_batch, overhead, [g[:6] for g in groups],
+                rows=np.zeros((0, 8), dtype=np.int64), group=np.zeros(0, dtype=np.int64),
+                peak=np.zeros(0, dtype=np.int64), stage=np.zeros(0, dtype=np.int64),
+                cost={k: np.zeros(0) for k in names})
+    if not parts:
+        return grid
+    costs = []
+    for r, peak, stage, gi in parts:
+        fam, pp, sch, v, rule, lay = groups[gi][:6]
+        costs.append(_cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch,
+                                 gpus, cost))
+    grid.rows = np.concatenate([p[0] for p in parts])
+    grid.group = np.concatenate([np.full(len(p[0]), p[3], dtype=np.int64) for p in parts])
+    grid.peak = np.concatenate([p[1] for p in parts])
+    grid.stage = np.concatenate([p[2] for p in parts])
+    grid.cost = {k: np.concatenate([np.broadcast_to(np.asarray(c[k], dtype=np.float64), (len(p[0]),))
+                                    for c, p in zip(costs, parts)]) for k in names}
+    return grid
+
+
+def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None = 10, **options) -> PlanResult:
+    """Every valid configuration of ``gpus`` GPUs (:func:`search`, ``options`` its keywords), those whose peak
+    stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
+    grid = search(model, gpus, **options)
+    fits = grid.fits(capacity)
+    result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()))
+    order = grid.ranking(capacity)
     if top is not None:
         order = order[:top]
-    for k in order:
-        g, i = where[k]
-        r, peak, stage, grp, terms = scored[g]
-        fam, pp, sch, v, rule, lay = grp
-        dp, tp, cp, ep, etp, z, b, M = (int(x) for x in r[i])
-        train = fam.train.with_(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero=z, micro_batch=b, num_microbatches=M,
-                                schedule=sch, vpp=v, layout=lay)
-        pipe = fam.pipeline(pp, sch, v, lay)
-        result.configs.append({
-            "config": config_values(train, pipe.layout, Framework(), overhead),
-            "layout_rule": rule,
-            "peak": int(peak[i]), "peak_stage": int(stage[i]), "headroom": int(capacity - int(peak[i])),
-            "cost": {k2: (float(x[i]) if isinstance(x, np.ndarray) else x) for k2, x in terms.items()},
-        })
+    for i in order:
+        result.configs.append(grid.config(int(i), capacity))
     return result
 
 
