@@ -237,10 +237,17 @@ def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
     s = train.seq_len
     tp = tuple(t for t in divs if _valid(lambda: estimate(model, train.with_(tp=t, dp=1, seq_len=s * t))))
     cp = tuple(c for c in divs if s % c == 0 and _valid(lambda: estimate(model, train.with_(cp=c, dp=1))))
-    ep = tuple(e for e in _divisors(model.n_routed_experts) if e <= gpus and _valid(
+    ep = tuple(e for e in _divisors(model.n_routed_experts or 1) if e <= gpus and _valid(
         lambda: estimate(model, train.with_(ep=e, dp=e))))
     etp = tuple(x for x in divs if _valid(lambda: estimate(model, train.with_(etp=x, dp=x))))
     return _Axes(tp, cp, ep, etp)
+
+
+def _qkv_width(m: ModelConfig) -> int:
+    """The widths of one head's query-key and value: d_h + d_h^R + d_v (MLA), 2 d_head (GQA)."""
+    if m.qk_nope_head_dim is not None:
+        return m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+    return 2 * m.head_dim
 
 
 def _flops(model: ModelConfig, s: int) -> dict:
@@ -248,14 +255,16 @@ def _flops(model: ModelConfig, s: int) -> dict:
     m, v = model, model_values(model)
     n_moe = sum(k == "moe" for k in m.layer_kinds)
     n_dense = m.num_hidden_layers - n_moe
-    attn_core = 2 * s * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-    up = 2 * ((m.q_lora_rank or 0) * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-              + m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim))
+    attn_core = 2 * s * m.num_attention_heads * _qkv_width(m)
+    up = 0 if m.kv_lora_rank is None else \
+        2 * ((m.q_lora_rank or 0) * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+             + m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim))
+    h_e, k_e = m.moe_intermediate_size or 0, m.num_experts_per_tok or 0
     fwd = 2 * activated_params(m).evaluate_total(v) + m.num_hidden_layers * attn_core
     return {"forward": fwd, "core_attn": m.num_hidden_layers * attn_core, "mla_up_proj": m.num_hidden_layers * up,
-            "mlp": n_dense * 6 * m.hidden_size * m.intermediate_size,
-            "moe": n_moe * 6 * m.hidden_size * m.moe_intermediate_size * (m.num_experts_per_tok + m.n_shared_experts),
-            "shared_experts": n_moe * 6 * m.hidden_size * m.moe_intermediate_size * m.n_shared_experts,
+            "mlp": n_dense * 6 * m.hidden_size * (m.intermediate_size or 0),
+            "moe": n_moe * 6 * m.hidden_size * h_e * (k_e + (m.n_shared_experts or 0)),
+            "shared_experts": n_moe * 6 * m.hidden_size * h_e * (m.n_shared_experts or 0),
             "layernorm": 0, "moe_act": 0, "n_moe": n_moe}
 
 
@@ -484,7 +493,7 @@ def _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, s, gb, g
     h = m.hidden_size
     layer_mb = M * layers / pp                        # layer-micro-batches one GPU runs per step
     tp_bytes = np.where(tp > 1, layer_mb * 8 * (tp - 1) / tp * b * s / cp * h * a, 0.0)
-    ep_bytes = M * n_moe / pp * 4 * (b * s / (cp * tp)) * m.num_experts_per_tok * h * a * (ep - 1) / ep
+    ep_bytes = M * n_moe / pp * 4 * (b * s / (cp * tp)) * (m.num_experts_per_tok or 0) * h * a * (ep - 1) / ep
     copies = 2 if sch is Schedule.DUALPIPE else 1
     g = recipe(fam.train.precision).gradients
     psi_dense = copies * p_dense / (pp * tp)
@@ -492,7 +501,7 @@ def _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, s, gb, g
     d_ne, edp = dp * cp, dp * tp * cp / (ep * etp)
     k = np.where(z >= 3, 3.0, 2.0)
     dp_bytes = k * ((d_ne - 1) / d_ne * psi_dense + (edp - 1) / edp * psi_exp) * g
-    kv = m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    kv = m.num_attention_heads * _qkv_width(m)
     cp_bytes = np.where(cp > 1, layer_mb * 2 * (cp - 1) / cp * b * s * kv / tp * a, 0.0)
     pp_bytes = np.where(pp > 1, 2 * M * (v if sch is Schedule.INTERLEAVED else 1) * b * s * h / (cp * tp) * a, 0.0)
     compute_s = np.full(len(r), 3 * flops["forward"] * gb * s / (gpus * cost.flops))
