@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
+from ..memory import estimate
 from ..overhead import DEVICE_MEMORY
 from ..paper import is_paper_model
 from ..plan import Grid, search
 
-__all__ = ["SPACE", "GPU_COUNTS", "Card", "cards", "grid", "Fit", "fits", "Region", "region", "pareto",
-           "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe"]
+__all__ = ["SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "grid", "Fit", "fits", "Region", "region", "pareto",
+           "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe", "Split", "front_split"]
 
 #: the options searched: DeepSeek-V3's (profile, precision recipe, recompute policy, schedule)
 SPACE = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",), schedules=("dualpipe",))
@@ -102,15 +103,22 @@ def fits(model: ModelConfig | str, gpus_counts=GPU_COUNTS, card_list: list[Card]
     return out
 
 
+#: the knobs the region fixes at DeepSeek-V3's choices (no context parallelism, ZeRO-1, one sequence per
+#: micro-batch), so that it shows what TP, EP and PP do: with them free the smallest peak is nearly the same
+#: everywhere (ZeRO-3 and a large CP shrink every device)
+REGION_FIX = {"cp": 1, "zero": 1, "b": 1}
+
+
 @dataclass(frozen=True)
 class Region:
-    """The smallest peak over every other knob (CP, DP, ETP, ZeRO, b, layout rule) for each (TP, EP, PP) the
-    search holds: ``peak[(tp, ep, pp)]`` in bytes."""
+    """The smallest peak over the knobs left free (ETP, the layout rule; DP follows) for each (TP, EP, PP) the
+    search holds, the others at ``fix``: ``peak[(tp, ep, pp)]`` in bytes."""
 
     tps: tuple[int, ...]
     eps: tuple[int, ...]
     pps: tuple[int, ...]
     peak: dict[tuple[int, int, int], int]
+    fix: tuple[tuple[str, int], ...] = ()
 
     def line(self, tp: int, ep: int) -> tuple[list[int], list[int]]:
         """(PP sizes, smallest peaks) of one TP and EP, PP ascending (the PP sizes the search holds for them)."""
@@ -118,21 +126,27 @@ class Region:
         return [p for p, _ in pts], [v for _, v in pts]
 
 
-def region(g: Grid) -> Region:
-    """The smallest peak of each (TP, EP, PP) of a search (exact integers)."""
-    tp, ep, pp = g.column("tp"), g.column("ep"), g.column("pp")
+def region(g: Grid, fix=None) -> Region:
+    """The smallest peak of each (TP, EP, PP) of a search over the rows with the knobs of ``fix`` (default
+    :data:`REGION_FIX`; ``{}``: none fixed) at its values (exact integers)."""
+    fix = dict(REGION_FIX if fix is None else fix)
+    sel = np.ones(g.searched, dtype=bool)
+    for k, v in fix.items():
+        sel &= g.column(k) == v
+    tp, ep, pp = g.column("tp")[sel], g.column("ep")[sel], g.column("pp")[sel]
+    peaks = g.peak[sel]
     keys = np.stack([tp, ep, pp], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    best = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64) if g.peak.dtype != object else \
+    best = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64) if peaks.dtype != object else \
         np.full(len(uniq), None, dtype=object)
-    if g.peak.dtype == object:
-        for k, p in zip(inverse.reshape(-1), g.peak):
+    if peaks.dtype == object:
+        for k, p in zip(inverse.reshape(-1), peaks):
             best[k] = p if best[k] is None else min(best[k], p)
     else:
-        np.minimum.at(best, inverse.reshape(-1), g.peak)
+        np.minimum.at(best, inverse.reshape(-1), peaks)
     peak = {(int(a), int(b), int(c)): int(v) for (a, b, c), v in zip(uniq, best)}
     return Region(tuple(sorted({k[0] for k in peak})), tuple(sorted({k[1] for k in peak})),
-                  tuple(sorted({k[2] for k in peak})), peak)
+                  tuple(sorted({k[2] for k in peak})), peak, tuple(sorted(fix.items())))
 
 
 def pareto(g: Grid, capacity: int) -> np.ndarray:
@@ -203,3 +217,32 @@ def recipe_rank(g: Grid, train: TrainingConfig, capacity: int) -> RecipeRank:
     beaten = int(np.count_nonzero((step < g.cost["step_s"][i]) & (peak < g.peak[i])))
     return RecipeRank(pos + 1, len(order), i, str(g.labels("layout_rule")[i]), int(g.peak[i]),
                       float(g.cost["step_s"][i]), beaten)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One configuration's peak device split into the book's categories (bytes): what :func:`memlib.memory.estimate`
+    gives for a row of a search."""
+
+    train: TrainingConfig
+    stage: int
+    model_states: int
+    activations: int
+    overhead: int
+    step_s: float
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.activations + self.overhead
+
+
+def front_split(g: Grid, rows) -> list[Split]:
+    """The peak device of each of ``rows`` (e.g. :func:`pareto`'s) split into model states, activations and
+    overheads by :func:`memlib.memory.estimate` (its total is the row's peak)."""
+    out = []
+    for i in rows:
+        train = g.train(int(i))
+        pk = estimate(g.model, train, g.overhead).peak
+        out.append(Split(train, pk.stage.index, pk.model_states, pk.bytes["activations"], pk.bytes["overhead"],
+                         float(g.cost["step_s"][int(i)])))
+    return out
