@@ -283,7 +283,25 @@ class ExactFunction:
 
 def _unique_rows(cols: list[np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
     """The distinct rows of the columns (as a dict of columns) and each row's index among them."""
-    code = np.zeros(len(cols[0]), dtype=np.int64)
+    n = len(cols[0])
+    lo = [int(c.min()) if n else 0 for c in cols]
+    span = 1
+    for c, low in zip(cols, lo):
+        span *= (int(c.max()) - low + 1) if n else 1
+    if 0 < span <= max(4 * n, 1 << 16):
+        # small integer knobs: a mixed-radix code of each row and a table over the codes (no sort)
+        code = np.zeros(n, dtype=np.int64)
+        for c, low in zip(cols, lo):
+            code = code * (int(c.max()) - low + 1) + (c - low)
+        present = np.zeros(span, dtype=bool)
+        present[code] = True
+        first_code = np.flatnonzero(present)
+        index = np.cumsum(present, dtype=np.int64) - 1
+        inverse = index[code]
+        first = np.empty(len(first_code), dtype=np.int64)
+        first[inverse] = np.arange(n, dtype=np.int64)       # some row of each code (any: they are equal)
+        return {k: c[first] for k, c in zip(keys, cols)}, inverse
+    code = np.zeros(n, dtype=np.int64)
     for c in cols:                                   # mixed radix over each column's ranks
         values, rank = np.unique(c, return_inverse=True)
         code = code * len(values) + rank.reshape(-1)
@@ -427,6 +445,8 @@ class Pipeline:
         pipelines over the same rows evaluate each chunk's and stage's program once."""
         env = {k: np.asarray(knobs[k], dtype=np.int64) for k in KNOBS}
         n = len(env["dp"])
+        if cache is None:               # within this call: each knob subset's distinct rows found once
+            cache = {}
         zero = np.broadcast_to(np.asarray(zero, dtype=np.int64), (n,))
         if num_microbatches is None or np.ndim(num_microbatches) == 0:
             num_microbatches = [num_microbatches] * n

@@ -395,6 +395,12 @@ class Partition:
 
     def params(self, stage: Stage, *, buffers: bool = False) -> Breakdown:
         """Parameters stored on one device of ``stage``, per tensor (symbolic; layer counts exact)."""
+        key = ("params", self.model, self.train.profile, self._local_tp, self._signature(stage), buffers)
+        if key not in _KEPT:
+            _keep(key, self._params(stage, buffers))
+        return _KEPT[key]
+
+    def _params(self, stage: Stage, buffers: bool) -> Breakdown:
         return Breakdown([
             (t.key, n * t.numel / shard_divisor(self.sharding(t)))
             for t, n in self.tensors(stage) if (t.kind == "buffer") == buffers

@@ -385,9 +385,11 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     n_moe = flops["n_moe"]
 
     # parallel rows per PP: (dp, tp, cp, ep, etp, zero, b, M)
+    zs = np.asarray(zeros, dtype=np.int64)
+
     def rows_for(pp: int, axes: _Axes, sp_on: bool):
         rest = gpus // pp
-        out = []
+        out = []            # blocks of rows: every ZeRO stage by every micro-batch size of one parallel split
         for tp in axes.tp:
             if rest % tp or fix.get("tp", tp) != tp:
                 continue
@@ -400,17 +402,19 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                 if fix.get("dp", dp) != dp or global_batch % dp:
                     continue
                 per_dp = global_batch // dp
-                bs = [b for b in _divisors(per_dp) if b <= max_micro_batch and fix.get("b", b) == b]
+                bs = np.asarray([b for b in _divisors(per_dp) if b <= max_micro_batch and fix.get("b", b) == b],
+                                dtype=np.int64)
+                zb = np.stack([np.repeat(zs, len(bs)), np.tile(bs, len(zs))], axis=1)
+                tail = np.column_stack([zb, per_dp // zb[:, 1]])
                 for ep in axes.ep:
                     if fix.get("ep", ep) != ep:
                         continue
                     for etp in sorted({1, tp}):
                         if etp not in axes.etp or fix.get("etp", etp) != etp or (dp * tp * cp) % (ep * etp):
                             continue
-                        for z in zeros:
-                            for b in bs:
-                                out.append((dp, tp, cp, ep, etp, z, b, per_dp // b))
-        return np.array(out, dtype=np.int64).reshape(-1, 8)
+                        head = np.broadcast_to(np.array([dp, tp, cp, ep, etp], dtype=np.int64), (len(tail), 5))
+                        out.append(np.concatenate([head, tail], axis=1))
+        return np.concatenate(out) if out else np.zeros((0, 8), dtype=np.int64)
 
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
     groups = []
