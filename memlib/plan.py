@@ -231,11 +231,20 @@ class _Axes:
     etp: tuple[int, ...]
 
 
+def _ledgers(est):
+    """``est`` with its activation ledgers built for every chunk (a ledger may refuse a size: a GQA model with
+    TP above its key-value heads under the megatron profile)."""
+    for st in est.partition.stages:
+        for c in st.chunks:
+            est.chunk_expressions(c)
+    return est
+
+
 def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
-    """Each of TP, CP, EP, ETP alone, checked by building an Estimate (the library's rules)."""
+    """Each of TP, CP, EP, ETP alone, checked by building an Estimate and its ledgers (the library's rules)."""
     divs = _divisors(gpus)
     s = train.seq_len
-    tp = tuple(t for t in divs if _valid(lambda: estimate(model, train.with_(tp=t, dp=1, seq_len=s * t))))
+    tp = tuple(t for t in divs if _valid(lambda: _ledgers(estimate(model, train.with_(tp=t, dp=1, seq_len=s * t)))))
     cp = tuple(c for c in divs if s % c == 0 and _valid(lambda: estimate(model, train.with_(cp=c, dp=1))))
     ep = tuple(e for e in _divisors(model.n_routed_experts or 1) if e <= gpus and _valid(
         lambda: estimate(model, train.with_(ep=e, dp=e))))

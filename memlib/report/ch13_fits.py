@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from ..config import ModelConfig
 from ..scenarios import fits as sf
-from ..scenarios.deepseek import deepseek_recipe
+from ..scenarios.deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
 from .figures import (CAPACITY_COLOR, CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, Series, capacity_line, in_unit,
                       in_units, new_figure, stacked_bars)
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, model_name
@@ -18,7 +18,7 @@ __all__ = ["values", "recipe_values", "RECIPE_KEYS", "fits_table", "region_figur
 UNIT = "GiB"
 #: the tensor-parallel sizes the region figure draws (one line each), in these colours
 _TP_COLORS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"])
-RECIPE_KEYS = ("rank", "fitting", "rule", "peak", "step", "beaten", "front_word", "label")
+RECIPE_KEYS = ("rank", "fitting", "rule", "peak", "step", "beaten", "front_word", "label", "gpu", "cap")
 
 
 def _words(xs) -> str:
@@ -74,14 +74,14 @@ def recipe_values(model: ModelConfig | str) -> dict[str, str]:
     if not sf.has_recipe(model):
         return {}
     train = deepseek_recipe(model)
-    card = sf.cards()[0]
-    r = sf.recipe_rank(sf.grid(model, train.world_size), train, card.capacity)
+    r = sf.recipe_rank(sf.grid(model, train.world_size), train, RECIPE_CAPACITY)
+    card = {"label": _config(train), "gpu": RECIPE_GPU, "cap": fmt_bytes(RECIPE_CAPACITY, "GB", 0)}
     if r.rank is None:
         return {"rank": "none (it does not fit)", "fitting": fmt_count(r.fitting), "rule": "—", "peak": "—",
-                "step": "—", "beaten": "—", "front_word": "is not", "label": _config(train)}
+                "step": "—", "beaten": "—", "front_word": "is not", **card}
     return {"rank": fmt_count(r.rank), "fitting": fmt_count(r.fitting), "rule": r.layout_rule,
             "peak": fmt_bytes(r.peak, UNIT), "step": _seconds(r.step_s), "beaten": fmt_count(r.faster_and_smaller),
-            "front_word": "is" if r.on_front else "is not", "label": _config(train)}
+            "front_word": "is" if r.on_front else "is not", **card}
 
 
 def fits_table(model: ModelConfig | str) -> str:
@@ -148,7 +148,7 @@ def pareto_figure(model: ModelConfig | str):
                 color=CATEGORY_COLORS["activations"], label="Pareto front")
     if sf.has_recipe(model):
         train = deepseek_recipe(model)
-        r = sf.recipe_rank(sf.grid(model, train.world_size), train, card.capacity)
+        r = sf.recipe_rank(sf.grid(model, train.world_size), train, RECIPE_CAPACITY)
         if r.index is not None:
             ax.plot([r.step_s], [in_unit(r.peak, UNIT)], marker="*", ms=12, ls="none", color=OKABE_ITO["vermillion"],
                     markeredgecolor="black", label="DeepSeek-V3's recipe")
