@@ -234,9 +234,12 @@ class _Axes:
 def _ledgers(est):
     """``est`` with its activation ledgers built for every chunk (a ledger may refuse a size: a GQA model with
     TP above its key-value heads under the megatron profile)."""
-    for st in est.partition.stages:
-        for c in st.chunks:
-            est.chunk_expressions(c)
+    m = est.model
+    names = ["embedding", "head"] + [f"layer.{k}" for k in sorted(set(m.layer_kinds))]
+    if est.partition.profile.include_mtp:
+        names += [f"mtp.{j}" for j in range(m.num_nextn_predict_layers)]
+    for name in names:
+        est._ledger(name, None)
     return est
 
 
