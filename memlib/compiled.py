@@ -281,9 +281,35 @@ class ExactFunction:
         return q
 
 
+def _kept_on(cache: dict, rows_key, fn: "ExactFunction", env: Mapping, size: int):
+    """``fn(env, size)``, kept in ``cache`` for these rows (the function is kept too, so that its id stays its own)."""
+    key = (rows_key, id(fn))
+    if key not in cache:
+        cache[key] = (fn, fn(env, size))
+    return cache[key][1]
+
+
 def _unique_rows(cols: list[np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
     """The distinct rows of the columns (as a dict of columns) and each row's index among them."""
-    code = np.zeros(len(cols[0]), dtype=np.int64)
+    n = len(cols[0])
+    lo = [int(c.min()) if n else 0 for c in cols]
+    span = 1
+    for c, low in zip(cols, lo):
+        span *= (int(c.max()) - low + 1) if n else 1
+    if 0 < span <= max(4 * n, 1 << 16):
+        # small integer knobs: a mixed-radix code of each row and a table over the codes (no sort)
+        code = np.zeros(n, dtype=np.int64)
+        for c, low in zip(cols, lo):
+            code = code * (int(c.max()) - low + 1) + (c - low)
+        present = np.zeros(span, dtype=bool)
+        present[code] = True
+        first_code = np.flatnonzero(present)
+        index = np.cumsum(present, dtype=np.int64) - 1
+        inverse = index[code]
+        first = np.empty(len(first_code), dtype=np.int64)
+        first[inverse] = np.arange(n, dtype=np.int64)       # some row of each code (any: they are equal)
+        return {k: c[first] for k, c in zip(keys, cols)}, inverse
+    code = np.zeros(n, dtype=np.int64)
     for c in cols:                                   # mixed radix over each column's ranks
         values, rank = np.unique(c, return_inverse=True)
         code = code * len(values) + rank.reshape(-1)
@@ -427,6 +453,8 @@ class Pipeline:
         pipelines over the same rows evaluate each chunk's and stage's program once."""
         env = {k: np.asarray(knobs[k], dtype=np.int64) for k in KNOBS}
         n = len(env["dp"])
+        if cache is None:               # within this call: each knob subset's distinct rows found once
+            cache = {}
         zero = np.broadcast_to(np.asarray(zero, dtype=np.int64), (n,))
         if num_microbatches is None or np.ndim(num_microbatches) == 0:
             num_microbatches = [num_microbatches] * n
@@ -440,41 +468,64 @@ class Pipeline:
             m = None if mval < 0 else int(mval)
             groups.setdefault(replay_microbatches(self.train.with_(num_microbatches=m)) if m is not None else -1,
                               []).append(mval)
-        by_replay = [(None if vals[0] < 0 else int(vals[0]), np.isin(ms, vals)) for vals in groups.values()]
+        by_replay = [(None if vals[0] < 0 else int(vals[0]), None) for vals in groups.values()]
+        groups_of = {(None if vals[0] < 0 else int(vals[0])): vals for vals in groups.values()}
         for r, st in enumerate(self.stages):
             states = None
             for z in zs:
                 prog = fam.states_program(st, int(z))
                 part = sum(prog[k].on_unique(env, n, cache) for k in ("parameters", "gradients", "optimizer_states"))
                 states = part if states is None else np.where(zero == z, part, states)
+            # the activations depend on the chunk programs' knobs and on M only: computed once per distinct row of
+            # those (the rows of a search differ mostly in DP and ZeRO, which they do not depend on)
+            progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
+            akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
+                k in pr.per_microbatch.knobs or k in pr.working.knobs for row in progs for _, pr in row))
+            ukey = ("activation rows", akeys)
+            if ukey not in cache:
+                cache[ukey] = _unique_rows([env[k] for k in akeys] + [ms], akeys + ("M",))
+            uenv, inverse = cache[ukey]
+            un = len(uenv["M"])
             per, work = [], []
-            for c in st.chunks:
+            for row in progs:
                 p = w = None
-                for wide, mask in fam.variants(env["tp"]):
-                    prog = fam.chunk_program(c, wide)
-                    pv, wv = prog.per_microbatch.on_unique(env, n, cache), prog.working.on_unique(env, n, cache)
+                for wide, mask in fam.variants(uenv["tp"] if "tp" in uenv else np.ones(un, dtype=np.int64)):
+                    prog = dict(row)[wide]
+                    pv, wv = (_kept_on(cache, ukey, f, uenv, un) for f in (prog.per_microbatch, prog.working))
                     p = pv if mask is None or p is None else np.where(mask, pv, p)
                     w = wv if mask is None or w is None else np.where(mask, wv, w)
                 per.append(p)
                 work.append(w)
             act = None
-            for mval, mask in by_replay:
+            u_ms = uenv["M"]
+            for mval, _ in by_replay:
+                mask = np.isin(u_ms, groups_of[mval])
+                moments_r = self.moments(r, mval)
+                # int64 holds every candidate unless the largest could pass 2^62: then exact Python integers
+                bound = sum(max(mo.counts[c] for mo in moments_r) * _mag(per[c]) for c in range(len(per))) + \
+                    max([_mag(x) for x in work] + [0])
+                pw = [_obj(x) for x in per] if bound >= _LIMIT else per
+                ww = [_obj(x) for x in work] if bound >= _LIMIT else work
                 best = None
-                for mo in self.moments(r, mval):
-                    v = sum(k * per[c] for c, k in enumerate(mo.counts))
+                for mo in moments_r:
+                    v = sum(k * pw[c] for c, k in enumerate(mo.counts))
                     if mo.running:
-                        w = work[mo.running[0]]
+                        w = ww[mo.running[0]]
                         for c in mo.running[1:]:
-                            w = np.maximum(w, work[c])
+                            w = np.maximum(w, ww[c])
                         v = v + np.maximum(w, 0)
                     best = v if best is None else np.maximum(best, v)
                 act = best if act is None else np.where(mask, best, act)
+            act = act[inverse]
             row = states + act
             if row.dtype == object:
                 allocated = allocated.astype(object)
             allocated[r] = row
         ov = fam.overhead
         frag = ov.fragmentation
+        if allocated.dtype != object and _mag(allocated) * max(frag.numerator, 1) + int(ov.cuda_context) + \
+                int(ov.comm_buffers) >= _LIMIT:
+            allocated = allocated.astype(object)
         total = allocated + int(ov.cuda_context) + int(ov.comm_buffers) + \
             (-((-allocated * frag.numerator) // frag.denominator))
         return Totals(allocated, total)

@@ -26,6 +26,7 @@ same terms with every symbol given, and :func:`stage_formula` returns them with 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Mapping
@@ -34,7 +35,7 @@ import sympy as sp
 
 from .activations import Policy, Saved, element_bytes, entry_bytes, parse_policy, training_values
 from .ledgers import act_profile
-from .breakdown import Breakdown
+from .breakdown import Breakdown, NotCompilable, exact_function, exact_int
 from .config import ConfigError, ModelConfig, TrainingConfig, show
 from .kernels import AttnBackend
 from .overhead import Overheads
@@ -136,6 +137,64 @@ def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -
         mv = model_values(model)
         _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
     return _LEDGERS[cache_key]
+
+
+#: what does not change with the knobs, kept for the process: the symbolic terms of a stage's states, of a
+#: chunk's entries and of a stage's parameters, and the functions that evaluate them exactly (keyed by what
+#: they depend on: the model, the profile, the precision, the policy, ... and the kinds of the layers)
+_PROGRAMS: dict = {}
+_KEY_IDS: dict = {}
+_NEXT_ID = itertools.count()
+
+
+def _kept_program(key, build):
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) > 8192:
+            _PROGRAMS.clear()
+            _KEY_IDS.clear()
+        _PROGRAMS[key] = build()
+    return _PROGRAMS[key]
+
+
+def _signature(model: ModelConfig, chunks) -> tuple:
+    """The kinds of each chunk's layers and whether it holds the embedding and the head: all a chunk's (a
+    stage's) terms depend on besides the configuration."""
+    return tuple((tuple(model.layer_kinds[i] for i in c.layers), c.first, c.last) for c in chunks)
+
+
+@dataclass(frozen=True)
+class _Program:
+    """Named expressions and one function that evaluates them all exactly (None: substitution only)."""
+
+    names: tuple
+    exprs: tuple
+    symbols: tuple
+    fn: object
+
+    @staticmethod
+    def of(named: Mapping) -> "_Program":
+        names, exprs = tuple(named), tuple(sp.sympify(x) for x in named.values())
+        symbols = tuple(sorted(set().union(*(e.free_symbols for e in exprs)), key=str)) if exprs else ()
+        try:
+            fn = exact_function(exprs, symbols)
+        except NotCompilable:
+            fn = None
+        return _Program(names, exprs, symbols, fn)
+
+    def __call__(self, values: Mapping) -> dict:
+        """The exact value of each expression (ints and Fractions; SymPy numbers where substituted)."""
+        if self.fn is not None and all(x in values for x in self.symbols):
+            args = [values[x] for x in self.symbols]
+            return dict(zip(self.names, self.fn(*(v if type(v) is int else int(v) if getattr(v, "is_Integer", False)
+                                                   else v for v in args))))
+        return {k: sp.sympify(e.xreplace(values)) for k, e in zip(self.names, self.exprs)}
+
+
+def _as_int(x) -> int:
+    """An exact value that must be an integer (as :func:`memlib.breakdown.exact_int` requires)."""
+    if isinstance(x, int):
+        return x
+    return exact_int(x)
 
 
 class Estimate:
@@ -250,10 +309,13 @@ class Estimate:
         part = self.partition
         params = part.params(st)
         experts = part.edp_keys(st)
-        counts = {P_ne: params.select(lambda k: k not in experts).total,
-                  P_e: params.select(lambda k: k in experts).total, sym("EDP"): EDP_EXPR}
+        mv = part.model_values
+        # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over numbers
+        # and the parallel sizes only (the same expressions, found far faster than with every width symbolic)
+        counts = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
+                  P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
         z = self.train.zero if zero is None else zero
-        return states_formula(z, self.recipe).map(lambda e: e.xreplace(counts).xreplace(part.model_values))
+        return states_formula(z, self.recipe).map(lambda e: e.xreplace(counts).xreplace(mv))
 
     def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
         """The terms of stage ``index`` with ``subs`` substituted (all symbols: exact integers)."""
@@ -276,7 +338,7 @@ class Estimate:
 
     def _activations(self, ex: StageExpressions) -> dict:
         """The peak moment's activations of evaluated expressions, as the JSON reports them."""
-        per_chunk = [int(ex.per_microbatch(c)) for c in range(len(ex.chunks))]
+        per_chunk = [int(sum(ch.values())) for ch in ex.chunks]
         working = [int(w) for w in ex.working]
 
         def value(mo: Moment) -> int:
@@ -302,14 +364,74 @@ class Estimate:
         }
 
     # -- stages -----------------------------------------------------------------------------------
+    # -- the same terms, evaluated through kept programs ------------------------------------------
+    def _keys(self) -> tuple[int, int, int]:
+        """Small ids of what a stage's states, its parameters and a chunk's entries depend on besides the
+        layers (hashing the model once per estimate, not once per lookup)."""
+        if "_key_ids" not in self.__dict__:
+            part, t = self.partition, self.train
+            params = (self.model, t.profile, part._local_tp)
+            states = params + (self.recipe,)
+            chunks = (self.model, self.act_profile.name, self.act_profile.key, self.act_recipe, self.policy,
+                      self.base, t.routing_imbalance, t.sp, part.profile.include_mtp)
+            ids = []
+            for k in (states, params, chunks):
+                if k not in _KEY_IDS:
+                    _KEY_IDS[k] = next(_NEXT_ID)       # never reused: an id names one key for the process
+                ids.append(_KEY_IDS[k])
+            self._key_ids = tuple(ids)
+        return self._key_ids
+
+    def _evaluated_stage(self, st: Stage, memo: dict) -> StageExpressions:
+        """:meth:`stage_expressions` of ``st`` with every symbol given, evaluated by the kept programs of its
+        terms (each distinct chunk once per estimate)."""
+        skey, _, ckey = self._keys()
+        z = int(self.train.zero)
+        sig = _signature(self.model, st.chunks)
+        key = ("states", skey, sig, z)
+        if key not in memo:
+            prog = _kept_program(key, lambda: _Program.of(self.stage_states(st)))
+            vals = prog(self.values)
+            memo[key] = Breakdown(vals)
+            memo[("states_int",) + key[1:]] = {k: int(x) for k, x in vals.items()}
+        chunks, working = [], []
+        for c in st.chunks:
+            k = ("chunk", ckey, _signature(self.model, (c,)))
+            if k not in memo:
+                def build(c=c):
+                    entries, w = self.chunk_expressions(c)
+                    return _Program.of({**{("entry", n): x for n, x in entries.items()}, ("working",): w})
+                vals = _kept_program(k, build)(self.values)
+                memo[k] = ({n[1]: x for n, x in vals.items() if n[0] == "entry"}, vals[("working",)])
+            entries, w = memo[k]
+            chunks.append(entries)
+            working.append(w)
+        return StageExpressions(st, memo[key], tuple(chunks), tuple(working), tuple(moments(self.train, st.index)))
+
+    def _stage_params(self, st: Stage) -> tuple[Breakdown, int, dict[str, int]]:
+        """The parameters of ``st``'s device (symbolic), their exact count and their count per block."""
+        part = self.partition
+        key = ("params", self._keys()[1], _signature(self.model, st.chunks))
+
+        def build():
+            params = part.params(st)
+            blocks = by_block(params)
+            return params, _Program.of({("total",): params.total, **{("block", k): x for k, x in blocks.items()}})
+        params, prog = _kept_program(key, build)
+        vals = prog(part.values)
+        return (params, _as_int(vals[("total",)]),
+                {k[1]: _as_int(x) for k, x in vals.items() if k[0] == "block"})
+
+    # -- stages -----------------------------------------------------------------------------------
     @cached_property
     def stages(self) -> list[StageMemory]:
         part, out = self.partition, []
         self._evaluated_stages = {}
+        memo: dict = {}
         for st in part.stages:
-            ex = self._evaluated_stages[st.index] = self.stage_expressions(st.index, self.values)
-            params = part.params(st)
-            b = {k: int(x) for k, x in ex.states.items()}
+            ex = self._evaluated_stages[st.index] = self._evaluated_stage(st, memo)
+            params, parameters, components = self._stage_params(st)
+            b = dict(memo[("states_int", self._keys()[0], _signature(self.model, st.chunks), int(self.train.zero))])
             act = self._activations(ex)
             b["activations"] = act.pop("total")
             allocated = sum(b[k] for k in ALLOCATED)
@@ -318,11 +440,11 @@ class Estimate:
             out.append(StageMemory(
                 stage=st,
                 params=params,
-                parameters=params.evaluate_total(part.values),
+                parameters=parameters,
                 bytes=b,
                 optimizer={name: n * b["optimizer_states"] // self.recipe.optimizer_bytes
                            for name, n in self.recipe.optimizer},
-                components=by_block(params).evaluate(part.values),
+                components=components,
                 activations=act,
                 overheads=ovh,
             ))

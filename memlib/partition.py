@@ -258,6 +258,16 @@ def _field_text(expr: sp.Expr) -> str:
     return str(expr.xreplace(names))
 
 
+#: what a partition computes from the model, the profile and the kinds of a stage's layers only (kept)
+_KEPT: dict = {}
+
+
+def _keep(key, value) -> None:
+    if len(_KEPT) > 8192:
+        _KEPT.clear()
+    _KEPT[key] = value
+
+
 class Partition:
     """A model laid over a training configuration; checks every divisibility rule on creation."""
 
@@ -304,21 +314,42 @@ class Partition:
                                                           and m.layer_kinds[-1] == "moe")):
             raise ConfigError(f"tp={t.tp} with transformer_impl=local and MoE layers: Megatron-Core requires sequence "
                               f"parallelism for MoE with TP (moe_layer.py), which its local RMSNorm does not support")
-        seen = set()
-        for stage in self.stages:
-            for tensor, _ in self.tensors(stage):
-                dim = self._tp_dim(tensor)
-                if self.sharding(tensor) != "tp" or dim in seen:
-                    continue
-                seen.add(dim)
-                size = int(dim.xreplace(model_values(m)))
-                if size % t.tp:
-                    raise ConfigError(f"tp={t.tp} must divide {_field_text(dim)}={size} "
-                                      f"({tensor.key} is split by TP under the {t.profile} profile"
-                                      + (" with transformer_impl=local)" if self._local_tp else ")"))
+        for dim, size, key in self._tp_dims():
+            if size % t.tp:
+                raise ConfigError(f"tp={t.tp} must divide {_field_text(dim)}={size} "
+                                  f"({key} is split by TP under the {t.profile} profile"
+                                  + (" with transformer_impl=local)" if self._local_tp else ")"))
+
+    def _signature(self, stage: Stage | Chunk) -> tuple:
+        chunks = stage.chunks if isinstance(stage, Stage) else (stage,)
+        return tuple((tuple(self.model.layer_kinds[i] for i in c.layers), c.first, c.last) for c in chunks)
+
+    def _tp_dims(self) -> list[tuple]:
+        """(width, its size, the first tensor it splits) of every width TP splits on some stage (kept: it
+        depends on the model, the profile, the local modules and the layers of each stage only)."""
+        key = ("tp_dims", self.model, self.train.profile, self._local_tp,
+               tuple(self._signature(st) for st in self.stages))
+        if key not in _KEPT:
+            seen, out = set(), []
+            mv = model_values(self.model)
+            for stage in self.stages:
+                for tensor, _ in self.tensors(stage):
+                    dim = self._tp_dim(tensor)
+                    if self.sharding(tensor) != "tp" or dim in seen:
+                        continue
+                    seen.add(dim)
+                    out.append((dim, int(dim.xreplace(mv)), tensor.key))
+            _keep(key, out)
+        return _KEPT[key]
 
     def tensors(self, stage: Stage | Chunk) -> list[tuple[Tensor, int]]:
         """The tensors stored on ``stage`` (all its chunks) with how many times each occurs."""
+        key = ("tensors", self.model, self.train.profile, self._signature(stage))
+        if key not in _KEPT:
+            _keep(key, self._tensors(stage))
+        return list(_KEPT[key])
+
+    def _tensors(self, stage: Stage | Chunk) -> list[tuple[Tensor, int]]:
         chunks = stage.chunks if isinstance(stage, Stage) else (stage,)
         m = self.model
         out: list[tuple[Tensor, int]] = []
@@ -364,6 +395,12 @@ class Partition:
 
     def params(self, stage: Stage, *, buffers: bool = False) -> Breakdown:
         """Parameters stored on one device of ``stage``, per tensor (symbolic; layer counts exact)."""
+        key = ("params", self.model, self.train.profile, self._local_tp, self._signature(stage), buffers)
+        if key not in _KEPT:
+            _keep(key, self._params(stage, buffers))
+        return _KEPT[key]
+
+    def _params(self, stage: Stage, buffers: bool) -> Breakdown:
         return Breakdown([
             (t.key, n * t.numel / shard_divisor(self.sharding(t)))
             for t, n in self.tensors(stage) if (t.kind == "buffer") == buffers

@@ -75,7 +75,7 @@ from .partition import balanced_layout, default_layout
 from .peak import Framework
 from .states import recipe
 
-__all__ = ["CostModel", "PlanResult", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
+__all__ = ["CostModel", "PlanResult", "Grid", "search", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
 DEFAULT_GLOBAL_BATCH = 15360
@@ -108,6 +108,83 @@ class PlanResult:
     def to_dict(self) -> dict:
         return {"model": self.model, "gpus": self.gpus, "capacity": self.capacity, "searched": self.searched,
                 "fitting": self.fitting, "configs": self.configs}
+
+
+_COST_NAMES = ("bubble", "recompute", "tp_bytes", "ep_bytes", "cp_bytes", "dp_bytes", "pp_bytes", "compute_s",
+               "comm_s", "step_s")
+
+
+@dataclass
+class Grid:
+    """Every configuration a search went through, as arrays (one row each): the knobs ``rows`` (columns
+    :data:`Grid.COLUMNS`), the group of each row (``groups[g]``: family, PP, schedule, V, layout rule and
+    layout), its exact peak bytes and peak stage, and its cost terms (floats, the cost model's)."""
+
+    model: ModelConfig
+    gpus: int
+    seq_len: int
+    global_batch: int
+    overhead: Overheads
+    groups: list
+    rows: np.ndarray
+    group: np.ndarray
+    peak: np.ndarray
+    stage: np.ndarray
+    cost: dict
+
+    COLUMNS = ("dp", "tp", "cp", "ep", "etp", "zero", "b", "M")
+
+    @property
+    def searched(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> np.ndarray:
+        """A knob of every row: a column of ``rows``, or ``pp``, ``vpp`` (from the row's group)."""
+        if name in self.COLUMNS:
+            return self.rows[:, self.COLUMNS.index(name)]
+        j = {"pp": 1, "vpp": 3}[name]
+        return np.array([g[j] for g in self.groups], dtype=np.int64)[self.group]
+
+    def labels(self, name: str) -> np.ndarray:
+        """A named choice of every row: ``schedule``, ``layout_rule``, ``recompute``, ``precision``, ``profile``."""
+        if name == "schedule":
+            per = [g[2].value for g in self.groups]
+        elif name == "layout_rule":
+            per = [g[4] for g in self.groups]
+        else:
+            per = [getattr(g[0].train, name) for g in self.groups]
+        return np.array(per, dtype=object)[self.group] if per else np.zeros(0, dtype=object)
+
+    def fits(self, capacity: int) -> np.ndarray:
+        """Which rows' peak stage fits ``capacity`` bytes (exact integers)."""
+        if self.peak.dtype == object:
+            return np.array([int(p) <= capacity for p in self.peak], dtype=bool)
+        if capacity >= 2**63:
+            return np.ones(len(self.peak), dtype=bool)
+        return self.peak <= capacity
+
+    def ranking(self, capacity: int | None = None) -> np.ndarray:
+        """Indices of the rows that fit ``capacity`` (None: every row), best first: by the estimated step time,
+        then by peak memory (then by search order)."""
+        idx = np.arange(len(self.rows)) if capacity is None else np.flatnonzero(self.fits(capacity))
+        order = np.lexsort((idx, self.peak[idx].astype(np.float64), self.cost["step_s"][idx]))
+        return idx[order]
+
+    def train(self, i: int) -> TrainingConfig:
+        """Row ``i`` as a training configuration (its estimate has the row's peak)."""
+        fam, pp, sch, v, rule, lay = self.groups[int(self.group[i])]
+        dp, tp, cp, ep, etp, z, b, M = (int(x) for x in self.rows[i])
+        return fam.train.with_(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero=z, micro_batch=b,
+                               num_microbatches=M, schedule=sch, vpp=v, layout=lay, seq_len=self.seq_len)
+
+    def config(self, i: int, capacity: int) -> dict:
+        """Row ``i`` as ``plan`` lists it: the configuration, its layout rule, peak, peak stage, headroom, cost."""
+        fam, pp, sch, v, rule, lay = self.groups[int(self.group[i])]
+        pipe = fam.pipeline(pp, sch, v, lay)
+        peak = int(self.peak[i])
+        return {"config": config_values(self.train(i), pipe.layout, Framework(), self.overhead),
+                "layout_rule": rule, "peak": peak, "peak_stage": int(self.stage[i]), "headroom": int(capacity - peak),
+                "cost": {k: float(x[i]) for k, x in self.cost.items()}}
 
 
 def parse_fix(items: Iterable[str]) -> dict[str, int]:
@@ -154,16 +231,35 @@ class _Axes:
     etp: tuple[int, ...]
 
 
+def _ledgers(est):
+    """``est`` with its activation ledgers built for every chunk (a ledger may refuse a size: a GQA model with
+    TP above its key-value heads under the megatron profile)."""
+    m = est.model
+    names = ["embedding", "head"] + [f"layer.{k}" for k in sorted(set(m.layer_kinds))]
+    if est.partition.profile.include_mtp:
+        names += [f"mtp.{j}" for j in range(m.num_nextn_predict_layers)]
+    for name in names:
+        est._ledger(name, None)
+    return est
+
+
 def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
-    """Each of TP, CP, EP, ETP alone, checked by building an Estimate (the library's rules)."""
+    """Each of TP, CP, EP, ETP alone, checked by building an Estimate and its ledgers (the library's rules)."""
     divs = _divisors(gpus)
     s = train.seq_len
-    tp = tuple(t for t in divs if _valid(lambda: estimate(model, train.with_(tp=t, dp=1, seq_len=s * t))))
+    tp = tuple(t for t in divs if _valid(lambda: _ledgers(estimate(model, train.with_(tp=t, dp=1, seq_len=s * t)))))
     cp = tuple(c for c in divs if s % c == 0 and _valid(lambda: estimate(model, train.with_(cp=c, dp=1))))
-    ep = tuple(e for e in _divisors(model.n_routed_experts) if e <= gpus and _valid(
+    ep = tuple(e for e in _divisors(model.n_routed_experts or 1) if e <= gpus and _valid(
         lambda: estimate(model, train.with_(ep=e, dp=e))))
     etp = tuple(x for x in divs if _valid(lambda: estimate(model, train.with_(etp=x, dp=x))))
     return _Axes(tp, cp, ep, etp)
+
+
+def _qkv_width(m: ModelConfig) -> int:
+    """The widths of one head's query-key and value: d_h + d_h^R + d_v (MLA), 2 d_head (GQA)."""
+    if m.qk_nope_head_dim is not None:
+        return m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+    return 2 * m.head_dim
 
 
 def _flops(model: ModelConfig, s: int) -> dict:
@@ -171,14 +267,16 @@ def _flops(model: ModelConfig, s: int) -> dict:
     m, v = model, model_values(model)
     n_moe = sum(k == "moe" for k in m.layer_kinds)
     n_dense = m.num_hidden_layers - n_moe
-    attn_core = 2 * s * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-    up = 2 * ((m.q_lora_rank or 0) * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-              + m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim))
+    attn_core = 2 * s * m.num_attention_heads * _qkv_width(m)
+    up = 0 if m.kv_lora_rank is None else \
+        2 * ((m.q_lora_rank or 0) * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+             + m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim))
+    h_e, k_e = m.moe_intermediate_size or 0, m.num_experts_per_tok or 0
     fwd = 2 * activated_params(m).evaluate_total(v) + m.num_hidden_layers * attn_core
     return {"forward": fwd, "core_attn": m.num_hidden_layers * attn_core, "mla_up_proj": m.num_hidden_layers * up,
-            "mlp": n_dense * 6 * m.hidden_size * m.intermediate_size,
-            "moe": n_moe * 6 * m.hidden_size * m.moe_intermediate_size * (m.num_experts_per_tok + m.n_shared_experts),
-            "shared_experts": n_moe * 6 * m.hidden_size * m.moe_intermediate_size * m.n_shared_experts,
+            "mlp": n_dense * 6 * m.hidden_size * (m.intermediate_size or 0),
+            "moe": n_moe * 6 * m.hidden_size * h_e * (k_e + (m.n_shared_experts or 0)),
+            "shared_experts": n_moe * 6 * m.hidden_size * h_e * (m.n_shared_experts or 0),
             "layernorm": 0, "moe_act": 0, "n_moe": n_moe}
 
 
@@ -240,15 +338,15 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="group", leave=False)
 
 
-def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4096,
+def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
          global_batch: int = DEFAULT_GLOBAL_BATCH, profiles: Sequence[str] = ("megatron",),
          precisions: Sequence[str] = ("megatron",), recomputes: Sequence[str] = ("none", "selective", "full"),
          schedules: Sequence[str] = ("1f1b", "interleaved", "dualpipe"), zeros: Sequence[int] = (0, 1, 2, 3),
          layout_rules: Sequence[str] = LAYOUT_RULES, fix: Mapping[str, int] | None = None,
-         max_micro_batch: int = 16, max_vpp: int = 4, top: int | None = 10, overhead: Overheads | None = None,
-         cost: CostModel = CostModel(), progress: bool = False) -> PlanResult:
-    """Every valid configuration of ``gpus`` GPUs, those whose peak stage fits ``capacity`` bytes, the best
-    ``top`` of them (None: all) by the cost model (module docstring)."""
+         max_micro_batch: int = 16, max_vpp: int = 4, overhead: Overheads | None = None,
+         cost: CostModel = CostModel(), progress: bool = False) -> "Grid":
+    """Every valid configuration of ``gpus`` GPUs (module docstring), each with its exact peak and its cost
+    terms: a :class:`Grid`, whatever the capacity."""
     m = load_model(model)
     fix = dict(fix or {})
     overhead = overhead if overhead is not None else Overheads()
@@ -299,9 +397,11 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
     n_moe = flops["n_moe"]
 
     # parallel rows per PP: (dp, tp, cp, ep, etp, zero, b, M)
+    zs = np.asarray(zeros, dtype=np.int64)
+
     def rows_for(pp: int, axes: _Axes, sp_on: bool):
         rest = gpus // pp
-        out = []
+        out = []            # blocks of rows: every ZeRO stage by every micro-batch size of one parallel split
         for tp in axes.tp:
             if rest % tp or fix.get("tp", tp) != tp:
                 continue
@@ -314,17 +414,19 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
                 if fix.get("dp", dp) != dp or global_batch % dp:
                     continue
                 per_dp = global_batch // dp
-                bs = [b for b in _divisors(per_dp) if b <= max_micro_batch and fix.get("b", b) == b]
+                bs = np.asarray([b for b in _divisors(per_dp) if b <= max_micro_batch and fix.get("b", b) == b],
+                                dtype=np.int64)
+                zb = np.stack([np.repeat(zs, len(bs)), np.tile(bs, len(zs))], axis=1)
+                tail = np.column_stack([zb, per_dp // zb[:, 1]])
                 for ep in axes.ep:
                     if fix.get("ep", ep) != ep:
                         continue
                     for etp in sorted({1, tp}):
                         if etp not in axes.etp or fix.get("etp", etp) != etp or (dp * tp * cp) % (ep * etp):
                             continue
-                        for z in zeros:
-                            for b in bs:
-                                out.append((dp, tp, cp, ep, etp, z, b, per_dp // b))
-        return np.array(out, dtype=np.int64).reshape(-1, 8)
+                        head = np.broadcast_to(np.array([dp, tp, cp, ep, etp], dtype=np.int64), (len(tail), 5))
+                        out.append(np.concatenate([head, tail], axis=1))
+        return np.concatenate(out) if out else np.zeros((0, 8), dtype=np.int64)
 
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
     groups = []
@@ -338,10 +440,9 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
                     groups.append((fam, pp, sch, v, rule, lay, rows))
 
     bar = _progress(len(groups), progress)
-    searched = fitting = 0
-    found = []      # (arrays of the fitting rows, group)
+    parts = []      # (rows, peak, stage, group index) of every searched row
     caches: dict[tuple, dict] = {}      # per family, PP and the schedule's rule on M: the same rows
-    for fam, pp, sch, v, rule, lay, rows in groups:
+    for gi, (fam, pp, sch, v, rule, lay, rows) in enumerate(groups):
         if bar is not None:
             bar.update(1)
         M = rows[:, 7]
@@ -353,50 +454,48 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, seq_len: int = 4
         r = rows[ok]
         if not len(r):
             continue
-        searched += len(r)
         pipe = fam.pipeline(pp, sch, v, lay)
         cache = caches.setdefault((id(fam), pp, sch if sch in (Schedule.INTERLEAVED, Schedule.DUALPIPE) else None), {})
         tot = pipe.evaluate(dp=r[:, 0], tp=r[:, 1], cp=r[:, 2], ep=r[:, 3], etp=r[:, 4], zero=r[:, 5],
                             micro_batch=r[:, 6], num_microbatches=r[:, 7], seq_len=np.full(len(r), seq_len),
                             cache=cache)
         peak, stage = tot.peak()
-        fits = peak <= capacity
-        fitting += int(fits.sum())
-        if fits.any():
-            found.append((r[fits], peak[fits], stage[fits], (fam, pp, sch, v, rule, lay)))
+        parts.append((r, peak, stage, gi))
     if bar is not None:
         bar.close()
 
-    # cost of the fitting rows, vectorised per group
-    scored = []
-    for r, peak, stage, grp in found:
-        fam, pp, sch, v, rule, lay = grp
-        terms = _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch,
-                            gpus, cost)
-        scored.append((r, peak, stage, grp, terms))
-    result = PlanResult(m.name, gpus, capacity, searched, fitting)
-    if not scored:
-        return result
-    step = np.concatenate([t["step_s"] for *_, t in scored])
-    peaks = np.concatenate([p.astype(np.float64) for _, p, *_ in scored])
-    where = [(g, i) for g, (r, *_) in enumerate(scored) for i in range(len(r))]
-    order = np.lexsort((peaks, step))
+    names = _COST_NAMES
+    grid = Grid(m, gpus, seq_len, global_batch, overhead, [g[:6] for g in groups],
+                rows=np.zeros((0, 8), dtype=np.int64), group=np.zeros(0, dtype=np.int64),
+                peak=np.zeros(0, dtype=np.int64), stage=np.zeros(0, dtype=np.int64),
+                cost={k: np.zeros(0) for k in names})
+    if not parts:
+        return grid
+    costs = []
+    for r, peak, stage, gi in parts:
+        fam, pp, sch, v, rule, lay = groups[gi][:6]
+        costs.append(_cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch,
+                                 gpus, cost))
+    grid.rows = np.concatenate([p[0] for p in parts])
+    grid.group = np.concatenate([np.full(len(p[0]), p[3], dtype=np.int64) for p in parts])
+    grid.peak = np.concatenate([p[1] for p in parts])
+    grid.stage = np.concatenate([p[2] for p in parts])
+    grid.cost = {k: np.concatenate([np.broadcast_to(np.asarray(c[k], dtype=np.float64), (len(p[0]),))
+                                    for c, p in zip(costs, parts)]) for k in names}
+    return grid
+
+
+def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None = 10, **options) -> PlanResult:
+    """Every valid configuration of ``gpus`` GPUs (:func:`search`, ``options`` its keywords), those whose peak
+    stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
+    grid = search(model, gpus, **options)
+    fits = grid.fits(capacity)
+    result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()))
+    order = grid.ranking(capacity)
     if top is not None:
         order = order[:top]
-    for k in order:
-        g, i = where[k]
-        r, peak, stage, grp, terms = scored[g]
-        fam, pp, sch, v, rule, lay = grp
-        dp, tp, cp, ep, etp, z, b, M = (int(x) for x in r[i])
-        train = fam.train.with_(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero=z, micro_batch=b, num_microbatches=M,
-                                schedule=sch, vpp=v, layout=lay)
-        pipe = fam.pipeline(pp, sch, v, lay)
-        result.configs.append({
-            "config": config_values(train, pipe.layout, Framework(), overhead),
-            "layout_rule": rule,
-            "peak": int(peak[i]), "peak_stage": int(stage[i]), "headroom": int(capacity - int(peak[i])),
-            "cost": {k2: (float(x[i]) if isinstance(x, np.ndarray) else x) for k2, x in terms.items()},
-        })
+    for i in order:
+        result.configs.append(grid.config(int(i), capacity))
     return result
 
 
@@ -410,7 +509,7 @@ def _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, s, gb, g
     h = m.hidden_size
     layer_mb = M * layers / pp                        # layer-micro-batches one GPU runs per step
     tp_bytes = np.where(tp > 1, layer_mb * 8 * (tp - 1) / tp * b * s / cp * h * a, 0.0)
-    ep_bytes = M * n_moe / pp * 4 * (b * s / (cp * tp)) * m.num_experts_per_tok * h * a * (ep - 1) / ep
+    ep_bytes = M * n_moe / pp * 4 * (b * s / (cp * tp)) * (m.num_experts_per_tok or 0) * h * a * (ep - 1) / ep
     copies = 2 if sch is Schedule.DUALPIPE else 1
     g = recipe(fam.train.precision).gradients
     psi_dense = copies * p_dense / (pp * tp)
@@ -418,7 +517,7 @@ def _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, s, gb, g
     d_ne, edp = dp * cp, dp * tp * cp / (ep * etp)
     k = np.where(z >= 3, 3.0, 2.0)
     dp_bytes = k * ((d_ne - 1) / d_ne * psi_dense + (edp - 1) / edp * psi_exp) * g
-    kv = m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    kv = m.num_attention_heads * _qkv_width(m)
     cp_bytes = np.where(cp > 1, layer_mb * 2 * (cp - 1) / cp * b * s * kv / tp * a, 0.0)
     pp_bytes = np.where(pp > 1, 2 * M * (v if sch is Schedule.INTERLEAVED else 1) * b * s * h / (cp * tp) * a, 0.0)
     compute_s = np.full(len(r), 3 * flops["forward"] * gb * s / (gpus * cost.flops))

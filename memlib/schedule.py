@@ -246,6 +246,19 @@ def moments(train: TrainingConfig, rank: int) -> list[Moment]:
     sch = schedule_of(train)
     if sch is Schedule.GPIPE:          # monotone: the last forward and the first backward hold all M
         return [Moment((train.num_microbatches,), (0,))]
+    # the replay depends on the schedule, PP, V, the micro-batches it runs and the rank only: kept
+    key = (sch, train.pp, train.vpp, replay_microbatches(train), rank)
+    if key not in _MOMENTS:
+        if len(_MOMENTS) > 4096:
+            _MOMENTS.clear()
+        _MOMENTS[key] = tuple(_moments(train, rank))
+    return list(_MOMENTS[key])
+
+
+_MOMENTS: dict = {}
+
+
+def _moments(train: TrainingConfig, rank: int) -> list[Moment]:
     seen = {mo for _, mo in timeline(train, rank)}
 
     def dominated(a: Moment, b: Moment) -> bool:

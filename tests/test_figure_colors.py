@@ -11,7 +11,7 @@ from matplotlib.colors import to_hex
 from memlib import estimate
 from memlib.paper import paper_training
 from memlib.report import (ch03_parameters, ch04_static, ch05_zero, ch06_activations, ch07_overheads, ch08_together,
-                           ch09_deepseek, ch10_validation, ch12_architectures)
+                           ch09_deepseek, ch10_validation, ch12_architectures, ch13_fits)
 from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
 from memlib.scenarios.deepseek import deepseek_recipe
 from memlib.scenarios.overheads import base_training
@@ -52,6 +52,9 @@ def figures():
         "ch10.hf_figure": ch10_validation.hf_figure(estimate(MODEL, paper_training(MODEL))),
         "ch10.side_figure": ch10_validation.side_figure(estimate(MODEL, paper_training(MODEL))),
         "ch12.pairs_figure": ch12_architectures.pairs_figure(),
+        "ch13.region_figure": ch13_fits.region_figure(MODEL),
+        "ch13.pareto_figure": ch13_fits.pareto_figure(MODEL),
+        "ch13.front_figure": ch13_fits.front_figure(MODEL),
     }
 
 

@@ -309,3 +309,36 @@ def test_hf_eager_has_no_model_parallelism(axis):
     train = TrainingConfig(**{**base, axis: 2})
     with pytest.raises(ConfigError, match=rf"^{axis}=2 must be 1 under profile=hf-eager"):
         estimate(T.tiny(), train)
+
+
+@pytest.mark.parametrize("model,train", [
+    ("deepseek-v3", PAPER_TRAINING),
+    ("deepseek-v3", TrainingConfig(dp=128, pp=16, ep=64, zero=1, profile="megatron", precision="deepseek-v3",
+                                   recompute="deepseek", schedule="dualpipe", num_microbatches=120)),
+    ("deepseek-v2-lite", TrainingConfig(dp=4, tp=2, pp=3, ep=4, etp=2, cp=2, zero=3, profile="megatron",
+                                        recompute="full-block:2", schedule="interleaved", vpp=3, num_microbatches=6,
+                                        micro_batch=3, seq_len=1000, routing_imbalance=Fraction(7, 5))),
+    ("deepseek-v2-lite", TrainingConfig(dp=2, pp=2, sp=False, seq_len=999, micro_batch=2, recompute="selective",
+                                        profile="megatron", transformer_impl="local", zero=2)),
+    ("llama-3-8b", TrainingConfig(dp=2, tp=4, pp=4, zero=0, profile="megatron", recompute="none", micro_batch=2)),
+])
+def test_the_kept_programs_give_the_substituted_expressions(model, train):
+    """estimate()'s stages evaluate kept programs of the expressions (memory._Program); each number equals the
+    expressions substituted one by one (stage_expressions with every symbol given), in a fresh estimate and in a
+    second one that finds the programs kept."""
+    for _ in range(2):
+        est = estimate(model, train)
+        for st in est.stages:
+            ex = est.stage_expressions(st.stage.index, est.values)
+            assert {k: st.bytes[k] for k in ("parameters", "gradients", "optimizer_states")} == \
+                {k: int(x) for k, x in ex.states.items()}
+            by_entry: dict = {}
+            for c in ex.chunks:
+                for k, x in c.items():
+                    by_entry[k] = by_entry.get(k, 0) + int(x)
+            assert st.activations["by_entry"] == by_entry
+            assert [c["per_microbatch"] for c in st.activations["chunks"]] == \
+                [int(ex.per_microbatch(i)) for i in range(len(ex.chunks))]
+            assert [c["recompute_working_set"] for c in st.activations["chunks"]] == [int(w) for w in ex.working]
+            assert st.bytes["activations"] == int(ex.activations())
+            assert st.parameters == st.params.evaluate_total(est.partition.values)

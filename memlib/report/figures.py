@@ -14,7 +14,7 @@ from typing import Sequence
 from ..units import UNITS, fmt_bytes
 
 __all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
-           "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "OP_COLORS", "OP_LABELS", "memory_lines",
+           "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
            "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
 
 #: the Okabe-Ito palette, by name
@@ -59,6 +59,13 @@ SECOND_CHUNK_ALPHA = 0.45
 def in_unit(n: int, unit: str = "GiB") -> float:
     """Bytes in ``unit`` as a float, for drawing only."""
     return float(Fraction(int(n), UNITS[unit]))
+
+
+def in_units(ns, unit: str = "GiB"):
+    """Many byte counts in ``unit`` as a float array, for drawing only."""
+    import numpy as np
+
+    return np.asarray(ns, dtype=np.float64) / float(UNITS[unit])
 
 
 def use_style() -> None:
