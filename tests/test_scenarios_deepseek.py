@@ -202,3 +202,18 @@ def test_two_sequences_per_micro_batch():
     assert not p["fits"] and p["excess"] == -p["margin"] == p["total"] - ds.CAPACITY
     lite = ds.micro_batch_change("deepseek-v2-lite", ds.deepseek_recipe("deepseek-v2-lite"), 2)
     assert lite["fits"] and lite["states_unchanged"]
+
+
+def test_answer_on_deepseek_v3_and_v2_lite():
+    """The book's answer: the paper's layout fits only with recomputation (ZeRO-1 + full on stage 1) and the
+    recipe's peak, both against the one capacity of chapters 7-9 (the H800's 81,559 MiB)."""
+    from memlib.scenarios import overheads as so
+    assert ds.CAPACITY == so.CAPACITY_80GB == 81_559 * 2**20
+    a = ds.answer("deepseek-v3")
+    assert a["only_with_recompute"] and not a["none_fits"] and a["paper_full_fits"]
+    assert (a["paper_full_stage"], a["paper_full_total"]) == (1, 56_893_303_195)          # 52.99 GiB
+    assert a["none_best"] == 419_109_195_163                                             # ZeRO-3: 390.33 GiB
+    assert a["recipe_train"] == ds.V3_TRAIN and a["recipe_total"] == 75_824_220_861 and a["recipe_fits"]
+    assert a["recipe_margin"] == 81_559 * 2**20 - 75_824_220_861 > 0
+    lite = ds.answer("deepseek-v2-lite")
+    assert lite["none_fits"] and not lite["only_with_recompute"]

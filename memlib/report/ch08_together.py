@@ -10,13 +10,14 @@ library computed.
 from __future__ import annotations
 
 from ..memory import Estimate
+from ..scenarios import overheads as so
 from ..scenarios import together as st
 from ..states import ZeroStage
 from ..timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, pct
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct
 from .tables import notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
@@ -47,8 +48,8 @@ def _capacity() -> int:
 
 
 def capacity_label() -> str:
-    """``80 GB card (74.5 GiB)``: the device in the vendor's unit and in the book's."""
-    return f"{fmt_bytes(_capacity(), 'GB', 0)} card ({fmt_bytes(_capacity(), 'GiB', 1)})"
+    """``H800: 81,559 MiB = 79.65 GiB``: the device, its capacity as its driver reports it and in the book's unit."""
+    return f"{so.CAPACITY_GPU}: {fmt_bytes(_capacity(), 'MiB', 0)} = {fmt_bytes(_capacity(), 'GiB', 2)}"
 
 
 def notation(est: Estimate) -> str:
@@ -70,8 +71,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
-        "capacity": capacity_label(), "capacity_gb": fmt_bytes(cap, "GB", 0),
-        "capacity_gib": fmt_bytes(cap, "GiB", 1), "capacity_bytes": fmt_count(cap),
+        "capacity": capacity_label(), "capacity_text": fmt_capacity(cap), "capacity_gpu": so.CAPACITY_GPU,
+        "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
         "fit_list": ("every one of them" if n_fit == n else
                      "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),

@@ -26,7 +26,7 @@ __all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_
 PROBLEM_MICRO_BATCH = 2
 
 #: the capacity as the figures label it: decimal GB as the vendor counts, and GiB as the bars
-CAPACITY_LABEL = f"{ds.GPU}: {fmt_bytes(ds.CAPACITY, 'GB', 0)} = {fmt_bytes(ds.CAPACITY, 'GiB', 1)}"
+CAPACITY_LABEL = f"{ds.GPU}: {fmt_bytes(ds.CAPACITY, 'MiB', 0)} = {fmt_bytes(ds.CAPACITY, 'GiB', 2)}"
 
 #: the three categories of a device's total, as the figures and the tables name them
 _SERIES = (("states", "model_states"), ("activations", "activations"), ("overhead", "overhead"))
@@ -90,7 +90,7 @@ def values(est: Estimate) -> dict[str, str]:
         "model": model_name(m),
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
         "report_dp": fmt_count(rep["dp"]),
-        "gpu": ds.GPU, "cap_gb": fmt_bytes(ds.CAPACITY, "GB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 1),
+        "gpu": ds.GPU, "cap_mib": fmt_bytes(ds.CAPACITY, "MiB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 2),
         "label": t.label(), "gpus": fmt_count(t.world_size), "pp": fmt_count(t.pp), "ep": fmt_count(t.ep),
         "dp": fmt_count(t.dp), "edp": fmt_count(t.edp), "tp": fmt_count(t.tp), "b": fmt_count(t.micro_batch),
         "s": fmt_count(t.seq_len), "layers": fmt_count(m.num_hidden_layers),

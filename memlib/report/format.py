@@ -23,7 +23,7 @@ from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no"]
+           "yes_no", "fmt_capacity"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -70,6 +70,15 @@ def signed_bytes(n: int, unit: str = "GiB", digits: int = 2) -> str:
     """A change in bytes with its sign: ``'+1.20 GiB'``, ``'−0.40 GiB'``."""
     body = fmt_bytes(abs(n), unit, digits)
     return ("−" if n < 0 else "+") + body
+
+
+def fmt_capacity(capacity: int) -> str:
+    """A device's capacity as its driver reports it and in the book's unit: ``'81,559 MiB (79.65 GiB)'``.
+
+    >>> fmt_capacity(81_559 * 2**20)
+    '81,559 MiB (79.65 GiB)'
+    """
+    return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
 
 
 def yes_no(x: bool | None) -> str:

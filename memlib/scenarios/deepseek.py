@@ -28,15 +28,17 @@ from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from ..ledgers import act_profile
 from ..memory import Estimate, StageMemory, estimate
 from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
-from ..paper import is_paper_model
+from ..paper import is_paper_model, paper_training
 from ..partition import balanced_layout
-from ..states import RECIPES
+from ..states import RECIPES, ZeroStage
+from .together import CAPACITY_80GB, grid
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
-           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change"]
+           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer"]
 
-#: the device of the report: H800, 80 GB of HBM3 (decimal gigabytes, as the vendor counts)
+#: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
+#: (:data:`memlib.overhead.DEVICE_MEMORY`)
 GPU = "H800"
 CAPACITY = DEVICE_MEMORY[GPU]
 
@@ -274,3 +276,32 @@ def micro_batch_change(model: ModelConfig | str, train: TrainingConfig, micro_ba
             "states": pk.model_states, "states_before": same.model_states,
             "states_unchanged": all(a.model_states == b.model_states for a, b in zip(est.stages, before.stages)),
             "fits": est.fits(pk), "margin": CAPACITY - pk.total, "excess": abs(CAPACITY - pk.total)}
+
+
+def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
+    """The book's answer in one place, for ``model``: the paper's layout (:func:`memlib.paper.paper_training`)
+    under every ZeRO stage without recomputation (whether any fits, the smallest peak) and with ZeRO-1 and
+    full recomputation (the peak, its stage, whether it fits); DeepSeek's recipe (:func:`deepseek_recipe`):
+    its peak, rank and whether it fits; both against the H800's capacity (the two capacities are one:
+    chapters 7-8 and 9 size against the same device).  ``only_with_recompute`` is True when no ZeRO stage
+    fits without recomputation and ZeRO-1 with full recomputation fits.
+
+    >>> a = answer("deepseek-v3")
+    >>> a["only_with_recompute"], a["paper_full_total"], a["recipe_fits"]
+    (True, 56893303195, True)
+    """
+    m = load_model(model)
+    est = estimate(m, paper_training(m), OVERHEAD_PRESETS[overhead])
+    g = grid(est, CAPACITY, OVERHEAD_PRESETS[overhead], policies=("none", "full"))
+    none = [g[(z, "none")] for z in ZeroStage]
+    full = g[(ZeroStage.OS, "full")]
+    rec_train = deepseek_recipe(m)
+    rec = recipe_estimate(m, rec_train, overhead)
+    return {
+        "gpu": GPU, "capacity": CAPACITY, "paper_train": est.train,
+        "none_fits": any(c.fits for c in none), "none_best": min(c.peak_total for c in none),
+        "paper_full_total": full.peak_total, "paper_full_stage": full.peak, "paper_full_fits": full.fits,
+        "only_with_recompute": full.fits and not any(c.fits for c in none),
+        "recipe_train": rec_train, "recipe_total": rec.peak.total, "recipe_rank": rec.peak.stage.index,
+        "recipe_fits": all(st.total <= CAPACITY for st in rec.stages), "recipe_margin": CAPACITY - rec.peak.total,
+    }

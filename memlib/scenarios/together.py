@@ -10,7 +10,7 @@ to the functions that read it.
 >>> from memlib import PAPER_TRAINING, estimate
 >>> g = grid(estimate("deepseek-v3", PAPER_TRAINING))
 >>> g[(ZeroStage.OS, "full")].fits, g[(ZeroStage.NONE, "none")].fits, grid_counts(g)
-(True, False, (7, 20))
+(True, False, (8, 20))
 """
 from __future__ import annotations
 
