@@ -67,7 +67,8 @@ def test_deepseek_v3_chapter(chapters):
     p = chapters["deepseek-v3"]
     v = p["values"]
     assert (v["n_fit"], v["n_combos"], v["z1_full"], v["z1_full_stage"], v["z1_full_side"]) == \
-        ("7", "20", "52.99 GiB", "1", "below")
+        ("8", "20", "52.99 GiB", "1", "below")            # 7 of 20 against 80e9 bytes
+    assert v["capacity"] == "H800: 81,559 MiB = 79.65 GiB" and v["capacity_bytes"] == "85,520,809,984"
     assert p["none"]["verdict"].startswith("Without recomputation no combination fits")
     assert "over the capacity" in p["schedules"]["dualpipe_sentence"]
     assert p["problems"]["p1_answer"].startswith("b = 3:") and p["problems"]["p2_answer"].startswith("No:")
