@@ -160,3 +160,17 @@ def test_other_models(model, counts, z1_full, runs_fit, sel_fits):
     else:                                              # small enough to keep every score: no recomputation fits
         assert v["n_fit"] == 4 and not v["every_fitting_drops"] and not v["held_exceeds"]
         assert not S.costs_more(r)["interleaved"]      # and interleaving is cheaper than 1F1B here
+
+
+def test_routed_count_effect_on_deepseek_v3(v3):
+    """With the routed tokens a device holds (4x the paper's count under EP8, TP2), 5 of 20 combinations fit,
+    not 8: selective recomputation stops fitting with ZeRO-2 and ZeRO-3, the module list with ZeRO-1; ZeRO-1
+    with full recomputation grows by one recomputed layer's routed working set."""
+    _, g = v3
+    held = S.held_count_grid(g)
+    eff = S.routed_count_effect(g, held)
+    assert (eff["fit_paper"], eff["fit_held"], eff["n"]) == (8, 5, 20)
+    assert eff["lost"] == [(Z1, ML), (Z2, "selective"), (Z3, "selective")]
+    assert (eff["paper_total"], eff["held_total"]) == (56_893_303_195, 57_382_149_326) and eff["held_fits"]
+    for k in g:                                                       # more tokens never lower a total
+        assert held[k].peak_total >= g[k].peak_total

@@ -22,7 +22,7 @@ from .tables import notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
-           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram"]
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values"]
 
 STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
                ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
@@ -322,3 +322,18 @@ def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
               + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
             "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}
+
+
+def routed_values(eff: dict) -> dict[str, str]:
+    """The grid under the paper's routed-token count beside the held count
+    (:func:`memlib.scenarios.together.routed_count_effect`), in words and GiB."""
+    lost = eff["lost"]
+    return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
+            "lost": ("none of them" if not lost else
+                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in lost)),
+            "lost_verb": "stop" if len(lost) > 1 else "stops",
+            "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
+            "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),
+            "held_verdict": ("and still fits" if eff["held_fits"] and eff["paper_fits"] else
+                             "and no longer fits" if eff["paper_fits"] else
+                             "and now fits" if eff["held_fits"] else "and does not fit either")}
