@@ -217,3 +217,18 @@ def test_answer_on_deepseek_v3_and_v2_lite():
     assert a["recipe_margin"] == 81_559 * 2**20 - 75_824_220_861 > 0
     lite = ds.answer("deepseek-v2-lite")
     assert lite["none_fits"] and not lite["only_with_recompute"]
+
+
+def test_attention_switch_between_chapters_8_and_9():
+    """Chapter 8's eager attention keeps 5 b n_h s^2 bytes per layer (scores, softmax, dropout output in bf16,
+    the mask in one byte) split over TP2; chapter 9's fused attention keeps one fp32 log-sum-exp per query and
+    head. The deepseek policy does not fit the first and fits in the recipe."""
+    sw = ds.attention_switch("deepseek-v3")
+    assert (sw["paper_profile"], sw["recipe_profile"]) == ("paper", "megatron")
+    assert sw["paper_core"] == 5 * 128 * 4096**2 // 2 == 5_368_709_120
+    assert sw["recipe_core"] == 4 * 128 * 4096 == 2_097_152
+    assert not sw["paper_deepseek_fits"] and sw["paper_deepseek_total"] == 415_078_790_760
+    assert sw["recipe_fits"] and sw["recipe_total"] == 75_824_220_861
+    one = T.tiny(num_hidden_layers=1, first_k_dense_replace=0)             # no DualPipe on one layer
+    sw1 = ds.attention_switch(one)
+    assert sw1["recipe_total"] is None and sw1["paper_core"] > 0

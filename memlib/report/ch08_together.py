@@ -18,11 +18,12 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct
-from .tables import notation_recap
+from .tables import attention_switch_values, notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
-           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values"]
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
+           "switch_values"]
 
 STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
                ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
@@ -337,3 +338,8 @@ def routed_values(eff: dict) -> dict[str, str]:
             "held_verdict": ("and still fits" if eff["held_fits"] and eff["paper_fits"] else
                              "and no longer fits" if eff["paper_fits"] else
                              "and now fits" if eff["held_fits"] else "and does not fit either")}
+
+
+def switch_values(sw: dict) -> dict[str, str]:
+    """The eager-to-fused switch between this chapter and the next, for the prose."""
+    return attention_switch_values(sw)

@@ -16,10 +16,10 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, i
                       stacked_bars)
 from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
-from .tables import notation_recap
+from .tables import attention_switch_values, notation_recap
 
 __all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
-           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL",
+           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
 #: the worked problem's micro-batch (sequences)
@@ -278,3 +278,8 @@ def memory_time_figure(ot: OverTime):
     states and activations, GiB per device."""
     return memory_time_panels(ot, f"time (slots: a forward {DURATION['F']}, a backward {DURATION['B']}, "
                                   f"an overlapped pair both)")
+
+
+def switch_values(sw: dict) -> dict[str, str]:
+    """The eager-to-fused switch between the previous chapter and this one, for the prose."""
+    return attention_switch_values(sw)

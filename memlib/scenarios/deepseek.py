@@ -35,7 +35,8 @@ from .together import CAPACITY_80GB, grid
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
-           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer"]
+           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer",
+           "attention_switch"]
 
 #: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
 #: (:data:`memlib.overhead.DEVICE_MEMORY`)
@@ -305,3 +306,34 @@ def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
         "recipe_train": rec_train, "recipe_total": rec.peak.total, "recipe_rank": rec.peak.stage.index,
         "recipe_fits": all(st.total <= CAPACITY for st in rec.stages), "recipe_margin": CAPACITY - rec.peak.total,
     }
+
+
+def _core_attention_bytes(est: Estimate) -> int:
+    """Bytes one layer's attention core (the entries the ``core_attn`` recompute module drops) saves for one
+    micro-batch on one device of ``est``: a MoE layer's if the model has one."""
+    kind = ledger_kind(est.model)
+    return sum(int(entry_bytes(e, est.train, est.recipe).xreplace(est.values))
+               for e in est.act_profile.layer(est.model, kind) if "core_attn" in e.modules)
+
+
+def attention_switch(model: ModelConfig | str, overhead: str = "low") -> dict:
+    """What changes between chapter 8 and chapter 9 besides the parallel layout: the activation profile.
+    Chapter 8 counts the paper's eager attention (the ``paper`` profile: scores, softmax and dropout of
+    b n_h s^2 elements kept for backward); chapter 9 counts Megatron-Core with Transformer Engine's fused
+    attention (the ``megatron`` profile: no s^2 tensor, only softmax statistics).  Per profile the attention
+    core's bytes of one layer and micro-batch on one device, and DeepSeek's ``deepseek`` recomputation (which
+    keeps the attention core) with ZeRO-1 on the paper's layout (its peak, whether it fits) and in the
+    recipe (its peak, whether it fits; the recipe's entries are None where it does not apply to the model)."""
+    m = load_model(model)
+    paper_est = estimate(m, paper_training(m), OVERHEAD_PRESETS[overhead])
+    cell = grid(paper_est, CAPACITY, OVERHEAD_PRESETS[overhead], (ZeroStage.OS,), ("deepseek",))[
+        (ZeroStage.OS, "deepseek")]
+    out = {"paper_profile": paper_est.train.profile, "paper_core": _core_attention_bytes(paper_est),
+           "paper_deepseek_total": cell.peak_total, "paper_deepseek_fits": cell.fits, "recipe_profile": None,
+           "recipe_core": None, "recipe_total": None, "recipe_fits": None}
+    try:
+        rec = recipe_estimate(m, deepseek_recipe(m), overhead)
+    except ConfigError:             # the recipe does not apply to the model: its half stays None
+        return out
+    return {**out, "recipe_profile": rec.train.profile, "recipe_core": _core_attention_bytes(rec),
+            "recipe_total": rec.peak.total, "recipe_fits": all(st.total <= CAPACITY for st in rec.stages)}
