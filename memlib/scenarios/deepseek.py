@@ -1,9 +1,9 @@
 """DeepSeek-V3's own training recipe as a configuration of any model, and what each of its memory
 techniques does to the peak device.
 
-The DeepSeek-V3 report (arXiv 2412.19437, §3.2–§3.3) trains on 2048 H800 GPUs of 80 GB each:
-pipeline parallelism over 16 stages with the DualPipe schedule (deepseek-ai/DualPipe), expert
-parallelism over 64 ranks, ZeRO-1 data parallelism and no tensor parallelism; bf16 AdamW moments
+The DeepSeek-V3 report (arXiv 2412.19437, §3.2–§3.3) trains on 2048 H800 GPUs (sold as 80 GB;
+81,559 MiB as the driver reports): pipeline parallelism over 16 stages with the DualPipe schedule
+(deepseek-ai/DualPipe), expert parallelism over 64 ranks, ZeRO-1 data parallelism and no tensor parallelism; bf16 AdamW moments
 beside fp32 master weights and gradients; Linear inputs cached in FP8 (the attention output in
 E5M6, the SwiGLU input in FP8 with its output recomputed); every RMSNorm and the MLA
 up-projections recomputed in backward.  :func:`deepseek_recipe` is that recipe for a model: for

@@ -1,6 +1,6 @@
 """Putting it together (chapter 8): every stage's device under every ZeRO stage and recompute policy
-against an 80 GB card, what no recomputation costs, the pipeline schedules compared, and the
-chapter's worked problems.
+against an H800 (81,559 MiB as its driver reports), what no recomputation costs, the pipeline
+schedules compared, and the chapter's worked problems.
 
 Every combination is one :func:`memlib.memory.estimate` with the ``low`` overhead preset; a
 combination *fits* when every stage's total, overheads included, is at most the capacity
