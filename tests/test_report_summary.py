@@ -22,3 +22,11 @@ def test_knob_table_for_deepseek_v3():
     assert "| naive baseline |" in table and "| 140.33 GiB | — | no |" in table
     assert table.strip().endswith("| 70.62 GiB | −41.54 GiB | yes |")
     assert "fits the H800" in table
+
+
+def test_knob_values_name_the_model_or_say_the_recipe_does_not_apply():
+    import tiny as T
+    v = ch.knob_values("deepseek-v2-lite")
+    assert v["model"] == "DeepSeek-V2-Lite" and "| naive baseline |" in v["table"]
+    one = ch.knob_values(T.tiny(num_hidden_layers=1, first_k_dense_replace=0))
+    assert one["table"].startswith("DeepSeek-V3's recipe does not apply to tiny: num_hidden_layers=1")

@@ -6,12 +6,13 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
+from ..config import ConfigError
 from ..formulas import book_formulas
 from ..scenarios import deepseek as ds
-from .format import fmt_bytes, md_table, signed_bytes
+from .format import fmt_bytes, md_table, model_name, signed_bytes
 from .tables import notation_table
 
-__all__ = ["formula_table", "glossary", "knob_table"]
+__all__ = ["formula_table", "glossary", "knob_table", "knob_values"]
 
 
 def _number_key(number: str) -> tuple[int, ...]:
@@ -37,3 +38,13 @@ def knob_table(rows: list[dict]) -> str:
     out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if r["change"] is None else signed_bytes(r["change"]),
             "yes" if r["fits"] else "no"] for r in rows]
     return md_table(["technique", "what it does", "peak device", "change", f"fits the {ds.GPU}"], out, "llrrc")
+
+
+def knob_values(model) -> dict[str, str]:
+    """The knob table of ``model`` under DeepSeek-V3's recipe (:func:`memlib.scenarios.deepseek.deepseek_recipe`)
+    and the model's name; where the recipe does not apply to the model, a sentence saying so instead."""
+    try:
+        table = knob_table(ds.ablation(model, ds.deepseek_recipe(model)))
+    except ConfigError as exc:
+        table = f"DeepSeek-V3's recipe does not apply to {model_name(model)}: {exc}"
+    return {"model": model_name(model), "table": table}
