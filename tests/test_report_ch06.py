@@ -126,3 +126,7 @@ def test_routed_count_table_shows_both_counts_in_gib():
     assert "| routed tensors of one MoE layer, one micro-batch | 0.14 GiB | 0.58 GiB |" in table
     v = ch6.routed_count_values(c)
     assert (v["rc_ratio"], v["rc_added"]) == ("4", "26.02 GiB")
+    assert v["rc_claim"] == "16,384 instead of the paper's 4,096, 4 times as many"
+    same = ch6.routed_count_values(routed_count_comparison(
+        estimate("deepseek-v3", paper_training("deepseek-v3").with_(ep=2))))     # EP ETP = TP: one count
+    assert same["rc_claim"].startswith("under this layout as many as the paper counts, 16,384")

@@ -379,4 +379,8 @@ def routed_count_values(cmp: dict) -> dict[str, str]:
             else fmt_decimal(Fraction(h["tokens"], p["tokens"]), 2),
             "rc_layer_paper": fmt_bytes(p["layer_routed"]), "rc_layer_held": fmt_bytes(h["layer_routed"]),
             "rc_added": fmt_bytes(h["stage_held"] - p["stage_held"]),
-            "rc_same": "the same" if h["tokens"] == p["tokens"] else "more"}
+            "rc_claim": (f"{fmt_count(h['tokens'])} instead of the paper's {fmt_count(p['tokens'])}, "
+                         f"{fmt_decimal(Fraction(h['tokens'], p['tokens']), 0 if h['tokens'] % p['tokens'] == 0 else 2)} "
+                         f"times as many" if h["tokens"] > p["tokens"] else
+                         f"under this layout as many as the paper counts, {fmt_count(p['tokens'])}, since EP ETP does "
+                         f"not exceed TP")}
