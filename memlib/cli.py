@@ -141,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
     pe.add_argument("--gpu", default=None, metavar="NAME",
                     help="the GPU (A100, H100, H800, H200, B200, GB200): sizes the framework's workspaces in the "
-                         "predicted peak (default: a Hopper GPU)")
+                         "predicted peak (default: a Hopper GPU) and, without --gpu-memory, gives the capacity "
+                         "its driver reports (nvidia-smi's total, memlib.overhead.DEVICE_MEMORY): adds 'fits'")
     pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
     pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
     pe.add_argument("--comm-buffers", default=None, help="communication buffers, e.g. 2GiB (overrides the preset)")
@@ -407,6 +408,16 @@ def _framework(args, run):
     return fw
 
 
+def _capacity(args) -> int | None:
+    """The device capacity: ``--gpu-memory`` as written (``80GB`` is 80e9 bytes), else the driver-reported
+    capacity of ``--gpu`` where memlib knows it (:data:`memlib.overhead.DEVICE_MEMORY`), else none."""
+    from .overhead import DEVICE_MEMORY
+
+    if args.gpu_memory is not None:
+        return _size("gpu_memory", args.gpu_memory)
+    return DEVICE_MEMORY.get(args.gpu.upper()) if args.gpu is not None else None
+
+
 def _estimate(args) -> int:
     from .memory import estimate  # sympy-heavy; imported after argument checks
     from .overhead import overheads
@@ -432,7 +443,8 @@ def _estimate(args) -> int:
     ovh = overheads(args.overhead, cuda_context=_size("cuda_context", args.cuda_context),
                     comm_buffers=_size("comm_buffers", args.comm_buffers),
                     fragmentation=_fraction("fragmentation", args.fragmentation))
-    est = estimate(model, train, ovh, _size("gpu_memory", args.gpu_memory), framework=_framework(args, run))
+    fw = _framework(args, run)
+    est = estimate(model, train, ovh, _capacity(args), framework=fw)
     data = est.to_dict()
     if run is not None:
         data["megatron_args"] = run.values()

@@ -96,8 +96,7 @@ def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, modul
             _S(f"{prefix}.input", f"{label} input", tokens * h, shard=shard_in, modules={module}, linear_input=True,
                width=h, **kw),
             _S(f"{prefix}.input_mask", f"{label} input mask", tokens * h, "mask", shard=shard_in, modules={module},
-               width=h, note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask, as its transcription "
-                             "reads it", **kw),
+               width=h, note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask", **kw),
         ]
     out += [
         _S(f"{prefix}.gate_out", f"{label} gate projection output (SwiGLU input)", tokens * width,

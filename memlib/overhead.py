@@ -19,20 +19,38 @@ from fractions import Fraction
 from math import ceil
 
 from .config import ConfigError, show
-from .units import UNITS
 
-__all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES", "DEVICE_MEMORY"]
-
-#: the memory of common training devices as their vendors state it, in decimal gigabytes (80 GB is
-#: 74.5 GiB): the capacities the book sizes against.  ``--gpu-memory`` takes any other.
-DEVICE_MEMORY = {
-    "A100 80GB": 80 * UNITS["GB"],
-    "H100 SXM": 80 * UNITS["GB"],
-    "H800": 80 * UNITS["GB"],
-    "H200": 141 * UNITS["GB"],
-}
+__all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES", "DEVICE_MEMORY", "DEVICE_MEMORY_SOURCES", "DEVICE_PRODUCT_GB",
+           "device_memory", "allocatable"]
 
 GIB, MIB = 2**30, 2**20
+
+#: the memory of common training devices as the driver reports it (``nvidia-smi``'s total, in MiB of
+#: 2**20 bytes), in bytes: the capacities the book sizes against, keyed by the names ``--gpu`` takes.
+#: The vendors' "80 GB" is a rounded marketing figure: an H100 SXM reports 81,559 MiB, 79.65 GiB.  The
+#: CUDA context is not part of it for PyTorch: it is one of the overheads (:class:`Overheads`), so what
+#: PyTorch's allocator can hold is :func:`allocatable`.  ``--gpu-memory`` takes any other capacity.
+DEVICE_MEMORY = {
+    "A100": 81_920 * MIB,     # A100 80GB (SXM4): 81,920 MiB
+    "H100": 81_559 * MIB,     # H100 80GB HBM3 (SXM5): 81,559 MiB
+    "H800": 81_559 * MIB,     # H800 (SXM5): the H100 SXM's 80 GB HBM3 part, taken as the same total
+    "H200": 143_771 * MIB,    # H200 141GB HBM3e: 143,771 MiB
+    "B200": 183_359 * MIB,    # B200: 183,359 MiB
+}
+
+#: the same devices' memory as their product names state it, in decimal GB (a rounded marketing size, not a
+#: capacity: an "80 GB" H100 reports more than 80e9 bytes and less than 80 GiB)
+DEVICE_PRODUCT_GB = {"A100": 80, "H100": 80, "H800": 80, "H200": 141, "B200": 180}
+
+#: where each capacity of :data:`DEVICE_MEMORY` is printed (public nvidia-smi / NVML readings)
+DEVICE_MEMORY_SOURCES = {
+    "A100": "nvidia-smi of an A100 80GB, in a public table of NVML capacities (thundergolfer.com)",
+    "H100": "nvidia-smi of an H100 80GB, in a public table of NVML capacities (thundergolfer.com)",
+    "H800": "no public reading found: the H800 SXM has the H100 SXM's 80 GB of HBM3, taken as the same total",
+    "H200": "nvidia-smi of an H200, in a public table of NVML capacities (thundergolfer.com)",
+    "B200": "nvidia-smi of eight B200s, driver 580.95.05 (NVIDIA/TensorRT-LLM issue 10278)",
+}
+
 
 SOURCES = {
     "cuda_context": "300 MiB to 2 GiB outside PyTorch's caching allocator, by GPU, driver and libraries "
@@ -84,3 +102,18 @@ def overheads(preset: str = "low", **changes) -> Overheads:
             raise ConfigError(f"{k}={x} must not be negative")
         vals[k] = x
     return Overheads(**vals)
+
+
+def device_memory(gpu: str) -> int:
+    """The capacity of ``gpu`` (a key of :data:`DEVICE_MEMORY`, any case) in bytes, as the driver reports it."""
+    try:
+        return DEVICE_MEMORY[str(gpu).upper()]
+    except KeyError:
+        raise ConfigError(f"gpu={show(gpu)} must be one of {', '.join(DEVICE_MEMORY)} "
+                          f"for a known capacity (or give --gpu-memory)") from None
+
+
+def allocatable(capacity: int, ovh: Overheads = OVERHEAD_PRESETS["low"]) -> int:
+    """What PyTorch's allocator can hold on a device of ``capacity`` bytes: the capacity less the CUDA
+    context of ``ovh`` (which lives outside the allocator)."""
+    return int(capacity) - int(ovh.cuda_context)

@@ -5,8 +5,8 @@ printed, kept verbatim (printed decimals as strings) so the book's errata and th
 memlib's exact values beside them.  Nothing in memlib computes from this module.
 
 The paper's "GB" columns are GiB (2**30 bytes): 12,500,729,856 bytes is printed "11.64 GB".
-Most of the paper's tables are known through a secondary transcription of its text ("DD" in
-:data:`SECONDARY`); a value that is only inferred, not printed, is not kept here.
+The paper's values are those of its tables and text as printed in the arXiv version; a value that
+is only inferred, not printed, is not kept here.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sympy as sp
 
 from .symbols import sym
 
-__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "SECONDARY"]
+__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_22B", "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
@@ -101,13 +101,6 @@ DEEPSEEK_OFFICIAL = {
     "deepseek-v2": {"total": "236", "activated": "21"},
     "deepseek-v2-lite": {"total": "15.7", "activated": "2.4"},
 }
-
-#: statements of the paper's public transcription ("DD") that differ from memlib, verbatim
-SECONDARY = {
-    "dd_replicated_share": "26%",          # "the replicated part is about 26% of MLA parameters"
-    "dd_full_moe": "2bsh + 2bsN_r",        # its implementation notes for the MoE block under full recompute
-}
-
 
 # ------------------------------------------------------------------------------------------------
 # The paper's §5 (activations)

@@ -10,9 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIB = ROOT / "book" / "references.bib"
 TEXTS = sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "book").glob("*.md"))
-REPORT = sorted((ROOT / "memlib" / "report").glob("*.py"))
-#: phrases that name internal working documents, never a public source
-INTERNAL = ("peers.md", "reference notes", "reference reconstruction", "shared/", "calculator notes")
+#: the library's text the book shows: the report's formatting, the paper's tables and errata, the published
+#: values and the ledgers' notes, the scenarios' docstrings and rows, the overheads' and capacities' sources
+REPORT = sorted((ROOT / "memlib" / "report").glob("*.py")) + sorted((ROOT / "memlib" / "paper").glob("*.py")) + \
+    sorted((ROOT / "memlib" / "scenarios").glob("*.py")) + \
+    [ROOT / "memlib" / f for f in ("reference.py", "ledgers.py", "ledgers_megatron.py", "overhead.py", "formulas.py")]
+#: phrases that name internal working documents or a source a reader cannot find, never a public source
+INTERNAL = ("peers.md", "paper.md", "reference notes", "reference reconstruction", "shared/", "calculator notes",
+            "the project's", "transcription", "(dd)", "working document", "internal note")
 #: the sources the text relies on, by key
 RELIED_ON = ("zhang2025memory", "deepseekv2", "deepseekv3", "korthikanti2022", "rajbhandari2020zero",
              "narayanan2021efficient", "megatroncore", "dao2022flashattention", "pytorchcudamemory", "nccl",

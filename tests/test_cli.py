@@ -365,6 +365,18 @@ def test_estimate_gpu_memory_adds_fits():
     assert d["capacity"] == 80 * 10**9 and d["fits"] is True
 
 
+def test_estimate_gpu_gives_the_driver_capacity_unless_gpu_memory_is_given():
+    """--gpu H800 sizes against nvidia-smi's 81,559 MiB; an explicit --gpu-memory (decimal GB as written) wins;
+    a GPU without a known capacity (GB200) adds no verdict."""
+    full = ("--recompute", "full", "--zero", "1")
+    d = run_json(*PAPER_ARGS, *full, "--gpu", "h800", runner=call)
+    assert d["capacity"] == 81_559 * 2**20 == 85_520_809_984 and d["fits"] is True
+    d = run_json(*PAPER_ARGS, *full, "--gpu", "H800", "--gpu-memory", "80GB", runner=call)
+    assert d["capacity"] == 80 * 10**9
+    d = run_json(*PAPER_ARGS, *full, "--gpu", "GB200", runner=call)
+    assert "capacity" not in d and "fits" not in d
+
+
 def test_estimate_readable_fits_and_oom():
     r = call(*PAPER_ARGS, "--gpu-memory", "80GiB")
     assert r.returncode == 0 and r.stderr == ""

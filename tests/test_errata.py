@@ -32,12 +32,6 @@ def test_counts_add_up_and_the_sentence_names_every_kind():
     assert tallied == len(items())
 
 
-def test_the_replicated_share_is_right_on_one_device():
-    e = items()["dd-replicated-share"]
-    assert e.kind == "reading" and e.printed == "26%"
-    assert computed(e).startswith("25.8% of one TP2 device's MLA parameters (110,886,912 of 429,654,016)")
-
-
 def test_deepseeks_statements_are_explained_by_what_rounds_to_what():
     e = items()["ds-activated"]
     assert "36.6B, not 36.7B" in reason(e) and "truncates" in reason(e)

@@ -45,7 +45,7 @@ ORDER = [
     "report.ch01_introduction", "report.ch02_architecture", "report.ch03_parameters",
     "report.ch04_static", "report.ch05_zero", "report.ch06_activations", "report.ch07_overheads",
     "report.ch08_together", "report.ch09_deepseek", "report.ch10_validation", "report.ch11_measured",
-    "report.ch12_architectures", "report.ch13_fits", "report.ch14_errata",
+    "report.ch12_architectures", "report.ch13_fits", "report.ch14_errata", "report.summary",
     "report.readme",
     # entry points and the package's facade
     "cli", "__main__", "",

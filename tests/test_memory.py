@@ -200,6 +200,21 @@ def test_capacity_boundary():
 # ---------------------------------------------------------------------------------------------
 # overheads
 # ---------------------------------------------------------------------------------------------
+def test_device_memory_is_what_the_driver_reports():
+    """nvidia-smi's totals in MiB (public readings, memlib.overhead.DEVICE_MEMORY_SOURCES): an "80 GB" H100 is
+    79.65 GiB, neither 80 GiB nor 80e9 bytes; an A100 80GB is exactly 80 GiB."""
+    from memlib.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, allocatable, device_memory
+    assert DEVICE_MEMORY["H100"] == DEVICE_MEMORY["H800"] == 85_520_809_984 == 81_559 * 2**20
+    assert DEVICE_MEMORY["A100"] == 80 * 2**30 and DEVICE_MEMORY["H200"] == 143_771 * 2**20
+    assert DEVICE_MEMORY["B200"] == 183_359 * 2**20
+    assert 80 * 10**9 < DEVICE_MEMORY["H100"] < 80 * 2**30 and set(DEVICE_MEMORY_SOURCES) == set(DEVICE_MEMORY)
+    assert device_memory("h200") == DEVICE_MEMORY["H200"]
+    with pytest.raises(ConfigError, match=r"^gpu='X1' must be one of A100, H100"):
+        device_memory("X1")
+    assert allocatable(DEVICE_MEMORY["H100"]) == 85_520_809_984 - 300 * 2**20       # less the low CUDA context
+    assert allocatable(1000, overheads("none")) == 1000
+
+
 def test_overhead_presets():
     assert OVERHEAD_PRESETS["low"] == Overheads(300 * MIB, ceil(Fraction(8, 10) * GIB), Fraction(1, 20))
     assert OVERHEAD_PRESETS["high"] == Overheads(2 * GIB, 2 * GIB, Fraction(3, 10))

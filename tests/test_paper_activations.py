@@ -340,3 +340,25 @@ def test_deepseek_v2():
     checks = {(c["where"], c["key"]): c for c in pa.formula_checks(e)}
     assert not checks[("§5.2", "moe_ep")]["equal"] and checks[("§5.1", "mla")]["equal"]
     assert errata(e) == []
+
+
+def test_routed_count_comparison_on_deepseek_v3(v3):
+    """The erratum s5-routed-tokens in bytes: a routed token copy of DeepSeek-V3 saves 2h (input) + h (its
+    mask) + 4 x 2 h_E (gate, up, activation, product) = 37,888 bytes; a device of stage 1 holds 16,384 copies
+    per MoE layer and micro-batch, not the paper's 4,096, over its four MoE layers."""
+    per_copy = 2 * 7168 + 7168 + 4 * 2 * 2048
+    c = pa.routed_count_comparison(v3)
+    assert (c["paper"]["tokens"], c["held"]["tokens"]) == (4096, 16384)
+    assert c["paper"]["layer_routed"] == 4096 * per_copy == 155_189_248
+    assert c["held"]["layer_routed"] == 16384 * per_copy == 620_756_992
+    assert c["held"]["stage_per_microbatch"] - c["paper"]["stage_per_microbatch"] == 4 * 12288 * per_copy
+    assert c["held"]["stage_held"] - c["paper"]["stage_held"] == 15 * 4 * 12288 * per_copy      # 15 in flight
+    assert c["held"]["total"] > c["paper"]["total"]
+    assert pa.held_count_training(v3).routing_imbalance == 4 and v3.train.routing_imbalance == 1
+
+
+def test_routed_counts_agree_when_ep_does_not_exceed_tp():
+    est = est_for("deepseek-v3", ep=2)                    # EP ETP = TP: the two counts are one
+    assert pa.held_count_training(est) == est.train
+    c = pa.routed_count_comparison(est)
+    assert c["paper"] == c["held"]

@@ -67,3 +67,35 @@ def test_paper_keys_are_the_paper_values_keys():
     """glue_paper glues placeholders under PAPER_KEYS for another model: they must be every key the
     paper's book glues, or that model's build would miss one."""
     assert set(ch.paper_values(estimate("deepseek-v3", paper_training("deepseek-v3")))) == set(ch.PAPER_KEYS)
+
+
+def test_the_answer_for_deepseek_v3():
+    """The answer up front: the paper's layout fits the H800 only with recomputation (ZeRO-1 + full: 52.99 GiB on
+    stage 1; no ZeRO stage fits without it), DeepSeek's recipe peaks at 70.62 GiB, against 81,559 MiB."""
+    v = ch.answer_values("deepseek-v3")
+    assert "only with recomputation" in v["answer_paper"] and "stage 1, needs 52.99 GiB" in v["answer_paper"]
+    assert "smallest peak is 390.33 GiB" in v["answer_paper"] and "81,559 MiB (79.65 GiB)" in v["answer_paper"]
+    assert "peaks at 70.62 GiB on rank 1, so it fits, 9.03 GiB below the capacity" in v["answer_recipe"]
+    assert v["answer_capacity_bytes"] == "85,520,809,984" and v["answer_sold_as"] == "80 GB"
+
+
+def test_the_answer_says_what_holds_for_another_model():
+    """DeepSeek-V2-Lite fits the paper's layout without recomputation: the answer must not claim otherwise."""
+    v = ch.answer_values("deepseek-v2-lite")
+    assert "even without recomputation" in v["answer_paper"] and "only with" not in v["answer_paper"]
+    assert "so it fits" in v["answer_recipe"]
+
+
+def test_the_answer_is_omitted_where_the_recipe_cannot_apply():
+    import tiny as T
+    one_layer = T.tiny(num_hidden_layers=1, first_k_dense_replace=0)          # DualPipe needs two stages
+    v = ch.answer_values(one_layer)
+    assert v["answer_paper"] == v["answer_recipe"] == ""
+
+
+def test_capacity_table_gives_the_driver_totals():
+    table = ch.capacity_table()
+    for row in ("| H100 | 80 GB | 81,559 MiB | 85,520,809,984 | 79.65 GiB | 85.52 GB |",
+                "| A100 | 80 GB | 81,920 MiB | 85,899,345,920 | 80.00 GiB | 85.90 GB |",
+                "| H200 | 141 GB | 143,771 MiB |"):
+        assert row in table

@@ -113,3 +113,20 @@ def test_paper_keys_are_the_paper_values_keys():
 
     v3 = estimate("deepseek-v3", paper_training("deepseek-v3"))
     assert set(ch06_activations.paper_values(v3)) == set(ch06_activations.PAPER_KEYS)
+
+
+def test_routed_count_table_shows_both_counts_in_gib():
+    from memlib import estimate
+    from memlib.paper import paper_training
+    from memlib.paper.activations import routed_count_comparison
+    from memlib.report import ch06_activations as ch6
+    c = routed_count_comparison(estimate("deepseek-v3", paper_training("deepseek-v3")))
+    table = ch6.routed_count_table(c)
+    assert "| routed token copies on one device | 4,096 | 16,384 |" in table
+    assert "| routed tensors of one MoE layer, one micro-batch | 0.14 GiB | 0.58 GiB |" in table
+    v = ch6.routed_count_values(c)
+    assert (v["rc_ratio"], v["rc_added"]) == ("4", "26.02 GiB")
+    assert v["rc_claim"] == "16,384 instead of the paper's 4,096, 4 times as many"
+    same = ch6.routed_count_values(routed_count_comparison(
+        estimate("deepseek-v3", paper_training("deepseek-v3").with_(ep=2))))     # EP ETP = TP: one count
+    assert same["rc_claim"].startswith("under this layout as many as the paper counts, 16,384")

@@ -67,7 +67,8 @@ def test_deepseek_v3_chapter(chapters):
     p = chapters["deepseek-v3"]
     v = p["values"]
     assert (v["n_fit"], v["n_combos"], v["z1_full"], v["z1_full_stage"], v["z1_full_side"]) == \
-        ("7", "20", "52.99 GiB", "1", "below")
+        ("8", "20", "52.99 GiB", "1", "below")            # 7 of 20 against 80e9 bytes
+    assert v["capacity"] == "H800: 81,559 MiB = 79.65 GiB" and v["capacity_bytes"] == "85,520,809,984"
     assert p["none"]["verdict"].startswith("Without recomputation no combination fits")
     assert "over the capacity" in p["schedules"]["dualpipe_sentence"]
     assert p["problems"]["p1_answer"].startswith("b = 3:") and p["problems"]["p2_answer"].startswith("No:")
@@ -169,3 +170,16 @@ def test_memory_time_values_and_figure(chapters, model):
     assert v["m"] == str(run.est.train.pp)
     fig = ch.memory_time_figure(ot)
     assert len(fig.axes[0].lines) == run.est.train.pp
+
+
+def test_routed_values_in_words():
+    from memlib import estimate
+    from memlib.paper import paper_training
+    from memlib.report import ch08_together as ch8
+    from memlib.scenarios import together as S8
+    g = S8.grid(estimate("deepseek-v3", paper_training("deepseek-v3")))
+    v = ch8.routed_values(S8.routed_count_effect(g, S8.held_count_grid(g)))
+    assert (v["fit_paper"], v["fit_held"], v["held_total"], v["held_verdict"]) == ("8", "5", "53.44 GiB",
+                                                                                    "and still fits")
+    assert v["lost"] == ("ZeRO-1 with the module list; ZeRO-2 with selective recomputation; "
+                         "ZeRO-3 with selective recomputation") and v["lost_verb"] == "stop"

@@ -157,3 +157,16 @@ def test_memory_over_time_holds_pp_plus_one(model):
     assert "overlapped with" in v["ops"]
     fig = ch.memory_time_figure(ot)
     assert len(fig.axes[0].lines) == p
+
+
+def test_switch_values_in_words():
+    from memlib.report.tables import attention_switch_values
+    v = attention_switch_values({"paper_profile": "paper", "recipe_profile": "megatron", "paper_core": 5 * 2**30,
+                                 "recipe_core": 2 * 2**20, "paper_deepseek_total": 10 * 2**30,
+                                 "paper_deepseek_fits": False, "recipe_total": 2**30, "recipe_fits": True})
+    assert (v["paper_core"], v["recipe_core"], v["paper_deepseek_fits"], v["recipe_fits"]) == (
+        "5.00 GiB", "2.00 MiB", "does not fit", "fits")
+    none = attention_switch_values({"paper_profile": "paper", "recipe_profile": None, "paper_core": 1,
+                                    "recipe_core": None, "paper_deepseek_total": 1, "paper_deepseek_fits": True,
+                                    "recipe_total": None, "recipe_fits": None})
+    assert (none["recipe_total"], none["recipe_fits"]) == ("—", "—")

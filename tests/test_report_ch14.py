@@ -1,6 +1,8 @@
 """The errata chapter's module: every item for the paper's model, none for another."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from memlib import estimate
@@ -19,7 +21,8 @@ def test_every_item_is_in_one_chapter_table_and_counted():
     rows = sum(ch.table(e, c).count("\n") - 1 for c in ch.CHAPTERS)
     assert rows == len(items) == int(ch.values(e)["n_all"])
     assert {i.chapter for i in items} <= set(ch.CHAPTERS) and {i.kind for i in items} <= set(KINDS)
-    assert "{" not in "".join(ch.table(e, c) for c in ch.CHAPTERS)          # every template field filled
+    tables = re.sub(r"\$[^$]*\$", "", "".join(ch.table(e, c) for c in ch.CHAPTERS))   # math has braces
+    assert "{" not in tables                                                  # every template field filled
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])

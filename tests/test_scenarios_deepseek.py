@@ -202,3 +202,33 @@ def test_two_sequences_per_micro_batch():
     assert not p["fits"] and p["excess"] == -p["margin"] == p["total"] - ds.CAPACITY
     lite = ds.micro_batch_change("deepseek-v2-lite", ds.deepseek_recipe("deepseek-v2-lite"), 2)
     assert lite["fits"] and lite["states_unchanged"]
+
+
+def test_answer_on_deepseek_v3_and_v2_lite():
+    """The book's answer: the paper's layout fits only with recomputation (ZeRO-1 + full on stage 1) and the
+    recipe's peak, both against the one capacity of chapters 7-9 (the H800's 81,559 MiB)."""
+    from memlib.scenarios import overheads as so
+    assert ds.CAPACITY == so.CAPACITY_80GB == 81_559 * 2**20
+    a = ds.answer("deepseek-v3")
+    assert a["only_with_recompute"] and not a["none_fits"] and a["paper_full_fits"]
+    assert (a["paper_full_stage"], a["paper_full_total"]) == (1, 56_893_303_195)          # 52.99 GiB
+    assert a["none_best"] == 419_109_195_163                                             # ZeRO-3: 390.33 GiB
+    assert a["recipe_train"] == ds.V3_TRAIN and a["recipe_total"] == 75_824_220_861 and a["recipe_fits"]
+    assert a["recipe_margin"] == 81_559 * 2**20 - 75_824_220_861 > 0
+    lite = ds.answer("deepseek-v2-lite")
+    assert lite["none_fits"] and not lite["only_with_recompute"]
+
+
+def test_attention_switch_between_chapters_8_and_9():
+    """Chapter 8's eager attention keeps 5 b n_h s^2 bytes per layer (scores, softmax, dropout output in bf16,
+    the mask in one byte) split over TP2; chapter 9's fused attention keeps one fp32 log-sum-exp per query and
+    head. The deepseek policy does not fit the first and fits in the recipe."""
+    sw = ds.attention_switch("deepseek-v3")
+    assert (sw["paper_profile"], sw["recipe_profile"]) == ("paper", "megatron")
+    assert sw["paper_core"] == 5 * 128 * 4096**2 // 2 == 5_368_709_120
+    assert sw["recipe_core"] == 4 * 128 * 4096 == 2_097_152
+    assert not sw["paper_deepseek_fits"] and sw["paper_deepseek_total"] == 415_078_790_760
+    assert sw["recipe_fits"] and sw["recipe_total"] == 75_824_220_861
+    one = T.tiny(num_hidden_layers=1, first_k_dense_replace=0)             # no DualPipe on one layer
+    sw1 = ds.attention_switch(one)
+    assert sw1["recipe_total"] is None and sw1["paper_core"] > 0

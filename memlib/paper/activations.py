@@ -32,6 +32,7 @@ from ..symbols import sym
 from . import analysed_stage
 
 __all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
+           "held_count_training", "routed_count_comparison",
            "layer_ledger", "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts",
            "layer_formula", "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows",
            "korthikanti_22b", "KORTHIKANTI_CONVENTION", "korthikanti_gpt_block", "korthikanti_gpt_rows",
@@ -122,6 +123,38 @@ def routed_tokens(est: Estimate, micro_batch: int | None = None) -> dict[str, in
     return {"copies": copies, "e_token": Fraction(copies, m.n_routed_experts),
             "local_experts": m.n_routed_experts // t.ep, "paper": paper,
             "held": int(held) if held.denominator == 1 else held, "held_exceeds": held > paper}
+
+
+def held_count_training(est: Estimate) -> TrainingConfig:
+    """``est``'s configuration with the routed-token entries of its ledger holding what a device holds after
+    the all-to-all (:func:`routed_tokens` ``held``) instead of the paper's count (``paper``): the routing
+    imbalance scaled by held / paper, which multiplies exactly the per-dispatched-token entries and nothing
+    else.  Unchanged where the paper's count is not smaller (EP ETP <= TP)."""
+    tok = routed_tokens(est)
+    if not tok["held_exceeds"]:
+        return est.train
+    return est.train.with_(routing_imbalance=est.train.routing_imbalance * Fraction(tok["held"], tok["paper"]))
+
+
+def routed_count_comparison(est: Estimate, index: int | None = None) -> dict[str, dict[str, int]]:
+    """The paper's routed-token count beside the count a device holds (the erratum ``s5-routed-tokens``),
+    under ``est``'s profile and policy, for stage ``index`` (the analysed stage by default): per count
+    (``paper``, ``held``) the token copies on one device, the routed entries' bytes of one MoE layer and one
+    micro-batch, the stage's activations of one micro-batch, and the activations the stage holds at its peak
+    (every micro-batch in flight).  Exact integers; ``held`` equals ``paper`` when EP ETP <= TP."""
+    i = _index(est, index)
+    tok = routed_tokens(est)
+    other = estimate(est.model, held_count_training(est), est.overhead, est.capacity)
+    rec = recipe(est.train.precision)
+    routed = [e for e in layer_ledger(est) if e.mean_rows and e.key.startswith("moe.routed.")]
+    layer = sum(int(entry_bytes(e, est.train, rec).xreplace(est.values)) for e in routed)
+    out = {}
+    for key, e, tokens in (("paper", est, tok["paper"]), ("held", other, tok["held"])):
+        st = e.stages[i]
+        out[key] = {"tokens": tokens, "layer_routed": layer if key == "paper" else layer * tok["held"] // tok["paper"],
+                    "stage_per_microbatch": st.activations["per_microbatch"], "stage_held": st.bytes["activations"],
+                    "in_flight": st.activations["microbatches_in_flight"], "total": st.total}
+    return out
 
 
 def table9(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_batch"]) -> dict:

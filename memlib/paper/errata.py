@@ -1,4 +1,4 @@
-"""The paper's inconsistencies, and those of its transcription and of DeepSeek's statements: what a
+"""The paper's inconsistencies, and those of DeepSeek's statements: what a
 source prints beside what memlib computes, and why they differ.
 
 Each :class:`Erratum` keeps the printed value verbatim (from :data:`memlib.reference.PAPER` and its
@@ -23,7 +23,7 @@ from ..ledgers import megatron_layer, paper_layer
 from ..memory import Estimate
 from ..params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
 from ..partition import Partition, parallel_values
-from ..reference import DEEPSEEK_OFFICIAL, PAPER, SECONDARY
+from ..reference import DEEPSEEK_OFFICIAL, PAPER
 from ..states import RECIPES, ZeroStage
 from . import analysed_stage, is_paper_model
 from . import static as pstatic
@@ -52,7 +52,6 @@ KINDS = {
     "accounting": ("a term counted differently from what an implementation stores",
                    "terms counted differently from what an implementation stores"),
     "statement": ("a rounded public statement", "rounded public statements"),
-    "transcription": ("an error of a secondary source", "errors of a secondary source"),
     "reading": ("a figure that is right once read as its source means it",
                 "figures that are right once read as their source means them"),
 }
@@ -99,11 +98,6 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
     part = est.partition
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
     t3, t4 = PAPER["table3"], PAPER["table4"]
-    per_tensor = layer_params(m, "moe").evaluate(vals)
-    mla_matrices = sum(x for k, x in per_tensor.items() if k.startswith("attention.W_"))
-    replicated = sum(x for k, x in per_tensor.items()
-                     if k in ("attention.W_DQ", "attention.W_DKV", "attention.W_QR", "attention.W_KR"))
-    t6 = pstatic.table6(part, analysed_stage(part))
     off = DEEPSEEK_OFFICIAL["deepseek-v3"]
     total = model_params(m).evaluate_total(vals)
     act = activated_params(m).evaluate_total(vals)
@@ -120,16 +114,6 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
                 {"stage0": Q(stage0, "billions"), "stage0_exact": Q(stage0), "l0": Q(t3["0"]["params"], "text"),
                  "l1": Q(t3["1-2"]["params"], "text"), "moe": Q(t3["3-59"]["params"], "text"),
                  "layers": Q(", ".join(f"{x:,}" for x in layers[:4]), "text")}),
-        Erratum("dd-replicated-share", "parameters", "the paper's transcription (DD)", "reading",
-                SECONDARY["dd_replicated_share"],
-                "{device_share} of one TP{tp} device's MLA parameters ({repl} of {mla}); {share} of the unsplit "
-                "matrices ({replicated} of {matrices})",
-                "The figure is the share on one device: tensor parallelism splits the split matrices but not the "
-                "replicated ones (the down-projections and W^QR), so these weigh more there than in the model.",
-                {"device_share": Q(Fraction(t6["MLA, replicated"], t6["MLA"]), "percent", 1), "tp": Q(t.tp),
-                 "repl": Q(t6["MLA, replicated"]), "mla": Q(t6["MLA"]),
-                 "share": Q(Fraction(replicated, mla_matrices), "percent", 1), "replicated": Q(replicated),
-                 "matrices": Q(mla_matrices)}),
         Erratum("ds-activated", "parameters", "DeepSeek-V3 model card and weights documentation", "statement",
                 f"{off['activated']}B and {off['activated_weights_doc']}B",
                 "{act} ({act_exact}) with the embedding; {act_ne} ({act_ne_exact}) without it",
@@ -263,10 +247,6 @@ def _activation_items(est: Estimate) -> list[Erratum]:
                 "the EP group, as many as it sends. EP does not divide the routed activations; the paper profile "
                 "keeps the paper's count, the megatron profile the stored one.",
                 {"held": Q(held_tokens)}),
-        Erratum("dd-full-moe", "activations", "the paper's transcription (DD)", "transcription",
-                SECONDARY["dd_full_moe"], "b s h + 2 b s N_r with SP = TP = {tp}",
-                "The transcription's notes give the MoE block's full-recomputation term without sequence "
-                "parallelism; the paper's configuration halves the layer input.", {"tp": Q(t.tp)}),
         Erratum("s5-full-checkpoints", "activations", "paper, §5 and Table 10, AC = Full", "convention",
                 f"8 b s h + 8 b s N_r = {stage_bytes(paper_layer, full):,} bytes for {moe_layers} layers",
                 "{megatron} bytes in Megatron-Core (megatron profile)",

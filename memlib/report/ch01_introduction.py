@@ -11,17 +11,21 @@ import re
 import importlib.util
 from pathlib import Path
 
-from ..config import PAPER_TRAINING
+from ..config import PAPER_TRAINING, ConfigError
 from ..memory import Estimate
 from ..paper import is_paper_model
 from ..paper import parameters as pp
 from ..reference import PAPER
+from ..scenarios import deepseek as ds
+from ..overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODUCT_GB, allocatable
 from ..states import RECIPES
 from ..units import to_unit
-from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, pct, span
+from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
+                     span)
 from .tables import notation_recap
 
-__all__ = ["MODULES", "PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text"]
+__all__ = ["MODULES", "PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
+           "answer_values", "capacity_table"]
 
 #: memlib's modules as the chapter lists them, in the order data flows (the package docstring's),
 #: with the kind of each: (module, kind, step of the pipeline or None)
@@ -126,3 +130,50 @@ def library_table() -> str:
     """memlib's modules with the first line of each docstring (read from the source, not imported)."""
     rows = [[step or "—", f"`memlib.{name}`", kind, _docstring_summary(name)] for name, kind, step in MODULES]
     return md_table(["step", "module", "kind", "what it does"], rows, "clll")
+
+
+def _margin(margin: int) -> str:
+    return (f"{fmt_bytes(margin)} below the capacity" if margin >= 0 else f"{fmt_bytes(-margin)} over the capacity")
+
+
+def answer_values(model) -> dict[str, str]:
+    """The book's answer for ``model`` in two sentences, from :func:`memlib.scenarios.deepseek.answer`:
+    whether the paper's layout fits the H800 only with recomputation (or even without it, or not even with it),
+    and where DeepSeek's recipe peaks.  Every verdict is the library's; a model neither configuration applies
+    to gets empty sentences (the statement is omitted, never guessed)."""
+    try:
+        a = ds.answer(model)
+    except ConfigError:
+        return {"answer_paper": "", "answer_recipe": "", "answer_gpu": ds.GPU,
+                "answer_capacity": fmt_capacity(ds.CAPACITY), "answer_capacity_bytes": fmt_count(ds.CAPACITY),
+                "answer_allocatable": fmt_capacity(allocatable(ds.CAPACITY)),
+                "answer_sold_as": f"{DEVICE_PRODUCT_GB[ds.GPU]} GB"}
+    name, cap = model_name(model), f"{a['gpu']} of {fmt_capacity(a['capacity'])}"
+    full = (f"with ZeRO-1 and full recomputation its peak device, stage {a['paper_full_stage']}, needs "
+            f"{fmt_bytes(a['paper_full_total'])}")
+    if a["only_with_recompute"]:
+        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} fits an {cap} only with "
+                 f"recomputation: without it no ZeRO stage fits (the smallest peak is {fmt_bytes(a['none_best'])}); "
+                 f"{full}.")
+    elif a["none_fits"]:
+        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} fits an {cap} even without "
+                 f"recomputation (the smallest peak is {fmt_bytes(a['none_best'])}); {full}.")
+    else:
+        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} does not fit an {cap} even with "
+                 f"ZeRO-1 and full recomputation: {full}.")
+    recipe = (f"DeepSeek's own recipe ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
+              f"and its norms and MLA up-projections recomputed) peaks at {fmt_bytes(a['recipe_total'])} on rank "
+              f"{a['recipe_rank']}, " + ("so it fits, " if a["recipe_fits"] else "so it does not fit, ")
+              + _margin(a["recipe_margin"]) + ".")
+    return {"answer_paper": paper, "answer_recipe": recipe, "answer_gpu": a["gpu"],
+            "answer_capacity": fmt_capacity(a["capacity"]), "answer_capacity_bytes": fmt_count(a["capacity"]),
+            "answer_allocatable": fmt_capacity(allocatable(a["capacity"])),
+            "answer_sold_as": f"{DEVICE_PRODUCT_GB[a['gpu']]} GB"}
+
+
+def capacity_table() -> str:
+    """Each card of :data:`memlib.overhead.DEVICE_MEMORY`: the driver's total in MiB, in bytes, GiB and GB, and
+    where the reading is printed."""
+    rows = [[gpu, f"{DEVICE_PRODUCT_GB[gpu]} GB", fmt_bytes(b, "MiB", 0), fmt_count(b), fmt_bytes(b, "GiB", 2),
+             fmt_bytes(b, "GB", 2), DEVICE_MEMORY_SOURCES[gpu]] for gpu, b in DEVICE_MEMORY.items()]
+    return md_table(["GPU", "sold as", "driver reports", "bytes", "GiB", "GB", "source"], rows, "lrrrrrl")

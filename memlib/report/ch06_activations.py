@@ -21,7 +21,7 @@ from .tables import errata_table, notation_recap
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
            "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
            "microbatch", "seqlen_figure", "policy_table", "policy_figure", "problem_values", "errata_md",
-           "BLOCK_LABELS", "CLASS_COLORS", "CLASS_LABELS"]
+           "BLOCK_LABELS", "CLASS_COLORS", "CLASS_LABELS", "routed_count_table", "routed_count_values"]
 
 #: the blocks of a MoE layer, as the book names them
 BLOCK_LABELS = {"attention": "MLA", "moe": "MoE"}
@@ -349,3 +349,38 @@ def problem_values(est: Estimate) -> dict[str, str]:
 
 def errata_md(est: Estimate) -> str:
     return errata_table(errata(est), "activations")
+
+
+#: the two routed-token counts, as the side-by-side table names them
+ROUTED_COUNTS = {"paper": "the paper's count, (N/EP) E_token", "held": "held after the all-to-all"}
+
+
+def routed_count_table(cmp: dict) -> str:
+    """The paper's routed-token count beside the one a device holds (:func:`memlib.paper.activations.
+    routed_count_comparison`): token copies, one MoE layer's routed tensors, the stage's activations of one
+    micro-batch and at its peak, and the device's total, GiB."""
+    p, h = cmp["paper"], cmp["held"]
+    rows = [["routed token copies on one device", fmt_count(p["tokens"]), fmt_count(h["tokens"])],
+            ["routed tensors of one MoE layer, one micro-batch", fmt_bytes(p["layer_routed"]),
+             fmt_bytes(h["layer_routed"])],
+            ["activations of the stage, one micro-batch", fmt_bytes(p["stage_per_microbatch"]),
+             fmt_bytes(h["stage_per_microbatch"])],
+            [f"activations held ({fmt_count(p['in_flight'])} micro-batches in flight)", fmt_bytes(p["stage_held"]),
+             fmt_bytes(h["stage_held"])],
+            ["the device's total, overheads included", fmt_bytes(p["total"]), fmt_bytes(h["total"])]]
+    return md_table(["on one device of the stage", "paper's count", "held after the all-to-all"], rows, "lrr")
+
+
+def routed_count_values(cmp: dict) -> dict[str, str]:
+    """The comparison's numbers for the prose: the two counts, their ratio, what the held count adds."""
+    p, h = cmp["paper"], cmp["held"]
+    return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]),
+            "rc_ratio": fmt_decimal(Fraction(h["tokens"], p["tokens"]), 0) if h["tokens"] % p["tokens"] == 0
+            else fmt_decimal(Fraction(h["tokens"], p["tokens"]), 2),
+            "rc_layer_paper": fmt_bytes(p["layer_routed"]), "rc_layer_held": fmt_bytes(h["layer_routed"]),
+            "rc_added": fmt_bytes(h["stage_held"] - p["stage_held"]),
+            "rc_claim": (f"{fmt_count(h['tokens'])} instead of the paper's {fmt_count(p['tokens'])}, "
+                         f"{fmt_decimal(Fraction(h['tokens'], p['tokens']), 0 if h['tokens'] % p['tokens'] == 0 else 2)} "
+                         f"times as many" if h["tokens"] > p["tokens"] else
+                         f"under this layout as many as the paper counts, {fmt_count(p['tokens'])}, since EP ETP does "
+                         f"not exceed TP")}

@@ -13,7 +13,7 @@ from ..paper import analysed_stage
 from ..reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, pct, signed_bytes
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, pct, signed_bytes
 from .tables import notation_recap
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
@@ -76,7 +76,7 @@ def values(base: Estimate) -> dict[str, str]:
         "ctx_low": _term_text("low", "cuda_context"), "ctx_high": _term_text("high", "cuda_context"),
         "widest": TERM_PHRASES[widest], "widest_high": fmt_bytes(rows["high"][widest]),
         "widest_spread": fmt_bytes(so.spread(st)[widest]),
-        "capacity_gb": fmt_bytes(cap, "GB", 0), "capacity_gib": fmt_bytes(cap, "GiB", 1),
+        "capacity": fmt_capacity(cap),
         "fits": "fits" if so.fits(st, "low", cap) else "does not fit",
     }
 
@@ -174,7 +174,7 @@ def problem_values(base: Estimate) -> dict[str, str]:
     h = so.headroom(st)
     if h["room"] < 0:
         answer = (f"None: with the low preset's fixed terms the device already exceeds "
-                  f"{fmt_bytes(h['capacity'], 'GB', 0)} without any fragmentation.")
+                  f"{fmt_capacity(h['capacity'])} without any fragmentation.")
     else:
         band = ("above" if h["above_band"] else "at or below") + f" the paper's high end of {_frac(so.band()[1])}"
         high = ("this device fits under any overhead in the paper's ranges" if h["high_fits"]
@@ -184,5 +184,5 @@ def problem_values(base: Estimate) -> dict[str, str]:
             "p1_why": "a measured run of this model" if own else "the measured MoE run with the largest gap",
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
             "p1_delta": signed_bytes(m["delta"]), "p1_low_total": fmt_bytes(m["low_total"]),
-            "p2_capacity": fmt_bytes(h["capacity"], "GB", 0), "p2_capacity_gib": fmt_bytes(h["capacity"], "GiB", 1),
+            "p2_capacity": fmt_capacity(h["capacity"]),
             "p2_answer": answer}

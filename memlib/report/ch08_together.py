@@ -10,18 +10,20 @@ library computed.
 from __future__ import annotations
 
 from ..memory import Estimate
+from ..scenarios import overheads as so
 from ..scenarios import together as st
 from ..states import ZeroStage
 from ..timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, pct
-from .tables import notation_recap
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct
+from .tables import attention_switch_values, notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
-           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram"]
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
+           "switch_values"]
 
 STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
                ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
@@ -47,8 +49,8 @@ def _capacity() -> int:
 
 
 def capacity_label() -> str:
-    """``80 GB card (74.5 GiB)``: the device in the vendor's unit and in the book's."""
-    return f"{fmt_bytes(_capacity(), 'GB', 0)} card ({fmt_bytes(_capacity(), 'GiB', 1)})"
+    """``H800: 81,559 MiB = 79.65 GiB``: the device, its capacity as its driver reports it and in the book's unit."""
+    return f"{so.CAPACITY_GPU}: {fmt_bytes(_capacity(), 'MiB', 0)} = {fmt_bytes(_capacity(), 'GiB', 2)}"
 
 
 def notation(est: Estimate) -> str:
@@ -70,8 +72,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
-        "capacity": capacity_label(), "capacity_gb": fmt_bytes(cap, "GB", 0),
-        "capacity_gib": fmt_bytes(cap, "GiB", 1), "capacity_bytes": fmt_count(cap),
+        "capacity": capacity_label(), "capacity_text": fmt_capacity(cap), "capacity_gpu": so.CAPACITY_GPU,
+        "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
         "fit_list": ("every one of them" if n_fit == n else
                      "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
@@ -321,3 +323,23 @@ def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
               + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
             "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}
+
+
+def routed_values(eff: dict) -> dict[str, str]:
+    """The grid under the paper's routed-token count beside the held count
+    (:func:`memlib.scenarios.together.routed_count_effect`), in words and GiB."""
+    lost = eff["lost"]
+    return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
+            "lost": ("none of them" if not lost else
+                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in lost)),
+            "lost_verb": "stop" if len(lost) > 1 else "stops",
+            "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
+            "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),
+            "held_verdict": ("and still fits" if eff["held_fits"] and eff["paper_fits"] else
+                             "and no longer fits" if eff["paper_fits"] else
+                             "and now fits" if eff["held_fits"] else "and does not fit either")}
+
+
+def switch_values(sw: dict) -> dict[str, str]:
+    """The eager-to-fused switch between this chapter and the next, for the prose."""
+    return attention_switch_values(sw)

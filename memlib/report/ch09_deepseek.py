@@ -16,17 +16,17 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, i
                       stacked_bars)
 from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
-from .tables import notation_recap
+from .tables import attention_switch_values, notation_recap
 
 __all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
-           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL",
+           "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
 #: the worked problem's micro-batch (sequences)
 PROBLEM_MICRO_BATCH = 2
 
 #: the capacity as the figures label it: decimal GB as the vendor counts, and GiB as the bars
-CAPACITY_LABEL = f"{ds.GPU}: {fmt_bytes(ds.CAPACITY, 'GB', 0)} = {fmt_bytes(ds.CAPACITY, 'GiB', 1)}"
+CAPACITY_LABEL = f"{ds.GPU}: {fmt_bytes(ds.CAPACITY, 'MiB', 0)} = {fmt_bytes(ds.CAPACITY, 'GiB', 2)}"
 
 #: the three categories of a device's total, as the figures and the tables name them
 _SERIES = (("states", "model_states"), ("activations", "activations"), ("overhead", "overhead"))
@@ -90,7 +90,7 @@ def values(est: Estimate) -> dict[str, str]:
         "model": model_name(m),
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
         "report_dp": fmt_count(rep["dp"]),
-        "gpu": ds.GPU, "cap_gb": fmt_bytes(ds.CAPACITY, "GB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 1),
+        "gpu": ds.GPU, "cap_mib": fmt_bytes(ds.CAPACITY, "MiB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 2),
         "label": t.label(), "gpus": fmt_count(t.world_size), "pp": fmt_count(t.pp), "ep": fmt_count(t.ep),
         "dp": fmt_count(t.dp), "edp": fmt_count(t.edp), "tp": fmt_count(t.tp), "b": fmt_count(t.micro_batch),
         "s": fmt_count(t.seq_len), "layers": fmt_count(m.num_hidden_layers),
@@ -278,3 +278,8 @@ def memory_time_figure(ot: OverTime):
     states and activations, GiB per device."""
     return memory_time_panels(ot, f"time (slots: a forward {DURATION['F']}, a backward {DURATION['B']}, "
                                   f"an overlapped pair both)")
+
+
+def switch_values(sw: dict) -> dict[str, str]:
+    """The eager-to-fused switch between the previous chapter and this one, for the prose."""
+    return attention_switch_values(sw)

@@ -12,6 +12,7 @@ Every byte count names its unit; a table uses one unit family.
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Iterable, Sequence
 
@@ -23,7 +24,7 @@ from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no"]
+           "yes_no", "fmt_capacity", "typeset", "ascii_symbols"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -72,18 +73,73 @@ def signed_bytes(n: int, unit: str = "GiB", digits: int = 2) -> str:
     return ("−" if n < 0 else "+") + body
 
 
+def fmt_capacity(capacity: int) -> str:
+    """A device's capacity as its driver reports it and in the book's unit: ``'81,559 MiB (79.65 GiB)'``.
+
+    >>> fmt_capacity(81_559 * 2**20)
+    '81,559 MiB (79.65 GiB)'
+    """
+    return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
+
+
 def yes_no(x: bool | None) -> str:
     return "—" if x is None else ("yes" if x else "no")
 
 
+#: symbols the paper derives from the registry's and writes in the text (not configuration quantities):
+#: ASCII spelling -> LaTeX
+DERIVED_SYMBOLS = {"E_token": "E_{token}"}
+
+#: a weight or latent of MLA written in ASCII, ``W^QR``, ``c^KV``: typeset as ``W^{QR}``
+_TENSOR_ASCII = re.compile(r"(?<![\w$\\{^])([Wc])\^([A-Z]{1,3})(?![\w{])")
+
+
+def ascii_symbols() -> dict[str, str]:
+    """ASCII spelling -> LaTeX of every registry symbol with a subscript, a superscript or a prime
+    (``d_h^R`` -> ``d_h^R``, ``n_kv`` -> ``n_{kv}``, ``d_c'`` -> ``d_c'``), and of :data:`DERIVED_SYMBOLS`."""
+    out = {}
+    for n in SYMBOLS.values():
+        if any(c in n.latex for c in "_^'") and "\\" not in n.latex:
+            out[n.latex.replace("{", "").replace("}", "")] = n.latex
+    return {**out, **DERIVED_SYMBOLS}
+
+
+_SYMBOL_ASCII = None
+
+
+def _symbol_pattern() -> re.Pattern:
+    global _SYMBOL_ASCII
+    if _SYMBOL_ASCII is None:
+        keys = sorted(ascii_symbols(), key=len, reverse=True)          # d_h^R before d_h
+        _SYMBOL_ASCII = re.compile(r"(?<![\w$\\{^.])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w{^'])")
+    return _SYMBOL_ASCII
+
+
+def typeset(text: str) -> str:
+    """``text`` with every symbol written in ASCII typeset as inline math from the registry (``c^KV`` ->
+    ``$c^{KV}$``, ``E_token`` -> ``$E_{token}$``, ``N_r`` -> ``$N_r$``); math (``$...$``) and code (`` `...` ``)
+    are left as they are.
+
+    >>> typeset("key-value latent c^KV, input of W^UK; 3 E_token h, `N_r` and $N_r$")
+    'key-value latent $c^{KV}$, input of $W^{UK}$; 3 $E_{token}$ h, `N_r` and $N_r$'
+    """
+    table = ascii_symbols()
+    parts = re.split(r"(\$[^$]*\$|`[^`]*`)", text)
+    for i in range(0, len(parts), 2):
+        p = _TENSOR_ASCII.sub(lambda m: f"${m.group(1)}^{{{m.group(2)}}}$", parts[i])
+        parts[i] = _symbol_pattern().sub(lambda m: f"${table[m.group(1)]}$", p)
+    return "".join(parts)
+
+
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
-    """A Markdown table; ``align`` is one letter per column (``l``, ``r``, ``c``)."""
-    headers = list(headers)
+    """A Markdown table; ``align`` is one letter per column (``l``, ``r``, ``c``).  Symbols written in ASCII
+    are typeset from the registry (:func:`typeset`)."""
+    headers = [typeset(str(h)) for h in headers]
     align = align or "l" + "r" * (len(headers) - 1)
     sep = {"l": ":--", "r": "--:", "c": ":-:"}
     lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(sep[a] for a in align) + " |"]
     for r in rows:
-        lines.append("| " + " | ".join(str(c).replace("|", r"\|") for c in r) + " |")
+        lines.append("| " + " | ".join(typeset(str(c)).replace("|", r"\|") for c in r) + " |")
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ from ..states import recipe
 from ..symbols import REGISTRY, SYMBOLS
 from .format import fmt_billions, fmt_bytes, fmt_count, md_table, pct
 
-__all__ = ["notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
+__all__ = ["attention_switch_values", "notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
            "errata_summary"]
 
 
@@ -106,3 +106,19 @@ def errata_summary(counts: dict[str, int]) -> str:
     """``'3 are unit or rounding slips, 4 are sums of rounded terms and 1 is a mislabelled term'``."""
     parts = [f"{fmt_count(n)} {'is' if n == 1 else 'are'} {KINDS[k][n != 1]}" for k, n in counts.items() if n]
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+
+
+def attention_switch_values(sw: dict) -> dict[str, str]:
+    """Chapters 8 and 9 count the attention differently (:func:`memlib.scenarios.deepseek.attention_switch`):
+    the two profiles, the attention core's bytes under each, and what the ``deepseek`` policy does under each,
+    in words the library decided."""
+    def fit(x: bool | None) -> str:
+        return "—" if x is None else "fits" if x else "does not fit"
+
+    def size(x: int | None, unit: str = "GiB") -> str:
+        return "—" if x is None else fmt_bytes(x, unit)
+
+    return {"paper_profile": sw["paper_profile"], "recipe_profile": sw["recipe_profile"] or "megatron",
+            "paper_core": fmt_bytes(sw["paper_core"]), "recipe_core": size(sw["recipe_core"], "MiB"),
+            "paper_deepseek": fmt_bytes(sw["paper_deepseek_total"]), "paper_deepseek_fits": fit(sw["paper_deepseek_fits"]),
+            "recipe_total": size(sw["recipe_total"]), "recipe_fits": fit(sw["recipe_fits"])}

@@ -1,9 +1,9 @@
 """DeepSeek-V3's own training recipe as a configuration of any model, and what each of its memory
 techniques does to the peak device.
 
-The DeepSeek-V3 report (arXiv 2412.19437, §3.2–§3.3) trains on 2048 H800 GPUs of 80 GB each:
-pipeline parallelism over 16 stages with the DualPipe schedule (deepseek-ai/DualPipe), expert
-parallelism over 64 ranks, ZeRO-1 data parallelism and no tensor parallelism; bf16 AdamW moments
+The DeepSeek-V3 report (arXiv 2412.19437, §3.2–§3.3) trains on 2048 H800 GPUs (sold as 80 GB;
+81,559 MiB as the driver reports): pipeline parallelism over 16 stages with the DualPipe schedule
+(deepseek-ai/DualPipe), expert parallelism over 64 ranks, ZeRO-1 data parallelism and no tensor parallelism; bf16 AdamW moments
 beside fp32 master weights and gradients; Linear inputs cached in FP8 (the attention output in
 E5M6, the SwiGLU input in FP8 with its output recomputed); every RMSNorm and the MLA
 up-projections recomputed in backward.  :func:`deepseek_recipe` is that recipe for a model: for
@@ -28,15 +28,18 @@ from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from ..ledgers import act_profile
 from ..memory import Estimate, StageMemory, estimate
 from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
-from ..paper import is_paper_model
+from ..paper import is_paper_model, paper_training
 from ..partition import balanced_layout
-from ..states import RECIPES
+from ..states import RECIPES, ZeroStage
+from .together import CAPACITY_80GB, grid
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
-           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change"]
+           "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer",
+           "attention_switch"]
 
-#: the device of the report: H800, 80 GB of HBM3 (decimal gigabytes, as the vendor counts)
+#: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
+#: (:data:`memlib.overhead.DEVICE_MEMORY`)
 GPU = "H800"
 CAPACITY = DEVICE_MEMORY[GPU]
 
@@ -274,3 +277,63 @@ def micro_batch_change(model: ModelConfig | str, train: TrainingConfig, micro_ba
             "states": pk.model_states, "states_before": same.model_states,
             "states_unchanged": all(a.model_states == b.model_states for a, b in zip(est.stages, before.stages)),
             "fits": est.fits(pk), "margin": CAPACITY - pk.total, "excess": abs(CAPACITY - pk.total)}
+
+
+def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
+    """The book's answer in one place, for ``model``: the paper's layout (:func:`memlib.paper.paper_training`)
+    under every ZeRO stage without recomputation (whether any fits, the smallest peak) and with ZeRO-1 and
+    full recomputation (the peak, its stage, whether it fits); DeepSeek's recipe (:func:`deepseek_recipe`):
+    its peak, rank and whether it fits; both against the H800's capacity (the two capacities are one:
+    chapters 7-8 and 9 size against the same device).  ``only_with_recompute`` is True when no ZeRO stage
+    fits without recomputation and ZeRO-1 with full recomputation fits.
+
+    >>> a = answer("deepseek-v3")
+    >>> a["only_with_recompute"], a["paper_full_total"], a["recipe_fits"]
+    (True, 56893303195, True)
+    """
+    m = load_model(model)
+    est = estimate(m, paper_training(m), OVERHEAD_PRESETS[overhead])
+    g = grid(est, CAPACITY, OVERHEAD_PRESETS[overhead], policies=("none", "full"))
+    none = [g[(z, "none")] for z in ZeroStage]
+    full = g[(ZeroStage.OS, "full")]
+    rec_train = deepseek_recipe(m)
+    rec = recipe_estimate(m, rec_train, overhead)
+    return {
+        "gpu": GPU, "capacity": CAPACITY, "paper_train": est.train,
+        "none_fits": any(c.fits for c in none), "none_best": min(c.peak_total for c in none),
+        "paper_full_total": full.peak_total, "paper_full_stage": full.peak, "paper_full_fits": full.fits,
+        "only_with_recompute": full.fits and not any(c.fits for c in none),
+        "recipe_train": rec_train, "recipe_total": rec.peak.total, "recipe_rank": rec.peak.stage.index,
+        "recipe_fits": all(st.total <= CAPACITY for st in rec.stages), "recipe_margin": CAPACITY - rec.peak.total,
+    }
+
+
+def _core_attention_bytes(est: Estimate) -> int:
+    """Bytes one layer's attention core (the entries the ``core_attn`` recompute module drops) saves for one
+    micro-batch on one device of ``est``: a MoE layer's if the model has one."""
+    kind = ledger_kind(est.model)
+    return sum(int(entry_bytes(e, est.train, est.recipe).xreplace(est.values))
+               for e in est.act_profile.layer(est.model, kind) if "core_attn" in e.modules)
+
+
+def attention_switch(model: ModelConfig | str, overhead: str = "low") -> dict:
+    """What changes between chapter 8 and chapter 9 besides the parallel layout: the activation profile.
+    Chapter 8 counts the paper's eager attention (the ``paper`` profile: scores, softmax and dropout of
+    b n_h s^2 elements kept for backward); chapter 9 counts Megatron-Core with Transformer Engine's fused
+    attention (the ``megatron`` profile: no s^2 tensor, only softmax statistics).  Per profile the attention
+    core's bytes of one layer and micro-batch on one device, and DeepSeek's ``deepseek`` recomputation (which
+    keeps the attention core) with ZeRO-1 on the paper's layout (its peak, whether it fits) and in the
+    recipe (its peak, whether it fits; the recipe's entries are None where it does not apply to the model)."""
+    m = load_model(model)
+    paper_est = estimate(m, paper_training(m), OVERHEAD_PRESETS[overhead])
+    cell = grid(paper_est, CAPACITY, OVERHEAD_PRESETS[overhead], (ZeroStage.OS,), ("deepseek",))[
+        (ZeroStage.OS, "deepseek")]
+    out = {"paper_profile": paper_est.train.profile, "paper_core": _core_attention_bytes(paper_est),
+           "paper_deepseek_total": cell.peak_total, "paper_deepseek_fits": cell.fits, "recipe_profile": None,
+           "recipe_core": None, "recipe_total": None, "recipe_fits": None}
+    try:
+        rec = recipe_estimate(m, deepseek_recipe(m), overhead)
+    except ConfigError:             # the recipe does not apply to the model: its half stays None
+        return out
+    return {**out, "recipe_profile": rec.train.profile, "recipe_core": _core_attention_bytes(rec),
+            "recipe_total": rec.peak.total, "recipe_fits": all(st.total <= CAPACITY for st in rec.stages)}

@@ -23,13 +23,15 @@ from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS, overheads
 from ..reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
 from ..states import ZeroStage
 
-__all__ = ["CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
+__all__ = ["CAPACITY_GPU", "CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
            "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
            "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
 
-#: an 80 GB device (H800, H100 SXM): decimal gigabytes, as the vendors count them.  The one capacity
-#: chapters 7 and 8 size against (:mod:`memlib.scenarios.together` imports it from here).
-CAPACITY_80GB = DEVICE_MEMORY["H800"]
+#: an "80 GB" device (H800, H100 SXM) as its driver reports it, 81,559 MiB
+#: (:data:`memlib.overhead.DEVICE_MEMORY`).  The one capacity chapters 7 and 8 size against
+#: (:mod:`memlib.scenarios.together` imports it from here).
+CAPACITY_GPU = "H800"
+CAPACITY_80GB = DEVICE_MEMORY[CAPACITY_GPU]
 
 #: the overhead terms, in memlib's order, and the presets, lowest first
 TERMS = ("cuda_context", "comm_buffers", "fragmentation")

@@ -1,6 +1,6 @@
 """Putting it together (chapter 8): every stage's device under every ZeRO stage and recompute policy
-against an 80 GB card, what no recomputation costs, the pipeline schedules compared, and the
-chapter's worked problems.
+against an H800 (81,559 MiB as its driver reports), what no recomputation costs, the pipeline
+schedules compared, and the chapter's worked problems.
 
 Every combination is one :func:`memlib.memory.estimate` with the ``low`` overhead preset; a
 combination *fits* when every stage's total, overheads included, is at most the capacity
@@ -10,7 +10,7 @@ to the functions that read it.
 >>> from memlib import PAPER_TRAINING, estimate
 >>> g = grid(estimate("deepseek-v3", PAPER_TRAINING))
 >>> g[(ZeroStage.OS, "full")].fits, g[(ZeroStage.NONE, "none")].fits, grid_counts(g)
-(True, False, (7, 20))
+(True, False, (8, 20))
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..activations import parse_policy
 from ..config import ModelConfig, TrainingConfig, load_model
 from ..memory import Estimate, StageMemory, estimate
 from ..overhead import OVERHEAD_PRESETS, Overheads
+from ..paper.activations import held_count_training
 from ..partition import Partition
 from ..states import ZeroStage
 from ..timeline import OverTime, over_time
@@ -31,7 +32,7 @@ __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES"
            "INTERLEAVED_CHUNKS", "interleaved_layout", "schedule_configs", "Run", "schedules", "costs_more",
            "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline",
            "schedule_counts",
-           "largest_micro_batch", "policy_change", "fits_all"]
+           "largest_micro_batch", "policy_change", "fits_all", "held_count_grid", "routed_count_effect"]
 
 #: the overheads of the whole chapter: the low ends of their ranges
 OVERHEAD: Overheads = OVERHEAD_PRESETS["low"]
@@ -321,3 +322,28 @@ def policy_change(g: dict, policy: str, zero: ZeroStage = ZeroStage.OS, other: Z
     return {"zero": zero, "other": other, "total": a.peak_total, "stage": a.peak, "fits": a.fits,
             "excess": a.peak_total - capacity, "room": capacity - a.peak_total,
             "other_total": b.peak_total, "other_stage": b.peak, "other_fits": b.fits}
+
+
+# ------------------------------------------------------------------------------------------------
+# the routed-token count (the erratum s5-routed-tokens)
+# ------------------------------------------------------------------------------------------------
+def held_count_grid(g: dict, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict:
+    """The grid ``g`` again with the routed-token entries holding what a device holds after the all-to-all
+    instead of the paper's count (:func:`memlib.paper.activations.held_count_training`)."""
+    est = next(iter(g.values())).est
+    zs = sorted({z for z, _ in g})
+    policies = [p for p in POLICIES if (zs[0], p) in g]
+    base = estimate(est.model, held_count_training(est), overhead)
+    return grid(base, capacity, overhead, zs, policies)
+
+
+def routed_count_effect(g: dict, held: dict, key: tuple = (ZeroStage.OS, "full")) -> dict[str, object]:
+    """The grid under the paper's count (``g``) beside the grid under the held count (``held``): the
+    combinations that fit under each, those that fit only under the paper's count, and the peak of ``key``
+    (ZeRO-1 with full recomputation by default) under each, with its stage and the difference."""
+    lost = [k for k in g if g[k].fits and not held[k].fits]
+    return {"fit_paper": grid_counts(g)[0], "fit_held": grid_counts(held)[0], "n": len(g), "lost": lost,
+            "key": key, "paper_total": g[key].peak_total, "held_total": held[key].peak_total,
+            "paper_stage": g[key].peak, "held_stage": held[key].peak, "held_fits": held[key].fits,
+            "paper_fits": g[key].fits,
+            "difference": held[key].peak_total - g[key].peak_total}
