@@ -26,7 +26,7 @@ from .config import ModelConfig
 from .symbols import sym
 
 __all__ = [
-    "Tensor", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
+    "Tensor", "attention_name", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
     "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
     "tied_head_copy",
     "model_values",
@@ -73,6 +73,14 @@ class Tensor:
     @property
     def numel(self) -> sp.Expr:
         return sp.Mul(*self.shape)
+
+
+def attention_name(m: ModelConfig) -> str:
+    """The attention's name: ``MLA``, ``GQA`` (fewer key-value heads than query heads) or ``MHA``
+    (grouped-query attention with as many key-value heads as query heads: GPT-2)."""
+    if m.attention == "mla":
+        return "MLA"
+    return "MHA" if m.num_key_value_heads == m.num_attention_heads else "GQA"
 
 
 def attention_tensors(m: ModelConfig) -> list[Tensor]:
