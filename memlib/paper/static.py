@@ -63,7 +63,7 @@ def experts_per_device(part: Partition, index: int) -> dict[str, int]:
     """Routed experts per EP rank, shared experts, their sum per layer and on one device of the stage."""
     m, t = part.model, part.train
     moe_layers = sum(1 for i in part.stages[index].layers if m.is_moe_layer(i))
-    routed = m.n_routed_experts // t.ep
+    routed = (m.n_routed_experts or 0) // t.ep            # a dense model: no experts
     per_layer = routed + m.n_shared_experts
     return {"routed": routed, "shared": m.n_shared_experts, "per_layer": per_layer,
             "moe_layers": moe_layers, "per_device": per_layer * moe_layers}
