@@ -201,7 +201,7 @@ def tensor_layout(part: Partition) -> list[dict[str, object]]:
     per profile of :data:`PROFILE_NAMES` its ``sharding`` (``tp``, ``replicated``, ``expert``) and the
     ``per_device`` count on one device of ``part``'s configuration."""
     rows = []
-    for t in decoder_layer_tensors(part.model, "moe"):
+    for t in decoder_layer_tensors(part.model, "moe" if part.model.has_moe else "dense"):   # a dense model's layer
         if t.kind == "buffer":
             continue
         row: dict[str, object] = {"key": t.key, "latex": t.latex, "block": t.block, "shape": t.shape}

@@ -104,7 +104,7 @@ def math(expr_or_key) -> str:
 def architecture_note(m: ModelConfig, subject: str) -> str:
     """One sentence for a book of a model that lacks the blocks of ``subject`` (``"MLA"``,
     ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.architecture.block_kinds`),
-    and that the sections on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
+    and that the parts on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
     every section applies)."""
     from ..architecture import block_kinds
 
@@ -120,6 +120,6 @@ def architecture_note(m: ModelConfig, subject: str) -> str:
         ffn = f"a dense {k['ffn']} FFN in every layer (no experts)"
     rest = f"{k['norm']}s, {'learned positions' if k['positions'] == 'learned' else 'RoPE'}"
     rest += ", the head tied to the embedding" if k["tied"] else ""
-    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The sections on {subject} below describe the paper's "
-            f"model and do not apply to it: its book leaves them out, and memlib counts its own blocks with the "
-            f"same code, in the tables of this chapter.")
+    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** What this chapter says of {subject} is the paper's "
+            f"model's: those parts do not apply to it and its book leaves them out; memlib counts its own blocks "
+            f"with the same code, in this chapter's tables and figures.")
