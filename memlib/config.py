@@ -144,6 +144,12 @@ class ModelConfig:
     mlp_bias: bool = False           #: biases of the dense FFN's projections
     shared_expert_intermediate_size: Optional[int] = None  #: h_S, Qwen2-MoE's shared expert (with a sigmoid gate)
     max_position_embeddings: Optional[int] = None  #: n_pos, learned absolute positions only
+    #: the FFN's activation function by transformers' name (``hidden_act``; GPT-2's ``activation_function``):
+    #: no parameter depends on it, only what the ``hf-eager`` ledger says it saves
+    hidden_act: str = "silu"
+    #: whether the router renormalises the top-k probabilities to sum to one (Qwen-MoE's ``norm_topk_prob``;
+    #: Mixtral always does): no parameter depends on it, only what the ``hf-eager`` ledger says it saves
+    norm_topk_prob: bool = True
     name: str = "custom"             #: preset name or file path
     source: str = ""                 #: where the values come from
 
@@ -172,7 +178,7 @@ class ModelConfig:
 #: ModelConfig fields that only the FAMILIES readers set (left out of a DeepSeek model's JSON)
 _FAMILY_FIELDS = ("family", "attention", "mlp", "moe", "norm", "positions", "num_key_value_heads", "head_dim",
                   "qk_norm", "qkv_bias", "o_bias", "mlp_bias", "shared_expert_intermediate_size",
-                  "max_position_embeddings")
+                  "max_position_embeddings", "hidden_act", "norm_topk_prob")
 
 
 def _int_field(d: Mapping, key: str, *, minimum: int = 1, nullable: bool = False):
@@ -291,6 +297,7 @@ def _moe_fields(experts: str, width: str) -> tuple:
 
 
 _ATTENTION_BIAS = (("qkv_bias", "attention_bias", False), ("o_bias", "attention_bias", False))
+_SILU = (("hidden_act", "hidden_act", "silu"),)
 
 #: every architecture memlib reads, in the order :func:`family_of` tries them
 FAMILIES: tuple[Family, ...] = (
@@ -300,33 +307,39 @@ FAMILIES: tuple[Family, ...] = (
                   "that reuse them (Kimi-K2, Moonlight); read by _deepseek_from_dict"),
     Family("llama", ("LlamaForCausalLM",), ("llama",), "gqa", "swiglu",
            fields=_gqa_fields() + (("intermediate_size", "intermediate_size", REQUIRED),) + _ATTENTION_BIAS
-           + (("mlp_bias", "mlp_bias", False),),
+           + (("mlp_bias", "mlp_bias", False),) + _SILU,
            source="transformers LlamaForCausalLM: GQA (attention_bias on q, k, v, o), SwiGLU (mlp_bias), RMSNorm"),
     Family("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), "gqa", "swiglu", qk_norm=True,
-           fields=_gqa_fields(head_dim=128) + (("intermediate_size", "intermediate_size", REQUIRED),) + _ATTENTION_BIAS,
+           fields=_gqa_fields(head_dim=128) + (("intermediate_size", "intermediate_size", REQUIRED),) + _ATTENTION_BIAS
+           + _SILU,
            source="transformers Qwen3ForCausalLM: GQA with q/k RMSNorms over head_dim (Qwen3Config's head_dim "
                   "default is 128)"),
     Family("mixtral", ("MixtralForCausalLM",), ("mixtral",), "gqa", "swiglu", "mixtral",
-           fields=_gqa_fields() + _moe_fields("num_local_experts", "intermediate_size"),
+           fields=_gqa_fields() + _moe_fields("num_local_experts", "intermediate_size") + _SILU
+           + (("norm_topk_prob", None, True),),
            source="transformers MixtralForCausalLM: GQA without biases, top-k of N experts of width "
                   "intermediate_size, no shared expert"),
     Family("qwen2_moe", ("Qwen2MoeForCausalLM",), ("qwen2_moe",), "gqa", "swiglu", "qwen2_moe",
            fields=_gqa_fields() + _moe_fields("num_experts", "moe_intermediate_size")
            + (("shared_expert_intermediate_size", "shared_expert_intermediate_size", REQUIRED),
-              ("qkv_bias", "qkv_bias", True), ("intermediate_size", "intermediate_size", None)),
+              ("qkv_bias", "qkv_bias", True), ("intermediate_size", "intermediate_size", None),
+              ("norm_topk_prob", "norm_topk_prob", False)) + _SILU,
            source="transformers Qwen2MoeForCausalLM: GQA with q, k, v biases (qkv_bias), routed experts and one "
-                  "shared expert of width shared_expert_intermediate_size behind a sigmoid gate"),
+                  "shared expert of width shared_expert_intermediate_size behind a sigmoid gate; norm_topk_prob (default "
+                  "false) renormalises the top-k probabilities"),
     Family("qwen3_moe", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), "gqa", "swiglu", "qwen3_moe", qk_norm=True,
            fields=_gqa_fields() + _moe_fields("num_experts", "moe_intermediate_size") + _ATTENTION_BIAS
-           + (("intermediate_size", "intermediate_size", None),),
-           source="transformers Qwen3MoeForCausalLM: GQA with q/k RMSNorms, routed experts, no shared expert"),
+           + (("intermediate_size", "intermediate_size", None), ("norm_topk_prob", "norm_topk_prob", False)) + _SILU,
+           source="transformers Qwen3MoeForCausalLM: GQA with q/k RMSNorms, routed experts, no shared expert; "
+                  "norm_topk_prob (default false) renormalises the top-k probabilities"),
     Family("gpt", ("GPTForCausalLM",), ("gpt",), "gqa", "gelu", None, "layernorm", "learned",
            fields=_gqa_fields(kv=lambda kw: kw["num_attention_heads"], tie=True)
            + (("intermediate_size", "intermediate_size", lambda kw: 4 * kw["hidden_size"]),
               ("max_position_embeddings", "max_position_embeddings", REQUIRED),
-              ("qkv_bias", "attention_bias", True), ("o_bias", "attention_bias", True), ("mlp_bias", "mlp_bias", True)),
+              ("qkv_bias", "attention_bias", True), ("o_bias", "attention_bias", True), ("mlp_bias", "mlp_bias", True),
+              ("hidden_act", "hidden_act", "gelu")),
            source="memlib's convention for Megatron's classic GPT (model_type gpt): LayerNorm with bias, "
-                  "GeLU MLP of width intermediate_size (default 4 hidden_size), biases on every Linear "
+                  "GeLU MLP of width intermediate_size (default 4 hidden_size; hidden_act, default gelu), biases on every Linear "
                   "(attention_bias, mlp_bias, default true), learned absolute positions "
                   "(max_position_embeddings, required), tied embeddings by default (Megatron's "
                   "share_embeddings_and_output_weights); num_key_value_heads defaults to num_attention_heads"),
@@ -337,12 +350,15 @@ FAMILIES: tuple[Family, ...] = (
                    ("vocab_size", "vocab_size", REQUIRED), ("tie_word_embeddings", "tie_word_embeddings", True),
                    ("intermediate_size", "n_inner", lambda kw: 4 * kw["hidden_size"]),
                    ("max_position_embeddings", "n_positions", REQUIRED),
-                   ("qkv_bias", None, True), ("o_bias", None, True), ("mlp_bias", None, True)),
-           source="transformers GPT2LMHeadModel: the same blocks as the classic GPT under GPT-2's field names"),
+                   ("qkv_bias", None, True), ("o_bias", None, True), ("mlp_bias", None, True),
+                   ("hidden_act", "activation_function", "gelu_new")),
+           source="transformers GPT2LMHeadModel: the same blocks as the classic GPT under GPT-2's field names "
+                  "(activation_function, default gelu_new)"),
 )
 
 _INT_NULLABLE = {"intermediate_size"}
-_BOOL_FIELDS = {"tie_word_embeddings", "qkv_bias", "o_bias", "mlp_bias"}
+_BOOL_FIELDS = {"tie_word_embeddings", "qkv_bias", "o_bias", "mlp_bias", "norm_topk_prob"}
+_STR_FIELDS = {"hidden_act"}
 
 
 def family_of(d: Mapping, name: str = "custom") -> Family:
@@ -384,6 +400,9 @@ def _read_family(fam: Family, d: Mapping, name: str, source: str) -> ModelConfig
         if field in _BOOL_FIELDS:
             if not isinstance(x, bool):
                 raise ConfigError(f"{hf}={show(x)} must be true or false")
+        elif field in _STR_FIELDS:
+            if not isinstance(x, str) or not x:
+                raise ConfigError(f"{hf}={show(x)} must be the name of an activation function (a string)")
         elif x is not None or field not in _INT_NULLABLE:
             x = check_count(hf or field, x, bound=LIMITS.get(field, LIMITS["width"]))
         kw[field] = x
@@ -419,7 +438,8 @@ def _read_family(fam: Family, d: Mapping, name: str, source: str) -> ModelConfig
         positions=fam.positions, num_key_value_heads=n_kv, head_dim=kw["head_dim"], qk_norm=fam.qk_norm,
         qkv_bias=kw.get("qkv_bias", False), o_bias=kw.get("o_bias", False), mlp_bias=kw.get("mlp_bias", False),
         shared_expert_intermediate_size=kw.get("shared_expert_intermediate_size"),
-        max_position_embeddings=kw.get("max_position_embeddings"), name=name, source=source)
+        max_position_embeddings=kw.get("max_position_embeddings"), hidden_act=kw["hidden_act"],
+        norm_topk_prob=kw.get("norm_topk_prob", True), name=name, source=source)
 
 
 def preset_names() -> list[str]:

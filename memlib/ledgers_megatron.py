@@ -24,6 +24,11 @@ after Megatron-LM's own arguments:
     saves in its ``note``.  ``unfused`` (TE's) and ``local`` (Megatron-Core's) attention backends keep
     the ``s x s`` probabilities.
 
+The other families (:data:`memlib.config.FAMILIES`: grouped-query and multi-head attention, q/k RMSNorms,
+biases, LayerNorm, learned positions, the GeLU MLP, Mixtral/Qwen-style routing, Qwen2-MoE's gated shared
+expert) are measured on the local path too, to the byte (:func:`_gqa_local`); on the TE path their
+entries are read from the code.
+
 Both paths share Megatron-Core's own code for what is not a TE kernel, measured on the CPU: the router
 (``--moe-router-fusion`` off, the default), the unfused permutation (``--moe-permute-fusion`` off, the
 default), the SwiGLU (fused by default, ``--no-bias-swiglu-fusion`` unfuses it), the experts'
@@ -46,7 +51,8 @@ from .states import recipe
 from .symbols import sym
 
 __all__ = ["Kernels", "TE_DEFAULT", "megatron_layer", "megatron_head", "megatron_embedding", "megatron_mtp",
-           "bind", "KERNEL_SOURCES"]
+           "bind", "KERNEL_SOURCES", "ROUTER_SOFTMAX_FIRST",
+           "router_softmax_first"]
 
 b, s = sym("b"), sym("s")
 h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
@@ -132,7 +138,7 @@ _SHARED_CODE = "megatron-core's own code on both paths; " + _MEASURED
 def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "CP"}), modules=(),
           keep_input: bool = False, keep_all: bool = False, output_name: str = "", output_modules=None,
           output_linear: bool = True, output_note: str = "", checkpoint_module: str = "",
-          output: bool = True, te_source: str = "te_rmsnorm") -> list[Saved]:
+          output: bool = True, te_source: str = "te_rmsnorm", layernorm: bool = False) -> list[Saved]:
     """An RMSNorm over ``width`` features of every token and its output (kept by the Linear that reads it).
 
     TE keeps its input in the activation dtype and one fp32 ``rsigma`` per token; ``torch.nn.RMSNorm``
@@ -140,10 +146,26 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
     and the fp32 normalised values.  ``modules`` drop all but TE's input; ``keep_input`` keeps TE's input
     under full recomputation (it is the layer's checkpoint), ``keep_all`` keeps everything (a norm outside
     any checkpoint).  ``checkpoint_module``: under that recompute module an output-discarding checkpoint
-    wraps the norm and keeps its (activation-dtype) input instead."""
+    wraps the norm and keeps its (activation-dtype) input instead.
+
+    ``layernorm`` (the local path): ``torch.nn.LayerNorm`` instead, which keeps its input itself and its
+    mean and 1/std per token in the activation dtype; the input is the same storage its output-discarding
+    checkpoint keeps, so it stays under ``checkpoint_module`` too."""
     bs = b * s
     out_modules = modules if output_modules is None else output_modules
-    if k.local_norm:
+    if k.local_norm and layernorm:
+        note = ("torch.nn.LayerNorm (native_layer_norm on the CPU) keeps its input and its mean and 1/std per "
+                "token in the input's dtype; " + _MEASURED)
+        out = [
+            _S(f"{prefix}.norm_input", f"{what}, input of its LayerNorm (and of the LayerNorm's checkpoint)",
+               bs * width, shard=shard, modules=() if checkpoint_module else modules,
+               keep_full=keep_input or keep_all, note=note),
+            _S(f"{prefix}.norm_mean", f"{what}: the LayerNorm's mean per token", bs, shard=shard, modules=modules,
+               keep_full=keep_all, note=note),
+            _S(f"{prefix}.norm_rstd", f"{what}: the LayerNorm's 1/std per token", bs, shard=shard, modules=modules,
+               keep_full=keep_all, note=note),
+        ]
+    elif k.local_norm:
         note = ("torch.nn.RMSNorm (torch.rms_norm's composite on the CPU) upcasts its input to fp32 and keeps "
                 "it; in fp32 training the upcast is the input itself" + ("; " + _MEASURED))
         out = [
@@ -358,8 +380,9 @@ def _dense(m: ModelConfig, k: Kernels) -> list[Saved]:
     if k.local_norm:
         out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"layernorm"},
                     checkpoint_module="layernorm", output_modules={"layernorm"},
-                    output_name="pre-MLP RMSNorm output, input of fc1 (gate and up)",
-                    output_note="kept by fc1, and by the mlp checkpoint as its input; " + _MEASURED)
+                    output_name="pre-MLP norm output, input of fc1 (gate and up)",
+                    output_note="kept by fc1, and by the mlp checkpoint as its input; " + _MEASURED,
+                    layernorm=m.norm == "layernorm")
     else:
         out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"mlp"},
                     output_name="RMSNorm output, input of fc1 (gate and up)", te_source="te_layernorm_linear",
@@ -370,11 +393,33 @@ def _dense(m: ModelConfig, k: Kernels) -> list[Saved]:
     return out
 
 
+#: MoE kind -> whether Megatron-Core's router takes the softmax before the top-k (--moe-router-pre-softmax:
+#: DeepSeek, and Qwen2-MoE, whose top-k probabilities are not renormalised) or after it, over the top-k logits
+#: (Mixtral; Qwen3-MoE, whose norm_topk_prob renormalises the top-k of the softmax: the same probabilities)
+ROUTER_SOFTMAX_FIRST = {"deepseek": True, "qwen2_moe": True, "mixtral": False, "qwen3_moe": False}
+
+
+def router_softmax_first(m: ModelConfig) -> bool:
+    """Whether the router takes the softmax before the top-k: :data:`ROUTER_SOFTMAX_FIRST`, and always with
+    top-1 (Megatron-Core refuses --no-moe-router-pre-softmax with top-1: "Please use --moe-router-pre-softmax
+    when topk is 1")."""
+    return ROUTER_SOFTMAX_FIRST[m.moe] or m.num_experts_per_tok == 1
+
+
 def _router(m: ModelConfig, k: Kernels) -> list[Saved]:
     """Megatron-Core's TopKRouter, unfused (--moe-router-fusion off), fp32 (--moe-router-dtype fp32)."""
     bs = b * s
     sigmoid = m.scoring_func == "sigmoid"
     tok = {"SP", "CP"}
+    if not router_softmax_first(m):
+        out = [
+            _S("moe.topk_indices", "top-k expert indices of the logits, int64 (kept by the top-k and by the scatter "
+               "into [tokens, N])", bs * N_r, "int64", shard=tok, modules={"moe"}, note=_SHARED_CODE),
+            _S("moe.topk_probs", "softmax over the top-k logits, fp32, kept by the softmax", bs * N_r, "fp32",
+               shard=tok, modules={"moe"}, note="--no-moe-router-pre-softmax (the renormalised top-k of the softmax, "
+                                                "as Mixtral and Qwen3-MoE route); " + _SHARED_CODE),
+        ]
+        return out + _aux_loss(k, sigmoid, tok)
     out = [
         _S("moe.router_scores", f"router scores {'sigmoid' if sigmoid else 'softmax'}(logits), fp32, kept by the "
            "score function", bs * N, "fp32", shard=tok, modules={"moe"},
@@ -394,6 +439,13 @@ def _router(m: ModelConfig, k: Kernels) -> list[Saved]:
                       "bool (kept by masked_fill)", bs * N, "mask", shard=tok, modules={"moe"},
                       note="with an expert bias the top-k runs on scores + bias, whose values nothing keeps; "
                            + _SHARED_CODE))
+    return out + _aux_loss(k, sigmoid, tok)
+
+
+def _aux_loss(k: Kernels, sigmoid: bool, tok: set) -> list[Saved]:
+    """The load-balancing loss's tensors (``--moe-router-load-balancing-type``)."""
+    bs = b * s
+    out = []
     if k.aux_loss.has_aux_loss:
         seq = k.aux_loss is LoadBalancing.SEQ_AUX_LOSS
         out.append(_S("moe.aux_loss_scores", "router scores recomputed for the load-balancing loss, fp32", bs * N,
@@ -479,13 +531,12 @@ def _gqa_attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     linear_qkv (TELayerNormColumnParallelLinear keeps its input, rsigma (and mu) and ln_out), q, k, v after
     the fused RoPE, the attention kernel's output and, for flash/fused attention, the fp32 softmax
     statistics (or, unfused, the s x s probabilities), the output projection's input."""
-    if k.local_norm:
-        raise ConfigError(f"transformer_impl={k.impl} with grouped-query attention ({m.name}): the megatron "
-                          f"ledger has only the Transformer Engine path for it yet")
     if k.tp > m.num_key_value_heads:
         raise ConfigError(f"tp={k.tp} > num_key_value_heads={m.num_key_value_heads}: Megatron-Core all-gathers the "
                           f"QKV output and replicates a key-value group; the megatron activation ledger does not "
                           f"count that yet (use tp <= num_key_value_heads)")
+    if k.local_norm:
+        return _gqa_local(m, k)
     bs = b * s
     n_kv, d_head = sym("n_kv"), sym("d_head")
     te = KERNEL_SOURCES["te_layernorm_linear"]
@@ -537,13 +588,127 @@ def _gqa_attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     return out
 
 
+def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
+    """Grouped-query (or multi-head) attention on the local path (``torch.nn.RMSNorm``/``LayerNorm``,
+    ColumnParallelLinear, unfused RoPE, Megatron-Core's DotProductAttention), measured on the CPU.
+
+    linear_qkv's output [q; k; v] (one tensor per key-value group) is split into views; reshaping q to its
+    n_h heads copies it when a rank holds more than one group and a group more than one query head (the
+    group's k and v lie between its queries and the next group's), and so does the attention's own reshape
+    of a q that is still a view to [s, b n_h, d_head] when b > 1 (one group per rank, no RoPE: the GPT).
+    RoPE (or the q/k RMSNorms of Qwen3) makes q and k new tensors; v stays a view.  The local DotProductAttention repeats k
+    and v over the query heads of a group (``repeat_interleave``: copies) when n_kv < n_h, and keeps q,
+    the (repeated) k and v and the s x s probabilities through its batched matmuls.  So the whole linear_qkv
+    output stays alive exactly when a view of it is kept: q and k without RoPE or q/k norms, v in multi-head
+    attention (not repeated), v as an input of the core-attention checkpoint, or the fp32 q/k norms' inputs
+    (in fp32 training the norm's upcast is the input itself)."""
+    bs = b * s
+    n_kv, d_head = sym("n_kv"), sym("d_head")
+    ln = m.norm == "layernorm"
+    rope = m.positions == "rope"
+    mha = m.num_key_value_heads == m.num_attention_heads
+    new_qk = rope or m.qk_norm
+    q_copy = not mha and m.num_key_value_heads > k.tp      # query.reshape(s, b, n_h / TP, d_head) copies
+    tok, head = {"SP", "CP"}, {"TP", "CP"}
+    out = _norm("attention", "the layer input (residual stream)", h, k, keep_input=True, modules={"layernorm"},
+                checkpoint_module="layernorm", layernorm=ln,
+                output_name="input norm output, input of linear_qkv",
+                output_note="kept by linear_qkv (ColumnParallelLinear); " + _MEASURED)
+    if not ln:
+        out.append(_S("attention.layer_input", "the layer input, kept by the layer's checkpoint (full recomputation)",
+                      bs * h, shard=tok, only_when={"full"}, keep_full=True, note=_MEASURED))
+    qkv = bs * (n_h + 2 * n_kv) * d_head
+    qkv_kept = mha or (m.qk_norm and k.fp32)
+    # q still a view when it reaches the attention, not repeated: Q K^T keeps that view with b = 1; with
+    # b > 1 the attention's reshape copies it
+    q_view = not (new_qk or q_copy or mha)
+    if qkv_kept:
+        out.append(_S("attention.qkv_output", "linear_qkv output [q; k; v] per key-value group, kept whole while a "
+                      "view of it is kept", qkv, shard=head,
+                      note="kept by " + ("the batched matmuls' views of v (and of q and k without RoPE): n_kv = n_h, "
+                                         "nothing repeated" if mha else
+                                         "the q/k RMSNorms, whose fp32 input is a view of it") + "; " + _MEASURED))
+    else:
+        if q_view:
+            out.append(_S("attention.qkv_output", "linear_qkv output [q; k; v], kept whole by Q K^T's view of q "
+                          "(b = 1)", sp.Piecewise((qkv, sp.Eq(b, 1)), (0, True)), shard=head, note=_MEASURED))
+        out.append(_S("attention.qkv_output_checkpointed", "linear_qkv output [q; k; v], kept whole by the "
+                      "core-attention checkpoint, whose input v is a view of it",
+                      sp.Piecewise((qkv, b > 1), (0, True)) if q_view else qkv, shard=head,
+                      only_when={"core_attn"}, note=_MEASURED))
+    if m.qk_norm:
+        for x, heads in (("q", n_h), ("k", n_kv)):
+            if not k.fp32:
+                out.append(_S(f"attention.{x}_norm_input_fp32", f"{x} per head, upcast to fp32 by its RMSNorm",
+                              bs * heads * d_head, "fp32", shard=head, note=_MEASURED))
+            elif x == "q" and q_copy:
+                out.append(_S("attention.q_norm_input", "q per head (the reshape's copy), kept by its RMSNorm (fp32 "
+                              "training: no upcast copy)", bs * heads * d_head, shard=head, note=_MEASURED))
+            out += [
+                _S(f"attention.{x}_norm_rstd", f"{x}'s RMSNorm: 1/rms per head and token, fp32", bs * heads, "fp32",
+                   shard=head, note=_MEASURED),
+                _S(f"attention.{x}_norm_normalized", f"{x} normalised per head, fp32 (kept by the product with the "
+                   "weight)", bs * heads * d_head, "fp32", shard=head, note=_MEASURED),
+            ]
+    if rope:
+        out.append(_S("attention.rope_tables", "RoPE cos and sin [s, 1, 1, d_head], for the queries and for the keys "
+                      "(four tables), kept by the RoPE products", 4 * s * d_head, shard={"CP"},
+                      note="--no-rope-fusion (the CPU); " + _MEASURED))
+    if new_qk or q_copy:
+        out += [
+            _S("attention.q", "queries after RoPE (or the q norm, or the reshape's copy), input of Megatron-Core's "
+               "DotProductAttention",
+               bs * n_h * d_head, shard=head, note="kept by Q K^T, and by the core-attention checkpoint; " + _MEASURED)]
+    if q_view:
+        out.append(_S("attention.q", "queries, copied by the attention's reshape to [s, b n_h, d_head] (b > 1), "
+                      "kept by Q K^T", sp.Piecewise((bs * n_h * d_head, b > 1), (0, True)), shard=head,
+                      modules={"core_attn"}, note=_MEASURED))
+    if new_qk:
+        out += [
+            _S("attention.k", "keys after RoPE (or the k norm), n_kv heads", bs * n_kv * d_head, shard=head,
+               only_when=() if mha else {"core_attn"},
+               note=("kept by Q K^T (not repeated: n_kv = n_h)" if mha else
+                     "kept only by the core-attention checkpoint (Q K^T keeps the repeated copy)") + "; " + _MEASURED),
+        ]
+    if not mha:
+        out += [
+            _S("attention.k_repeated", "keys repeated over each group's query heads (repeat_interleave), kept by Q K^T",
+               bs * n_h * d_head, shard=head, modules={"core_attn"}, note=_MEASURED),
+            _S("attention.v_repeated", "values repeated over each group's query heads, kept by P V",
+               bs * n_h * d_head, shard=head, modules={"core_attn"}, note=_MEASURED),
+        ]
+    out += [
+        _S("attention.attn_mask_type", "the mask type, kept as a one-element int32 tensor by the core-attention "
+           "checkpoint", 1, "int32", only_when={"core_attn"}, note=_SHARED_CODE),
+        _S("attention.softmax_out", "softmax probabilities [b, n_h, s, s]", b * n_h * s * s, shard=head,
+           modules={"core_attn"}, note="Megatron-Core's FusedScaleMaskSoftmax unfused (torch) path; " + _MEASURED),
+    ]
+    if k.softmax_fp32 and not k.fp32:
+        out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
+                      "kept by the softmax beside the copy P V keeps", b * n_h * s * s, "fp32", shard=head,
+                      modules={"core_attn"}, note=_MEASURED))
+    out.append(_S("attention.context", "attention output, input of linear_proj", bs * n_h * d_head, shard=head,
+                  linear_input=True, width=n_h * d_head, note="kept by linear_proj (RowParallelLinear); " + _MEASURED))
+    return out
+
+
 def _gelu_dense(m: ModelConfig, k: Kernels) -> list[Saved]:
     """The classic GPT MLP on the TE path: the norm fused into fc1, the fused bias-GeLU's input and its output
     (fc2's input)."""
-    if k.local_norm:
-        raise ConfigError(f"transformer_impl={k.impl} with a GeLU MLP ({m.name}): the megatron ledger has only the "
-                          f"Transformer Engine path for it yet")
     bs = b * s
+    if k.local_norm:
+        out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"layernorm"},
+                    checkpoint_module="layernorm", output_modules={"layernorm"},
+                    output_name="pre-MLP norm output, input of fc1", layernorm=m.norm == "layernorm",
+                    output_note="kept by fc1, and by the mlp checkpoint as its input; " + _MEASURED)
+        return out + [
+            _S("dense_ffn.gelu_input", "fc1 output (before its bias), the GeLU's input", bs * h_F, shard={"TP", "CP"},
+               modules={"mlp"}, note="the fused bias-GeLU (fused_bias_gelu.py, an autograd Function) keeps its input "
+                                     "and the bias (a parameter); unfused, F.gelu keeps the biased sum: the same "
+                                     "bytes; " + _MEASURED),
+            _S("dense_ffn.act_output", "GeLU output, input of fc2", bs * h_F, shard={"TP", "CP"}, modules={"mlp"},
+               linear_input=True, width=h_F, note="kept by fc2 (RowParallelLinear); " + _MEASURED),
+        ]
     out = _norm("dense_ffn", "the FFN block input (residual stream after attention)", h, k, modules={"mlp"},
                 output_name="norm output, input of fc1", te_source="te_layernorm_linear",
                 output_note="ln_out of the norm fused into fc1: " + KERNEL_SOURCES["te_layernorm_linear"])
@@ -579,13 +744,13 @@ def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[S
         ffn = _moe(m, k)
         if m.moe == "qwen2_moe":
             ffn += _qwen2_shared(m, k)
-        if m.norm == "layernorm":
+        if m.norm == "layernorm" and not k.local_norm:
             ffn[1:1] = _layernorm_mu("moe", "the MoE block input", m, modules={"layernorm"})
     elif m.mlp == "gelu":
         ffn = _gelu_dense(m, k)
     else:
         ffn = _dense(m, k)
-        if m.norm == "layernorm":
+        if m.norm == "layernorm" and not k.local_norm:
             ffn[1:1] = _layernorm_mu("dense_ffn", "the FFN block input", m, modules={"mlp"})
     return att + ffn
 
@@ -603,6 +768,12 @@ def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
     if m.positions == "learned":
         out.append(_S("embedding.position_ids", "position ids (for the learned position embedding's backward)", b * s,
                       "int64", shard={"CP"}, keep_full=True, note="language_model_embedding.py; " + _FROM_CODE))
+    if m.attention == "gqa" and m.positions == "rope" and k.policy.full:
+        out.append(_S("embedding.rope_freqs", "RoPE angles [s, 1, 1, d_head], fp32, one tensor for every layer",
+                      s * sym("d_head"), "fp32", shard={"CP"}, keep_full=True,
+                      note="GPTModel computes them once and hands them to every layer; each fully recomputed layer's "
+                           "checkpoint keeps them as an input (counted here once; a later pipeline stage keeps its "
+                           "own); " + _MEASURED))
     mask_kept = k.backend.keeps_scores(k.impl) and k.backend.is_local(k.impl)
     if mask_kept or k.policy.full or "core_attn" in k.policy.modules:
         out.append(_S("embedding.attention_mask", "the dataset's attention mask [b, 1, s, s], bool, one tensor "
@@ -644,11 +815,12 @@ def _loss(prefix: str, k: Kernels) -> list[Saved]:
     ]
 
 
-def megatron_head(prefix: str = "head", k: Kernels = TE_DEFAULT, *, mtp: bool = False) -> list[Saved]:
-    """Final RMSNorm, the output layer's input and the loss (for an MTP module: ``mtp=True``, whose
-    final norm runs inside its full-recomputation checkpoint)."""
+def megatron_head(prefix: str = "head", k: Kernels = TE_DEFAULT, *, mtp: bool = False,
+                  layernorm: bool = False) -> list[Saved]:
+    """Final RMSNorm (``layernorm``: LayerNorm), the output layer's input and the loss (for an MTP module:
+    ``mtp=True``, whose final norm runs inside its full-recomputation checkpoint)."""
     bs = b * s
-    out = _norm(prefix, "final RMSNorm input", h, k, keep_all=not mtp, output=False)
+    out = _norm(prefix, "final norm input", h, k, keep_all=not mtp, output=False, layernorm=layernorm)
     out.append(_S(f"{prefix}.input", "final RMSNorm output, input of the output layer", bs * h, shard={"SP", "CP"},
                   keep_full=True,
                   note="the output head stays in bf16 (DeepSeek-V3 report §3.3): not FP8-cached; with MTP the main "
@@ -724,7 +896,8 @@ def _profile(k: Kernels) -> ActProfile:
            if local else "fused attention (no s^2), no dropout, SwiGLU, fp32 router, alltoall dispatch over "
                          "EP/ETP, TP-split shared experts, sequence parallelism, MTP"),
         lambda m, kind: megatron_layer(m, kind, k), lambda m: megatron_embedding(m, k),
-        lambda m: megatron_head("head", k) + _layernorm_mu("head", "final norm input", m, keep_full=True),
+        lambda m: megatron_head("head", k, layernorm=m.norm == "layernorm")
+        + ([] if local else _layernorm_mu("head", "final norm input", m, keep_full=True)),
         lambda m, j: megatron_mtp(m, j, k),
         modules=frozenset(modules), bind=bind, key=(k,))
 

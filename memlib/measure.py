@@ -16,7 +16,9 @@ Activations
     is not held), each storage once (views share storage), parameters and buffers excluded.  Each
     storage is attributed to the region that first saved it: the embedding, decoder layer ``i``,
     the final norm, the head or the loss; the RoPE tables, computed once before the first layer
-    and saved by every layer, are attributed to the embedding.  It then runs backward and one
+    and saved by every layer, are attributed to the embedding (GPT-2's position ids are saved there).
+    Every family memlib reads is built by its transformers class (:data:`HF_CONFIGS`; memlib's ``gpt``
+    as GPT-2), with every dropout probability 0.  It then runs backward and one
     AdamW step and counts the gradient and optimizer-state bytes.
 
 :func:`compare` puts the measurement beside the ``hf-eager`` ledger of :mod:`memlib.ledgers_hf`, per
@@ -30,10 +32,11 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 
-from .config import ConfigError, ModelConfig, load_model
+from .config import ConfigError, ModelConfig, load_model, show
 
 __all__ = ["require", "hf_config", "param_check", "measure_activations", "compare", "predicted",
-           "random_config", "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key", "SavedTensors"]
+           "random_config", "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key", "SavedTensors",
+           "HF_CONFIGS", "RANDOM_FAMILIES"]
 
 MISSING_EXTRA = "measure needs the optional extra: pip install memlib[measure]"
 
@@ -57,21 +60,69 @@ def require():
 # memlib config -> Hugging Face config
 # ------------------------------------------------------------------------------------------------
 def _check_hf_compatible(m: ModelConfig) -> None:
-    if m.moe_layer_freq != 1:
+    from .ledgers_hf import hf_code
+
+    hf_code(m)             # a family (or a gpt config) transformers cannot build: one line
+    if m.family == "deepseek" and m.moe_layer_freq != 1:
         raise ConfigError(f"moe_layer_freq={m.moe_layer_freq}: transformers' DeepSeek models make every layer "
                           f"from first_k_dense_replace on MoE; only moe_layer_freq=1 can be compared")
 
 
+def _gqa_kwargs(m: ModelConfig, max_positions: int) -> dict:
+    """The fields every Llama-style config shares (no dropout, as the hf-eager ledger counts)."""
+    return dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_hidden_layers,
+                num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_key_value_heads,
+                head_dim=m.head_dim, max_position_embeddings=max_positions, tie_word_embeddings=m.tie_word_embeddings,
+                hidden_act=m.hidden_act, attention_dropout=0.0)
+
+
+def _moe_kwargs(m: ModelConfig) -> dict:
+    return dict(num_experts=m.n_routed_experts, moe_intermediate_size=m.moe_intermediate_size,
+                num_experts_per_tok=m.num_experts_per_tok, norm_topk_prob=m.norm_topk_prob, decoder_sparse_step=1,
+                mlp_only_layers=[], output_router_logits=False)
+
+
+#: memlib family -> (transformers config class, its keyword arguments from memlib's fields and the longest
+#: sequence); memlib's ``gpt`` is built as GPT-2 (see :mod:`memlib.ledgers_hf`)
+HF_CONFIGS = {
+    "llama": ("LlamaConfig", lambda m, n: {**_gqa_kwargs(m, n), "intermediate_size": m.intermediate_size,
+                                           "attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}),
+    "qwen3": ("Qwen3Config", lambda m, n: {**_gqa_kwargs(m, n), "intermediate_size": m.intermediate_size,
+                                           "attention_bias": m.qkv_bias}),
+    "mixtral": ("MixtralConfig", lambda m, n: {**_gqa_kwargs(m, n), "num_local_experts": m.n_routed_experts,
+                                               "intermediate_size": m.moe_intermediate_size,
+                                               "num_experts_per_tok": m.num_experts_per_tok,
+                                               "router_jitter_noise": 0.0, "output_router_logits": False}),
+    "qwen2_moe": ("Qwen2MoeConfig", lambda m, n: {**_gqa_kwargs(m, n), **_moe_kwargs(m), "qkv_bias": m.qkv_bias,
+                                                  "shared_expert_intermediate_size": m.shared_expert_intermediate_size,
+                                                  "intermediate_size": m.intermediate_size or m.moe_intermediate_size}),
+    "qwen3_moe": ("Qwen3MoeConfig", lambda m, n: {**_gqa_kwargs(m, n), **_moe_kwargs(m), "attention_bias": m.qkv_bias,
+                                                  "intermediate_size": m.intermediate_size or m.moe_intermediate_size}),
+    "gpt2": ("GPT2Config", lambda m, n: dict(
+        vocab_size=m.vocab_size, n_embd=m.hidden_size, n_layer=m.num_hidden_layers, n_head=m.num_attention_heads,
+        n_positions=m.max_position_embeddings, n_inner=m.intermediate_size, activation_function=m.hidden_act,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=m.tie_word_embeddings,
+        bos_token_id=None, eos_token_id=None)),
+}
+HF_CONFIGS["gpt"] = HF_CONFIGS["gpt2"]
+
+
 def hf_config(m: ModelConfig | str, *, arch: str | None = None, attn: str = "eager", max_positions: int = 4096):
-    """The ``transformers`` config of ``m``: ``DeepseekV3Config``, or ``DeepseekV2Config`` when ``arch``
-    is ``None`` and the model has no router bias (DeepSeek-V2's greedy routing), with memlib's fields
-    and the routing made valid for any N (``n_group = topk_group = 1``, which changes which experts
-    are picked, not what is saved)."""
-    require()
-    from transformers import DeepseekV2Config, DeepseekV3Config
+    """The ``transformers`` config of ``m``.  A DeepSeek model: ``DeepseekV3Config``, or ``DeepseekV2Config``
+    when ``arch`` is ``None`` and the model has no router bias (DeepSeek-V2's greedy routing), with memlib's
+    fields and the routing made valid for any N (``n_group = topk_group = 1``, which changes which experts
+    are picked, not what is saved).  Any other family: its :data:`HF_CONFIGS` entry, every dropout 0."""
+    _, transformers = require()
 
     m = load_model(m)
     _check_hf_compatible(m)
+    if m.family != "deepseek":
+        name, kwargs = HF_CONFIGS[m.family]
+        cfg = getattr(transformers, name)(**kwargs(m, max_positions))
+        cfg._attn_implementation = attn
+        return cfg
+    from transformers import DeepseekV2Config, DeepseekV3Config
+
     if arch is None:
         arch = "v3" if m.router_bias else "v2"
     common = dict(
@@ -93,9 +144,11 @@ def hf_config(m: ModelConfig | str, *, arch: str | None = None, attn: str = "eag
 
 
 def _model_class(cfg):
-    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+    from transformers import AutoModelForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
 
-    return DeepseekV3ForCausalLM if cfg.model_type == "deepseek_v3" else DeepseekV2ForCausalLM
+    if cfg.model_type.startswith("deepseek"):
+        return DeepseekV3ForCausalLM if cfg.model_type == "deepseek_v3" else DeepseekV2ForCausalLM
+    return AutoModelForCausalLM._model_mapping[type(cfg)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -105,6 +158,31 @@ def _model_class(cfg):
 _EXPERT_HF = {"mlp.experts.*.gate_proj.weight": "mlp.experts.gate_up_proj",
               "mlp.experts.*.up_proj.weight": "mlp.experts.gate_up_proj",
               "mlp.experts.*.down_proj.weight": "mlp.experts.down_proj"}
+
+
+#: transformers class -> its names of memlib's tensors (memlib names them as Llama does) and its decoder-layer
+#: prefix; GPT-2's fused c_attn holds W^Q, W^K and W^V and their biases
+_HF_NAMES = {"GPT2LMHeadModel": ({
+    "model.embed_tokens.weight": "transformer.wte.weight", "model.norm.weight": "transformer.ln_f.weight",
+    "model.norm.bias": "transformer.ln_f.bias",
+    **{f"self_attn.{p}_proj.{w}": f"attn.c_attn.{w}" for p in "qkv" for w in ("weight", "bias")},
+    "self_attn.o_proj.weight": "attn.c_proj.weight", "self_attn.o_proj.bias": "attn.c_proj.bias",
+    **{f"{n}.{w}": f"{g}.{w}" for n, g in (("input_layernorm", "ln_1"), ("post_attention_layernorm", "ln_2"))
+       for w in ("weight", "bias")}}, "transformer.h.")}
+
+
+def _hf_name(m: ModelConfig, name: str) -> str:
+    """The name of memlib's Hugging Face tensor ``name`` in ``m``'s transformers class."""
+    from .ledgers_hf import HF_CODE
+
+    code = HF_CODE.get(m.family)
+    if code is None or code.cls not in _HF_NAMES:
+        return name
+    names, layers = _HF_NAMES[code.cls]
+    if name.startswith("model.layers."):
+        i, rest = name[len("model.layers."):].split(".", 1)
+        return f"{layers}{i}." + names.get(rest, rest)
+    return names.get(name, name)
 
 
 def memlib_hf_tensors(m: ModelConfig) -> dict[str, dict]:
@@ -117,11 +195,12 @@ def memlib_hf_tensors(m: ModelConfig) -> dict[str, dict]:
     out: dict[str, dict] = {}
 
     def add(name, t):
+        name = _hf_name(m, name)
         d = out.setdefault(name, {"count": 0, "block": t.block, "buffer": t.kind == "buffer", "keys": []})
         d["count"] += int(t.numel.xreplace(vals))
         d["keys"].append(t.key)
 
-    for t in embedding_tensors():
+    for t in embedding_tensors(m):
         add(t.hf, t)
     for i, kind in enumerate(m.layer_kinds):
         for t in decoder_layer_tensors(m, kind):
@@ -206,11 +285,27 @@ def _check_small(m: ModelConfig, device: str = "cpu") -> None:
 
     n = model_params(m).evaluate_total(values(m))
     if "moe" in m.layer_kinds and (m.hidden_size % 8 or m.moe_intermediate_size % 8):
-        raise ConfigError(f"hidden_size={m.hidden_size}, moe_intermediate_size={m.moe_intermediate_size}: "
+        width = _config_field(m, "moe_intermediate_size")
+        raise ConfigError(f"hidden_size={m.hidden_size}, {width}={m.moe_intermediate_size}: "
                           f"transformers' grouped_mm experts need both to be multiples of 8 (16-byte strides in bf16)")
     if n > MAX_MEASURED_PARAMS and device == "cpu":
         raise ConfigError(f"model={m.name} has {n} parameters, more than {MAX_MEASURED_PARAMS} that measure builds "
                           f"on the CPU; use a small config (the presets' parameters are checked on the meta device)")
+
+
+#: transformers class -> (base model attribute, token embedding, RoPE module or None, decoder layers, final
+#: norm) within it; None: the Llama layout, which DeepSeek, Qwen and Mixtral share
+_MODULES = {None: ("model", "embed_tokens", "rotary_emb", "layers", "norm"),
+            "GPT2LMHeadModel": ("transformer", "wte", None, "h", "ln_f")}
+
+
+def _config_field(m: ModelConfig, field: str) -> str:
+    """The config.json name of ModelConfig's ``field`` in ``m``'s family (Mixtral's expert width is
+    ``intermediate_size``)."""
+    from .config import FAMILIES
+
+    fam = next((f for f in FAMILIES if f.name == m.family), None)
+    return next((hf for name, hf, _ in (fam.fields if fam else ()) if name == field and hf), field)
 
 
 class _Packed:
@@ -301,6 +396,9 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
 
     m = load_model(model)
     _check_small(m, device)
+    if m.positions == "learned" and seq_len > m.max_position_embeddings:
+        raise ConfigError(f"seq_len={seq_len} exceeds max_position_embeddings={m.max_position_embeddings}, the "
+                          f"positions {m.name} has embeddings for")
     cfg = hf_config(m, arch="v3", attn=attn, max_positions=max(seq_len, 2))
     torch.manual_seed(seed)
     with warnings.catch_warnings():       # no shared experts: empty Linears warn that init is a no-op
@@ -329,13 +427,15 @@ def measure_activations(model: ModelConfig | str, micro_batch: int, seq_len: int
         for t in out:
             rope_outputs.add(_storage_key(t))
 
-    core = hf.model
-    hooks.append(core.embed_tokens.register_forward_pre_hook(enter("embedding")))
-    hooks.append(core.rotary_emb.register_forward_hook(rope_post))
-    for i, layer in enumerate(core.layers):
+    core, embed, rotary, layers, norm = _MODULES.get(type(hf).__name__, _MODULES[None])
+    core = getattr(hf, core)
+    hooks.append(getattr(core, embed).register_forward_pre_hook(enter("embedding")))
+    if rotary is not None:
+        hooks.append(getattr(core, rotary).register_forward_hook(rope_post))
+    for i, layer in enumerate(getattr(core, layers)):
         hooks.append(layer.register_forward_pre_hook(enter(f"layer.{i}")))
         hooks.append(layer.register_forward_hook(leave("between")))
-    hooks.append(core.norm.register_forward_pre_hook(enter("final_norm")))
+    hooks.append(getattr(core, norm).register_forward_pre_hook(enter("final_norm")))
     hooks.append(hf.lm_head.register_forward_pre_hook(enter("head")))
     hooks.append(hf.lm_head.register_forward_hook(leave("loss")))
 
@@ -389,7 +489,7 @@ def region_of_key(key: str, layer: int | None = None) -> str:
 
 def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile: str = "hf-eager") -> dict:
     """The ledger's bytes per region (embedding, layer.i, final_norm, head, loss), per entry, and
-    gradient and AdamW-state bytes of the bf16 model (the router's weight is kept in fp32)."""
+    gradient and AdamW-state bytes of the bf16 model (DeepSeek's router weight is kept in fp32)."""
     from .activations import ledger_bytes, training_values
     from .config import TrainingConfig
     from .ledgers import act_profile
@@ -423,7 +523,7 @@ def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile:
 
 
 def _predicted_states(m: ModelConfig) -> dict:
-    """bf16 parameters and gradients (fp32 router weights, as transformers keeps them); AdamW keeps
+    """bf16 parameters and gradients (DeepSeek's fp32 router weights, as transformers keeps them); AdamW keeps
     two moments in each parameter's dtype and a 4-byte fp32 step counter per tensor."""
     tensors = memlib_hf_tensors(m)
     param_bytes, n_tensors = 0, 0
@@ -432,10 +532,11 @@ def _predicted_states(m: ModelConfig) -> dict:
             continue
         if name.startswith("lm_head") and m.tie_word_embeddings:
             continue
-        param_bytes += d["count"] * (4 if d["block"] == "router" else 2)
+        # DeepSeek's router weight is kept in fp32 (_keep_in_fp32_modules_strict); the others' are bf16
+        param_bytes += d["count"] * (4 if d["block"] == "router" and m.family == "deepseek" else 2)
         n_tensors += 1
-    if not m.n_shared_experts:   # transformers still builds the shared experts, as three empty Linears
-        n_tensors += 3 * m.layer_kinds.count("moe")
+    if m.family == "deepseek" and not m.n_shared_experts:   # transformers still builds DeepSeek's shared
+        n_tensors += 3 * m.layer_kinds.count("moe")           # experts, as three empty Linears
     return {"parameters": param_bytes, "gradients": param_bytes, "optimizer_states": 2 * param_bytes + 4 * n_tensors}
 
 
@@ -472,8 +573,69 @@ def compare(model: ModelConfig | str, micro_batch: int, seq_len: int, profile: s
 # ------------------------------------------------------------------------------------------------
 # random small configs
 # ------------------------------------------------------------------------------------------------
-def random_config(rng: random.Random) -> tuple[ModelConfig, int, int]:
-    """A random small DeepSeek-V3-style config, with a micro-batch size and a sequence length."""
+#: families :func:`random_config` draws, with their transformers class
+RANDOM_FAMILIES = {"deepseek": "DeepseekV3ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                   "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                   "qwen3_moe": "Qwen3MoeForCausalLM", "gpt2": "GPT2LMHeadModel", "gpt": None}
+
+
+def _random_gqa(rng: random.Random, family: str) -> dict:
+    """A random small config.json of a grouped-query family (h a multiple of 8 for grouped_mm)."""
+    n_kv = rng.choice([1, 2, 4])
+    n_h = n_kv * rng.choice([1, 2, 3])
+    d = {"model_type": family, "num_attention_heads": n_h, "num_key_value_heads": n_kv,
+         "num_hidden_layers": rng.randint(1, 3), "vocab_size": rng.randint(8, 64),
+         "tie_word_embeddings": rng.random() < 0.3, "hidden_size": 8 * n_h * rng.randint(1, 2),
+         "hidden_act": rng.choice(["silu", "silu", "gelu_new"])}
+    if rng.random() < 0.5 or family == "qwen3":
+        d["head_dim"] = rng.choice([2, 4, 6, 8])
+    if family in ("llama", "qwen3"):
+        d["intermediate_size"] = rng.randint(4, 40)
+    if family == "llama":
+        d["mlp_bias"] = rng.random() < 0.5
+    if family in ("llama", "qwen3", "qwen3_moe"):
+        d["attention_bias"] = rng.random() < 0.5
+    if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        n = rng.randint(1, 8)
+        width = 8 * rng.randint(1, 3)          # grouped_mm needs 16-byte strides
+        d["num_experts_per_tok"] = rng.randint(1, n)
+        if family == "mixtral":
+            d.update(num_local_experts=n, intermediate_size=width)
+        else:
+            d.update(num_experts=n, moe_intermediate_size=width, norm_topk_prob=rng.random() < 0.5)
+    if family == "qwen2_moe":
+        d.update(shared_expert_intermediate_size=rng.randint(2, 30), qkv_bias=rng.random() < 0.7)
+    return d
+
+
+def random_config(rng: random.Random, family: str = "deepseek") -> tuple[ModelConfig, int, int]:
+    """A random small config of ``family`` (DeepSeek-V3-style by default), with a micro-batch size and a
+    sequence length."""
+    from .config import model_from_dict
+
+    if family not in RANDOM_FAMILIES:
+        raise ConfigError(f"family={show(family)} must be one of {', '.join(RANDOM_FAMILIES)}")
+    if family == "deepseek":
+        return _random_deepseek(rng)
+    b = rng.choice([1, 1, 2, 3])
+    s = rng.choice([1, rng.randint(2, 12)])
+    if family in ("gpt2", "gpt"):
+        n_h = rng.randint(1, 4)
+        act = rng.choice(["gelu_new", "gelu_new", "gelu", "gelu_pytorch_tanh"])
+        h, layers, pos, vocab = n_h * rng.randint(1, 6), rng.randint(1, 3), rng.randint(s, 24), rng.randint(8, 64)
+        if family == "gpt2":
+            d = {"model_type": "gpt2", "n_embd": h, "n_head": n_h, "n_layer": layers, "n_positions": pos,
+                 "vocab_size": vocab, "n_inner": rng.choice([None, rng.randint(4, 40)]), "activation_function": act,
+                 "tie_word_embeddings": rng.random() < 0.8}
+        else:
+            d = {"model_type": "gpt", "hidden_size": h, "num_attention_heads": n_h, "num_hidden_layers": layers,
+                 "max_position_embeddings": pos, "vocab_size": vocab, "intermediate_size": rng.randint(4, 40),
+                 "hidden_act": act, "tie_word_embeddings": rng.random() < 0.8}
+        return model_from_dict(d, name=f"random-{family}"), b, s
+    return model_from_dict(_random_gqa(rng, family), name=f"random-{family}"), b, s
+
+
+def _random_deepseek(rng: random.Random) -> tuple[ModelConfig, int, int]:
     from .config import model_from_dict
 
     n = rng.randint(2, 8)

@@ -22,6 +22,15 @@ What is measured
     ...).  After backward it adds up the parameters and the ``main_grad`` buffers that Megatron's
     ``DistributedDataParallel`` allocates.
 
+    The other families of :data:`memlib.config.FAMILIES` are built the same way from a
+    ``TransformerConfig``: grouped-query or multi-head attention (``num_query_groups``, ``kv_channels``),
+    RoPE or learned absolute positions, RMSNorm or LayerNorm, Qwen3's q/k RMSNorms (``qk_layernorm``),
+    q/k/v biases (``add_qkv_bias``) and output and MLP biases (``add_bias_linear``, one switch in
+    Megatron-Core), SwiGLU or the classic GeLU MLP, Mixtral/Qwen3-MoE routing (softmax over the top-k
+    logits) and Qwen2-MoE's (top-k of the softmax) with its shared expert behind a sigmoid gate
+    (``moe_shared_expert_gate``).  GPTModel's RoPE angles, one tensor for every layer, are counted with
+    the inputs.
+
     Autograd Functions that keep tensors as plain ``ctx`` attributes would escape the hooks, so the
     autograd graph is also walked at the end of the forward pass and every tensor held by a ``ctx``
     attribute is reported (it must be none).
@@ -73,7 +82,7 @@ from .config import ConfigError, ModelConfig, TrainingConfig, load_model
 
 __all__ = ["MCORE_VERSION", "MISSING_MCORE", "require", "available", "Request", "measure", "measure_many",
            "compare", "compare_many", "predicted", "random_request", "CPU_RECOMPUTE", "site_block", "entry_block",
-           "compare_result"]
+           "compare_result", "GQA_CPU_RECOMPUTE", "RANDOM_FAMILIES", "random_family_request"]
 
 #: the megatron-core version the ``megatron`` profile's local ledger is exact for
 MCORE_VERSION = "0.19.2"
@@ -119,11 +128,17 @@ _MODEL_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "n
                  "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "num_hidden_layers",
                  "first_k_dense_replace", "vocab_size", "moe_layer_freq", "num_nextn_predict_layers",
                  "tie_word_embeddings", "n_group", "topk_group", "scoring_func")
+#: the block kinds and fields of the other families (:data:`memlib.config.FAMILIES`)
+_FAMILY_FIELDS = ("family", "attention", "mlp", "moe", "norm", "positions", "num_key_value_heads", "head_dim",
+                  "qk_norm", "qkv_bias", "o_bias", "mlp_bias", "shared_expert_intermediate_size",
+                  "max_position_embeddings")
 
 
 def _model_dict(m: ModelConfig) -> dict:
     d = {f: getattr(m, f) for f in _MODEL_FIELDS}
     d["topk_method"] = "noaux_tc" if m.router_bias else "greedy"
+    if m.family != "deepseek":
+        d.update({f: getattr(m, f) for f in _FAMILY_FIELDS})
     return d
 
 
@@ -382,7 +397,27 @@ def _transformer_config(req: dict):
         modules = {"selective": ["core_attn"], "deepseek": ["layernorm", "mla_up_proj"]}.get(
             recompute, recompute.split(","))
         kw.update(recompute_granularity="selective", recompute_modules=modules)
-    if moe:
+    gqa = m.get("attention", "mla") == "gqa"
+    if moe and gqa:
+        # Mixtral and Qwen3-MoE: softmax over the top-k logits (= the renormalised top-k of the softmax,
+        # Qwen3-MoE's norm_topk_prob); Qwen2-MoE: the top-k of the softmax, not renormalised, and one shared
+        # expert behind a sigmoid gate (--moe-shared-expert-gate)
+        from .ledgers_megatron import router_softmax_first
+
+        qwen2 = m["moe"] == "qwen2_moe"
+        kw.update(
+            num_moe_experts=m["n_routed_experts"], moe_ffn_hidden_size=m["moe_intermediate_size"],
+            moe_shared_expert_intermediate_size=m["shared_expert_intermediate_size"] if qwen2 else None,
+            moe_shared_expert_gate=qwen2,
+            moe_router_topk=m["num_experts_per_tok"], moe_layer_freq=[int(k == "moe") for k in kinds],
+            moe_router_score_function="softmax", moe_router_pre_softmax=router_softmax_first(_model_config(m)),
+            moe_router_dtype="fp32",
+            moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
+            moe_router_load_balancing_type=t["moe_aux_loss"] if t["moe_aux_loss"] != "none" else "aux_loss",
+            moe_aux_loss_coeff=1e-4 if t["moe_aux_loss"] != "none" else 0.0,
+            moe_permute_fusion=False, moe_router_fusion=False,
+        )
+    elif moe:
         sigmoid = m["scoring_func"] == "sigmoid"
         kw.update(
             num_moe_experts=m["n_routed_experts"], moe_ffn_hidden_size=m["moe_intermediate_size"],
@@ -402,13 +437,9 @@ def _transformer_config(req: dict):
     if m["num_nextn_predict_layers"]:
         kw.update(mtp_num_layers=m["num_nextn_predict_layers"], mtp_loss_scaling_factor=0.1)
     sp = t["tp"] > 1 and t["sp"]
-    return MLATransformerConfig(
-        num_layers=m["num_hidden_layers"], hidden_size=m["hidden_size"], ffn_hidden_size=m["intermediate_size"],
-        num_attention_heads=m["num_attention_heads"], q_lora_rank=m["q_lora_rank"], kv_lora_rank=m["kv_lora_rank"],
-        qk_head_dim=m["qk_nope_head_dim"], qk_pos_emb_head_dim=m["qk_rope_head_dim"], v_head_dim=m["v_head_dim"],
-        normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, rope_type="yarn",
-        rotary_scaling_factor=40, original_max_position_embeddings=4096,
+    common = dict(
+        num_layers=m["num_hidden_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["num_attention_heads"],
+        hidden_dropout=0.0, attention_dropout=0.0,
         bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32, pipeline_dtype=None,
         use_cpu_initialization=True, perform_initialization=True,
         tensor_model_parallel_size=t["tp"], expert_model_parallel_size=t["ep"],
@@ -418,8 +449,38 @@ def _transformer_config(req: dict):
         masked_softmax_fusion=False, bias_dropout_fusion=True,
         attention_softmax_in_fp32=t["attention_softmax_in_fp32"], bias_activation_fusion=t["bias_swiglu_fusion"],
         cross_entropy_loss_fusion=t["cross_entropy_loss_fusion"],
-        cross_entropy_fusion_impl=t["cross_entropy_fusion_impl"],
-        **kw)
+        cross_entropy_fusion_impl=t["cross_entropy_fusion_impl"])
+    if gqa:
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        gelu = m["mlp"] == "gelu"
+        # Megatron's add_bias_linear puts a bias on linear_proj, fc1 and fc2 (and the experts) together
+        return TransformerConfig(
+            ffn_hidden_size=m["intermediate_size"] or m["moe_intermediate_size"],
+            num_query_groups=m["num_key_value_heads"], kv_channels=m["head_dim"],
+            normalization="LayerNorm" if m["norm"] == "layernorm" else "RMSNorm", qk_layernorm=m["qk_norm"],
+            gated_linear_unit=not gelu, activation_func=F.gelu if gelu else F.silu,
+            add_bias_linear=m["o_bias"], add_qkv_bias=m["qkv_bias"], **common, **kw)
+    return MLATransformerConfig(
+        ffn_hidden_size=m["intermediate_size"],
+        q_lora_rank=m["q_lora_rank"], kv_lora_rank=m["kv_lora_rank"],
+        qk_head_dim=m["qk_nope_head_dim"], qk_pos_emb_head_dim=m["qk_rope_head_dim"], v_head_dim=m["v_head_dim"],
+        normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, rope_type="yarn", rotary_scaling_factor=40, original_max_position_embeddings=4096,
+        **common, **kw)
+
+
+def _model_config(m: dict) -> ModelConfig:
+    """The :class:`ModelConfig` a request's model dict was made from (a non-DeepSeek family's)."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(ModelConfig)}
+    return ModelConfig(**{k: v for k, v in m.items() if k in names})
+
+
+def m_kind(req: dict) -> str:
+    """The attention kind of a request's model (``mla`` for DeepSeek's, which names none)."""
+    return req["model"].get("attention", "mla")
 
 
 def _layer_kinds(m: dict) -> list[str]:
@@ -460,19 +521,24 @@ def _build(req: dict, ddp_options: dict | None = None):
     model_parallel_cuda_manual_seed(req["seed"])
     torch.manual_seed(req["seed"])
     cfg = _transformer_config(req)
-    spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm")
-    attention = _mla_dot_product_attention()
-    for layer in spec.layer_specs:
-        sub = layer.submodules.self_attention.submodules
-        sub.core_attention = attention
-        if m["q_lora_rank"] is None:
-            sub.q_layernorm = IdentityOp         # no query latent, so no query latent norm
+    mla = m.get("attention", "mla") == "mla"
+    spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=cfg.normalization)
+    if mla:
+        attention = _mla_dot_product_attention()
+        for layer in spec.layer_specs:
+            sub = layer.submodules.self_attention.submodules
+            sub.core_attention = attention
+            if m["q_lora_rank"] is None:
+                sub.q_layernorm = IdentityOp         # no query latent, so no query latent norm
     mtp = get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if m["num_nextn_predict_layers"] else None
-    if m["q_lora_rank"] is None:
+    if mla and m["q_lora_rank"] is None:
         MLASelfAttention._resolve_qk_norm_config = _plain_q_proj(MLASelfAttention._resolve_qk_norm_config,
                                                                  ColumnParallelLinear)
-    model = GPTModel(cfg, spec, vocab_size=m["vocab_size"], max_sequence_length=max(t["seq_len"], 2),
-                     mtp_block_spec=mtp, position_embedding_type="none",
+    learned = m.get("positions") == "learned"
+    positions = "none" if mla else ("learned_absolute" if learned else "rope")
+    n_pos = m["max_position_embeddings"] if learned else max(t["seq_len"], 2)
+    model = GPTModel(cfg, spec, vocab_size=m["vocab_size"], max_sequence_length=n_pos,
+                     mtp_block_spec=mtp, position_embedding_type=positions,
                      share_embeddings_and_output_weights=m["tie_word_embeddings"])
     if cfg.bf16:
         model = Float16Module(cfg, model)
@@ -631,6 +697,13 @@ def _measure(req: dict) -> dict:
     loss_mask = torch.ones(b, s, dtype=torch.float)
     inputs = {_storage_key(attention_mask): ("embedding", "attention_mask"),
               _storage_key(loss_mask): ("head", "loss_func")}
+    rope = getattr(core, "rotary_pos_emb", None)
+    if rope is not None and m_kind(req) == "gqa":
+        # GPTModel's RoPE angles, one tensor for every layer (kept by full recomputation's checkpoints)
+        def rope_output(mod, args, out):
+            inputs.setdefault(_storage_key(out), ("embedding", "rope_freqs"))
+
+        hooks.append(rope.register_forward_hook(rope_output))
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         output = model(ids, position_ids, attention_mask, labels=labels, loss_mask=loss_mask)
         # pretrain_gpt.py's loss_func
@@ -834,6 +907,15 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
         raise ConfigError(f"precision={t.precision} must be megatron (bf16) or fp32 for framework=megatron-core")
     if t.pp != 1:
         raise ConfigError(f"pp={t.pp}: framework=megatron-core builds the whole model in every process (pp=1)")
+    if m.attention == "gqa" and m.o_bias != m.mlp_bias:
+        raise ConfigError(f"o_bias={m.o_bias} with mlp_bias={m.mlp_bias}: Megatron-Core's add_bias_linear biases "
+                          f"linear_proj and the MLP (or the experts) together")
+    if m.mlp_bias and "mlp" in parse_policy(t.recompute).modules:
+        raise ConfigError(f"recompute={t.recompute} with mlp_bias=True: megatron-core {MCORE_VERSION}'s mlp checkpoint "
+                          f"returns the bias parameter as an output and its backward recurses without end")
+    if m.mlp == "gelu" and t.bias_swiglu_fusion and not m.mlp_bias:
+        raise ConfigError("bias_swiglu_fusion=True with a GeLU MLP without mlp_bias: Megatron-Core's fused bias-GeLU "
+                          "needs the bias (--no-bias-swiglu-fusion)")
     if t.cross_entropy_loss_fusion and not t.cross_entropy_fusion_impl.keeps_fp32_softmax(True):
         raise ConfigError("cross_entropy_fusion_impl=te needs Transformer Engine (a GPU)")
     from .ledgers import act_profile
@@ -1005,6 +1087,66 @@ def random_request(rng: random.Random, seed: int = 0) -> Request:
         recompute=CPU_RECOMPUTE[seed % len(CPU_RECOMPUTE)], attention_softmax_in_fp32=rng.random() < 0.3,
         bias_swiglu_fusion=rng.random() < 0.6, cross_entropy_loss_fusion=rng.random() < 0.3,
         moe_aux_loss=rng.choice(["seq_aux_loss", "seq_aux_loss", "aux_loss", "none"]))
+    return Request(m, train, seed)
+
+
+#: the recompute policies of a grouped-query-attention model on the CPU (mla_up_proj is MLA's)
+GQA_CPU_RECOMPUTE = ("none", "selective", "core_attn", "layernorm", "mlp", "moe", "shared_experts", "layernorm,moe",
+                     "core_attn,layernorm,mlp,moe,shared_experts", "full", "full-block:1", "full-block:2")
+#: the families :func:`random_family_request` cycles through (besides DeepSeek's :func:`random_request`)
+RANDOM_FAMILIES = ("llama", "qwen3", "gpt", "mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def random_family_request(rng: random.Random, seed: int = 0) -> Request:
+    """A random small model of one of :data:`RANDOM_FAMILIES` read from a Hugging Face-style config.json,
+    with random megatron kernel choices.  ``seed`` cycles the family and the recompute policy of
+    :data:`GQA_CPU_RECOMPUTE` (24 requests cover every family and every policy; 72 every pair), fp32
+    every fourth.
+
+    Grouped-query and multi-head attention (n_kv = n_h one time in three), biases where Megatron-Core can
+    place them (its add_bias_linear biases linear_proj and the MLP together: Llama's attention_bias and
+    mlp_bias are drawn equal, the GPT's too; the MoE families have no output or expert bias), tied and
+    untied embeddings."""
+    from .config import model_from_dict
+
+    fam = RANDOM_FAMILIES[seed % len(RANDOM_FAMILIES)]
+    recompute = GQA_CPU_RECOMPUTE[(seed + seed // len(RANDOM_FAMILIES)) % len(GQA_CPU_RECOMPUTE)]
+    no_bias = "mlp" in recompute.split(",")        # see _check_request
+    n_kv = rng.randint(1, 3)
+    n_h = n_kv * (1 if rng.random() < 1 / 3 else rng.randint(2, 3))
+    d = {"num_attention_heads": n_h, "num_key_value_heads": n_kv, "num_hidden_layers": rng.randint(1, 2),
+         "vocab_size": rng.randint(8, 64), "tie_word_embeddings": rng.random() < 0.3}
+    if fam == "gpt":
+        d.update(model_type="gpt", hidden_size=n_h * rng.randint(1, 6), intermediate_size=rng.randint(4, 40),
+                 max_position_embeddings=rng.randint(24, 40))
+        bias = rng.random() < 0.8 and not no_bias
+        d.update(attention_bias=bias, mlp_bias=bias)
+    else:
+        d.update(architectures=[{"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
+                                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[fam]],
+                 hidden_size=rng.choice([8, 16, 24, 32]), head_dim=2 * rng.randint(1, 5))
+        if fam == "llama":
+            bias = rng.random() < 0.4 and not no_bias
+            d.update(intermediate_size=rng.randint(4, 40), attention_bias=bias, mlp_bias=bias)
+        elif fam == "qwen3":
+            d.update(intermediate_size=rng.randint(4, 40))
+        else:
+            n = rng.randint(1, 8)
+            d.update(num_experts_per_tok=rng.randint(1, n))
+            d["num_local_experts" if fam == "mixtral" else "num_experts"] = n
+            d["intermediate_size" if fam == "mixtral" else "moe_intermediate_size"] = rng.randint(2, 24)
+            if fam == "qwen2_moe":
+                d.update(shared_expert_intermediate_size=rng.randint(2, 24), qkv_bias=rng.random() < 0.7)
+    m = model_from_dict(d, name="random-" + fam)
+    train = TrainingConfig(
+        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local",
+        precision="fp32" if seed % 4 == 3 else "megatron",
+        micro_batch=rng.choice([1, 1, 2, 3]), seq_len=rng.choice([1, rng.randint(2, 12), rng.randint(13, 24)]),
+        recompute=recompute,
+        attention_softmax_in_fp32=rng.random() < 0.3,
+        bias_swiglu_fusion=rng.random() < 0.6 and (m.mlp == "swiglu" or m.mlp_bias),
+        cross_entropy_loss_fusion=rng.random() < 0.3,
+        moe_aux_loss=rng.choice(["seq_aux_loss", "aux_loss", "aux_loss", "none"]))
     return Request(m, train, seed)
 
 

@@ -116,7 +116,7 @@ PROFILES = {
     "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
                         "the vocab-parallel embedding/head TP-split; MTP on the last stage",
                         include_mtp=True, mtp_like_last_layer=True, megatron_kernels=True),
-    "hf-eager": Profile("hf-eager", "transformers' DeepseekV3ForCausalLM (eager attention): tensors split as "
+    "hf-eager": Profile("hf-eager", "transformers' ...ForCausalLM classes (eager attention): tensors split as "
                         "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
 

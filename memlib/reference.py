@@ -20,7 +20,7 @@ from .symbols import sym
 
 __all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "SECONDARY"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
-            "KORTHIKANTI_22B"]
+            "KORTHIKANTI_22B", "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
 __all__ += ["MEGATRON_LM_COMMIT", "MEGATRON_RUNS_DIR", "MEGATRON_PLATFORMS", "MEGATRON_WORLD_SIZES", "MEGATRON_RUNS"]
 
@@ -179,6 +179,22 @@ KORTHIKANTI_TABLE2 = _korthikanti_table2()
 #: github.com/calculon-ai/calculon, calculon/llm/validation.py)
 KORTHIKANTI_22B = {"name": "22B", "h": 6144, "a": 64, "L": 48, "t": 8, "b": 4, "s": 2048,
                    "gib": {"none": "59.25", "sp_selective": "9.5625"}}
+
+#: their four models (Table 3: heads a, hidden size h, layers L, tensor- and pipeline-parallel sizes t and p,
+#: the interleaved schedule's chunks per rank V (1: plain 1F1B), micro-batch b, sequence s = 2048, f = 4h)
+#: and Figure 1's activations of the first pipeline rank in GiB, with tensor parallelism alone (``none``)
+#: and with sequence parallelism and selective recompute (``sp_selective``), as Calculon's validation
+#: transcribes them (github.com/calculon-ai/calculon, calculon/llm/validation.py and models/*.json)
+KORTHIKANTI_MODELS = {
+    "22B": {"h": 6144, "a": 64, "L": 48, "t": 8, "p": 1, "V": 1, "b": 4, "s": 2048,
+            "gib": {"none": "59.25", "sp_selective": "9.5625"}},
+    "175B": {"h": 12288, "a": 96, "L": 96, "t": 8, "p": 8, "V": 3, "b": 1, "s": 2048,
+             "gib": {"none": "66.84375", "sp_selective": "12.3515625"}},
+    "530B": {"h": 20480, "a": 128, "L": 105, "t": 8, "p": 35, "V": 3, "b": 1, "s": 2048,
+             "gib": {"none": "114.0234375", "sp_selective": "23.076171875"}},
+    "1T": {"h": 25600, "a": 160, "L": 128, "t": 8, "p": 64, "V": 1, "b": 1, "s": 2048,
+           "gib": {"none": "131.25", "sp_selective": "26.5625"}},
+}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -312,11 +312,16 @@ def test_paper_gqa_ledger_by_hand():
     assert sum(att.values()) == 13 * sbh + 5 * a * ss * ss * bb
 
 
-def test_hf_eager_names_the_missing_ledger():
+def test_hf_eager_names_what_transformers_cannot_build():
+    """Every family has an hf-eager ledger; a gpt config GPT-2 cannot express (grouped-query attention) is a
+    one-line error naming the field."""
     from memlib.memory import estimate
 
-    with pytest.raises(ConfigError, match="hf-eager has a ledger for transformers' DeepseekV2/V3 only"):
-        estimate("llama-3-8b", TrainingConfig(profile="hf-eager", ep=1, pp=1)).stages
+    assert estimate("llama-3-8b", TrainingConfig(profile="hf-eager", ep=1, pp=1)).stages
+    gqa = model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                           "num_hidden_layers": 2, "max_position_embeddings": 32, "vocab_size": 100})
+    with pytest.raises(ConfigError, match="num_key_value_heads=2 must equal num_attention_heads=4"):
+        estimate(gqa, TrainingConfig(profile="hf-eager", ep=1, pp=1)).stages
 
 
 def test_megatron_ledger_tp_above_kv_heads_is_refused():

@@ -11,7 +11,7 @@ from matplotlib.colors import to_hex
 from memlib import estimate
 from memlib.paper import paper_training
 from memlib.report import (ch03_parameters, ch04_static, ch05_zero, ch06_activations, ch07_overheads, ch08_together,
-                           ch09_deepseek, ch10_validation)
+                           ch09_deepseek, ch10_validation, ch12_architectures)
 from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
 from memlib.scenarios.deepseek import deepseek_recipe
 from memlib.scenarios.overheads import base_training
@@ -51,6 +51,7 @@ def figures():
         "ch09.memory_time_figure": ch09_deepseek.memory_time_figure(over_time(ds)),
         "ch10.hf_figure": ch10_validation.hf_figure(estimate(MODEL, paper_training(MODEL))),
         "ch10.side_figure": ch10_validation.side_figure(estimate(MODEL, paper_training(MODEL))),
+        "ch12.pairs_figure": ch12_architectures.pairs_figure(),
     }
 
 

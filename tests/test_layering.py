@@ -38,12 +38,13 @@ ORDER = [
     # what the book runs
     "scenarios", "scenarios.sweeps", "scenarios.static", "scenarios.models", "scenarios.activations",
     "scenarios.overheads", "scenarios.together", "scenarios.deepseek", "scenarios.validation", "scenarios.measured",
+    "scenarios.architectures",
     # presentation
     "report", "report.format", "report.figures", "report.glue", "report.tables", "report.book",
     "report.ch01_introduction", "report.ch02_architecture", "report.ch03_parameters",
     "report.ch04_static", "report.ch05_zero", "report.ch06_activations", "report.ch07_overheads",
     "report.ch08_together", "report.ch09_deepseek", "report.ch10_validation", "report.ch11_measured",
-    "report.ch14_errata",
+    "report.ch12_architectures", "report.ch14_errata",
     "report.readme",
     # entry points and the package's facade
     "cli", "__main__", "",

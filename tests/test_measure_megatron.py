@@ -169,6 +169,112 @@ def test_estimate_gives_the_measured_bytes(random_batch, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------
+# the other families: Llama, Qwen3, the GPT, Mixtral, Qwen2-MoE, Qwen3-MoE (random configs, one worker)
+# ------------------------------------------------------------------------------------------------
+N_FAMILY_CONFIGS = int(os.environ.get("MEMLIB_MCORE_FAMILY_CONFIGS", "24"))
+
+
+@pytest.fixture(scope="module")
+def family_batch(mcore):
+    from memlib.measure_megatron import measure_many, random_family_request
+
+    seed = _seed()
+    print(f"\nMEMLIB_MCORE_SEED={seed} ({N_FAMILY_CONFIGS} random family configs)")
+    rng = random.Random(seed)
+    reqs = [random_family_request(rng, i) for i in range(N_FAMILY_CONFIGS)]
+    return seed, reqs, measure_many(reqs)
+
+
+def test_family_random_configs_exact(family_batch):
+    """GQA and MHA (num_query_groups), RoPE or learned absolute positions, RMSNorm or LayerNorm, q/k RMSNorms,
+    biases, SwiGLU or GeLU, dense or Mixtral/Qwen-style MoE with Qwen2-MoE's gated shared expert: the local
+    megatron ledger equals what megatron-core saves, per region and block, with the parameters and main_grad
+    buffers, under every recompute policy megatron-core runs on the CPU."""
+    from memlib.measure_megatron import compare_result
+
+    seed, reqs, results = family_batch
+    failures = [f"config {i}: {req.label()} -> {_differences(r)}"
+                for i, (req, meas) in enumerate(zip(reqs, results))
+                for r in [compare_result(req, meas)] if not r["exact"]]
+    assert not failures, (f"MEMLIB_MCORE_SEED={seed}: {len(failures)} of {len(reqs)} family configs not exact:\n"
+                          + "\n".join(failures))
+
+
+def test_family_random_configs_cover_what_they_must(family_batch):
+    from memlib.measure_megatron import GQA_CPU_RECOMPUTE, RANDOM_FAMILIES
+
+    seed, reqs, _ = family_batch
+    if len(reqs) < 2 * len(GQA_CPU_RECOMPUTE):
+        pytest.skip("fewer family configs than two per recompute policy")
+    ms, ts = [r.model for r in reqs], [r.train for r in reqs]
+    assert {m.family for m in ms} == set(RANDOM_FAMILIES)
+    assert {t.recompute for t in ts} == set(GQA_CPU_RECOMPUTE)
+    assert {t.precision for t in ts} == {"megatron", "fp32"}
+    assert {m.num_key_value_heads == m.num_attention_heads for m in ms} == {True, False}, f"MEMLIB_MCORE_SEED={seed}"
+
+
+def test_family_tp2_without_sequence_parallelism(mcore):
+    """TP 2 on Llama (n_kv = 2: one key-value group per rank, so q reaches the attention as a view and its
+    reshape copies it with b = 2) and on the GPT (LayerNorm, biases, learned positions): each rank exact."""
+    from memlib.measure_megatron import compare_many
+
+    llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32,
+                             "intermediate_size": 12}, name="llama")
+    gpt = model_from_dict({"model_type": "gpt", "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+                           "num_hidden_layers": 1, "vocab_size": 32, "max_position_embeddings": 16}, name="gpt")
+    pairs = [(llama, local(tp=2, sp=False)), (gpt, local(tp=2, sp=False, recompute="core_attn"))]
+    for ranks in compare_many(pairs, world=2):
+        for r in ranks:
+            assert r["exact"], _differences(r)
+
+
+def test_family_local_ledger_by_hand():
+    """Without megatron-core: the local ledger of a tiny Llama (GQA 4/2 heads of 6, RoPE) and a tiny GPT (MHA,
+    LayerNorm, biases, learned positions, GeLU), b = 2, s = 5, bf16, tensor by tensor as megatron-core 0.19.2
+    saved them on the CPU.  Llama layer: RMSNorm fp32 input, 1/rms, normalised 640 + 40 + 640, linear_qkv's
+    input 320, four RoPE tables 4 x 60, q and the repeated k and v 3 x 480, probabilities 2 x 4 x 5 x 5 x 2 =
+    400, linear_proj's input 480; FFN: the norm again 1320, fc1's input 320, SwiGLU input 800, fc2's input
+    400.  GPT layer: LayerNorm input, mean, 1/std 320 + 20 + 20 twice, the qkv output kept whole by the views
+    of q, k, v 960, probabilities 400, linear_proj's input 320, fc1's input 320, GeLU input and output 400 +
+    400; ids and position ids 80 + 80, the bool mask 50."""
+    from memlib.measure_megatron import predicted
+
+    llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "head_dim": 6, "num_hidden_layers": 1, "vocab_size": 32,
+                             "intermediate_size": 20}, name="llama")
+    gpt = model_from_dict({"model_type": "gpt", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1,
+                           "max_position_embeddings": 40, "vocab_size": 32, "intermediate_size": 20}, name="gpt")
+    t = local(micro_batch=2, seq_len=5)
+    head = 320 + 1280 + 10 + 80 + 40          # output layer input, fp32 softmax, target mask, targets, loss mask
+    assert predicted(llama, t)["regions"] == {"embedding": 80 + 50, "layer.0": 4200 + 2840, "head": 1320 + head}
+    assert predicted(gpt, t)["regions"] == {"embedding": 80 + 80 + 50, "layer.0": 2360 + 1480, "head": 360 + head}
+    # selective: the probabilities and the repeated k and v go, the core-attention checkpoint keeps k (n_kv heads,
+    # 240), the qkv output (v is a view of it: 10 tokens x (4 + 2 x 2) heads x 6 x 2 = 960) and the mask type (4)
+    sel = predicted(llama, local(micro_batch=2, seq_len=5, recompute="selective"))["regions"]["layer.0"]
+    assert sel == 4200 + 2840 - 400 - 2 * 480 + 240 + 960 + 4
+
+
+def test_family_requests_megatron_core_cannot_build():
+    """Named before a process starts: Megatron-Core biases linear_proj and the MLP together (add_bias_linear),
+    its fused bias-GeLU needs the bias, and its mlp checkpoint with a bias recurses in backward."""
+    from memlib.measure_megatron import _check_request
+
+    llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32, "intermediate_size": 12}
+    gpt = {"model_type": "gpt", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 1,
+           "vocab_size": 32, "max_position_embeddings": 16}
+    for d, kw, message in (
+            ({**llama, "attention_bias": True}, {}, "o_bias=True with mlp_bias=False"),
+            ({**llama, "attention_bias": True, "mlp_bias": True}, {"recompute": "mlp"}, "recurses without end"),
+            ({**gpt, "attention_bias": False, "mlp_bias": False}, {}, "fused bias-GeLU needs the bias")):
+        with pytest.raises(ConfigError, match=message):
+            _check_request(model_from_dict(d), local(**kw))
+    _check_request(model_from_dict({**gpt, "attention_bias": False, "mlp_bias": False}),
+                   local(bias_swiglu_fusion=False))
+
+
+# ------------------------------------------------------------------------------------------------
 # fixed configs
 # ------------------------------------------------------------------------------------------------
 def test_parameters_and_main_grad_buffers(mcore):

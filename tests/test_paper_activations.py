@@ -136,6 +136,45 @@ def test_korthikanti_table2_and_22b(monkeypatch):
     assert [r["name"] for r in pa.korthikanti_rows() if not r["equal"]] == ["full recompute"]
 
 
+def test_korthikanti_table2_from_the_gpt_block(monkeypatch):
+    """Their Table 2 comes out of the gpt family's dense block (paper profile: 2-byte activations, 1-byte
+    masks, f = 4h, a heads of h/a), every row symbolically equal; full recomputation keeps the layer input
+    (their per-layer checkpoint), where the paper profile's block checkpoints keep the MLP input too."""
+    a, t = sp.Symbol("a", positive=True), sp.Symbol("t", positive=True)
+    s, b, h = sym("s"), sym("b"), sym("h")
+    rows = {r["name"]: r for r in pa.korthikanti_gpt_rows()}
+    assert list(rows) == list(KORTHIKANTI_TABLE2) and all(r["equal"] for r in rows.values())
+    # the rows by hand: attention 11 sbh + 5 a s^2 b, MLP 19 sbh, two LayerNorm inputs 4 sbh
+    assert sp.expand(rows["no parallelism"]["coefficient"] - (34 + 5 * a * s / h)) == 0
+    assert sp.expand(rows["tensor parallel (baseline)"]["coefficient"] - (10 + 24 / t + 5 * a * s / (h * t))) == 0
+    assert rows["full recompute"]["coefficient"] == 2
+    assert sp.expand(pa.korthikanti_gpt_block(False, "full", per_layer_checkpoint=False) - 4 * s * b * h) == 0
+    assert sp.expand(pa.korthikanti_gpt_block(False, "none", tp_on=False)
+                     - (34 * s * b * h + 5 * a * s * s * b)) == 0
+    assert pa.KORTHIKANTI_CONVENTION["activation_bytes"] == 2 and pa.KORTHIKANTI_CONVENTION["mask_bytes"] == 1
+    monkeypatch.setattr(pa, "KORTHIKANTI_TABLE2", {**KORTHIKANTI_TABLE2, "tensor + sequence parallel": 34 / t})
+    assert [r["name"] for r in pa.korthikanti_gpt_rows() if not r["equal"]] == ["tensor + sequence parallel"]
+
+
+def test_korthikanti_published_models_from_the_gpt_block(monkeypatch):
+    """Figure 1's activations of the first pipeline rank of their 22B, 175B, 530B and 1T models (GiB as
+    printed, Calculon's transcription), exact from the gpt block and memlib's schedule: 48, 124 = 8 x 12
+    (1 + 7/24), 139 = 105 (1 + 34/105) and 128 layer-micro-batches."""
+    from memlib.reference import KORTHIKANTI_MODELS
+
+    rows = {r["name"]: r for r in pa.korthikanti_models()}
+    assert list(rows) == ["22B", "175B", "530B", "1T"] and all(r["all_equal"] for r in rows.values())
+    assert {k: r["layers"] for k, r in rows.items()} == {"22B": 48, "175B": 124, "530B": 139, "1T": 128}
+    # 175B by hand: s b h (10 + 24/8 + 5 x 96 x 2048 / (12288 x 8)) = 23 s b h per layer, no SP
+    sbh = 2048 * 1 * 12288
+    assert rows["175B"]["none"]["bytes"] == 124 * 23 * sbh == 71_772_930_048
+    assert rows["175B"]["sp_selective"]["bytes"] == 124 * 34 * sbh // 8
+    assert rows["22B"]["none"]["bytes"] == pa.korthikanti_22b()["none"]["bytes"]
+    bad = {**KORTHIKANTI_MODELS, "1T": {**KORTHIKANTI_MODELS["1T"], "gib": {"none": "131.5", "sp_selective": "26.5625"}}}
+    monkeypatch.setattr(pa, "KORTHIKANTI_MODELS", bad)
+    assert [r["name"] for r in pa.korthikanti_models() if not r["all_equal"]] == ["1T"]
+
+
 # ---------------------------------------------------------------------------------------------
 # the tiny model, by hand (h 8, n_h 2, d_h 3, d_h^R 2, d_v 5, d_c' 6, d_c 4, h_E 4, N 4, N_s 1, N_r 2)
 # ---------------------------------------------------------------------------------------------

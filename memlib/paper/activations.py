@@ -24,7 +24,8 @@ from ..config import TrainingConfig
 from ..ledgers import act_profile, gpt_layer
 from ..memory import Estimate, estimate
 from ..reference import (
-    KORTHIKANTI_22B, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,
+    KORTHIKANTI_22B, KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS,
+    PAPER_TABLE9,
 )
 from ..states import recipe
 from ..symbols import sym
@@ -33,7 +34,8 @@ from . import analysed_stage
 __all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
            "layer_ledger", "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts",
            "layer_formula", "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows",
-           "korthikanti_22b"]
+           "korthikanti_22b", "KORTHIKANTI_CONVENTION", "korthikanti_gpt_block", "korthikanti_gpt_rows",
+           "korthikanti_models"]
 
 #: the blocks of a MoE layer the paper analyses, in its order
 BLOCKS = ("attention", "moe")
@@ -292,4 +294,81 @@ def korthikanti_22b() -> dict:
         n = int(c["L"] * _gpt_bytes(sp_on, policy).xreplace(vals))
         out[key] = {"bytes": n, "printed": c["gib"][key], "equal": Fraction(n, 2**30) == Fraction(c["gib"][key])}
     out["all_equal"] = out["none"]["equal"] and out["sp_selective"]["equal"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Korthikanti et al. from the dense ``gpt`` block of the paper profile
+# ------------------------------------------------------------------------------------------------
+#: how Korthikanti et al. count (their §4.1), which the paper profile's ``gpt`` block (LayerNorm, multi-head
+#: attention with dropout, GeLU MLP, dropout after each block) shares: 2-byte activations, 1-byte dropout
+#: masks, no LayerNorm statistics, the s x s softmax output, dropout mask and dropout output per head,
+#: f = 4h, a heads of h/a each (multi-head: as many key-value heads), t = TP.  One convention differs:
+#: their full recomputation checkpoints each layer once, keeping its input (2 s b h, not split over t: their
+#: row assumes no sequence parallelism), where the paper profile follows arXiv 2502.07846 §5.2 and keeps
+#: each block's input (the attention's and the MLP's: 4 s b h); the Korthikanti view keeps the first only
+KORTHIKANTI_CONVENTION = {"activation_bytes": 2, "mask_bytes": 1, "ffn_width": "4h", "heads": "a = n_h = n_kv",
+                          "head_dim": "h / a", "full_recompute_keeps": "the layer input (one checkpoint per layer)"}
+
+
+def _gpt_model():
+    """A model of the ``gpt`` family: its dense layer's ledger is symbolic in h, n_h, n_kv, d_head and h_F,
+    so the numbers here only choose the family."""
+    from ..config import model_from_dict
+
+    return model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+                            "max_position_embeddings": 8, "vocab_size": 8}, name="gpt")
+
+
+def korthikanti_gpt_block(sp_on: bool, policy: str, tp_on: bool = True, *, per_layer_checkpoint: bool = True) -> sp.Expr:
+    """Activation bytes of one dense layer of the ``gpt`` family under the paper profile (2-byte activations,
+    1-byte masks: :data:`KORTHIKANTI_CONVENTION`), in Korthikanti's symbols s, b, h, a and t (t = 1 without
+    tensor parallelism).  ``per_layer_checkpoint`` (their convention): full recomputation keeps only the
+    layer's input, not the MLP block's input too (the paper profile's, ``False``)."""
+    from dataclasses import replace
+
+    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
+    layer = act_profile("paper").layer(_gpt_model(), "dense")
+    if per_layer_checkpoint:
+        layer = [e if e.block == "attention" else replace(e, keep_full=False) for e in layer]
+    expr = ledger_bytes(layer, TrainingConfig(sp=sp_on), recipe("paper"), parse_policy(policy)).total
+    return sp.expand(expr.xreplace({h_F: 4 * h, n_h: a, sym("n_kv"): a, sym("d_head"): h / a,
+                                    TP: t if tp_on else 1, CP: 1}))
+
+
+def korthikanti_gpt_rows() -> list[dict]:
+    """Their Table 2 from the ``gpt`` block: per row the bytes per layer divided by s b h, beside the
+    printed coefficient, and whether the two are equal."""
+    out = []
+    for name, (tp_on, sp_on, policy) in KORTHIKANTI_CONFIG.items():
+        coeff = sp.expand(korthikanti_gpt_block(sp_on, policy, tp_on) / (s * b * h))
+        printed = KORTHIKANTI_TABLE2[name]
+        out.append({"name": name, "coefficient": coeff, "printed": printed,
+                    "equal": sp.expand(coeff - printed) == 0})
+    return out
+
+
+def korthikanti_models() -> list[dict]:
+    """Their Figure 1 from the ``gpt`` block: the activations of the first pipeline rank of each model of
+    :data:`memlib.reference.KORTHIKANTI_MODELS`, with tensor parallelism alone (``none``) and with sequence
+    parallelism and selective recompute (``sp_selective``), in exact bytes beside the printed GiB.
+
+    The first rank holds the layers of the micro-batches in flight at its peak: memlib's schedule gives
+    the chunk-micro-batches (:func:`memlib.schedule.in_flight`: p under 1F1B, p V + p - 1 under the
+    interleaved schedule, their p (1 + (p - 1)/(p V)) stages' worth), each chunk L/(p V) layers."""
+    from ..schedule import in_flight
+
+    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
+    out = []
+    for name, c in KORTHIKANTI_MODELS.items():
+        sched = dict(pp=c["p"], vpp=c["V"], schedule="interleaved") if c["V"] > 1 else dict(pp=c["p"])
+        chunk_mbs = sum(in_flight(TrainingConfig(**sched), 0))
+        layers = Fraction(chunk_mbs * c["L"], c["p"] * c["V"])
+        vals = {h: c["h"], a: c["a"], t: c["t"], b: c["b"], s: c["s"]}
+        row: dict = {"name": name, "config": c, "layers": layers}
+        for key, (sp_on, policy) in {"none": (False, "none"), "sp_selective": (True, "selective")}.items():
+            n = layers * Fraction(int(korthikanti_gpt_block(sp_on, policy).xreplace(vals)))
+            row[key] = {"bytes": n, "printed": c["gib"][key], "equal": n / 2**30 == Fraction(c["gib"][key])}
+        row["all_equal"] = row["none"]["equal"] and row["sp_selective"]["equal"]
+        out.append(row)
     return out

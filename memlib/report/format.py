@@ -28,7 +28,10 @@ __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "rati
 DASH = "–"  # en dash: ranges of layers and stages
 
 #: display names of the shipped presets (anything else is shown by its name)
-MODEL_NAMES = {"deepseek-v3": "DeepSeek-V3", "deepseek-v2": "DeepSeek-V2", "deepseek-v2-lite": "DeepSeek-V2-Lite"}
+MODEL_NAMES = {"deepseek-v3": "DeepSeek-V3", "deepseek-v2": "DeepSeek-V2", "deepseek-v2-lite": "DeepSeek-V2-Lite",
+               "llama-3-8b": "Llama-3-8B", "llama-3-70b": "Llama-3-70B", "llama-3.1-405b": "Llama-3.1-405B",
+               "mixtral-8x7b": "Mixtral-8x7B", "mixtral-8x22b": "Mixtral-8x22B", "qwen3-30b-a3b": "Qwen3-30B-A3B",
+               "qwen3-235b-a22b": "Qwen3-235B-A22B", "kimi-k2": "Kimi-K2", "moonlight-16b-a3b": "Moonlight-16B-A3B"}
 
 
 def model_name(m: ModelConfig | str) -> str:

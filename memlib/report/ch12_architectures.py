@@ -1,0 +1,189 @@
+"""Chapter 12, "Other architectures": tables, equations, the figure and glued values, formatted from
+:mod:`memlib.scenarios.architectures`.  Nothing here computes a quantity; the chapter compares every
+shipped preset whatever model the book is built for."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy as sp
+
+from ..config import load_model
+from ..scenarios import architectures as sa
+from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
+from ..units import UNITS
+from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, ratio
+
+__all__ = ["values", "equations", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
+           "TOKEN_UNIT", "DEVICE_UNIT"]
+
+#: bytes per token are shown in KiB, per device in GiB
+TOKEN_UNIT, DEVICE_UNIT = "KiB", "GiB"
+PROFILE_NAMES = {"paper": "paper", "megatron": "megatron"}
+#: the memory categories of the figure, bottom to top
+FIGURE_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations")
+
+
+def _kib(x: Fraction, digits: int = 2) -> str:
+    """Bytes per token in KiB, for a cell whose header names the unit."""
+    return fmt_decimal(Fraction(x) / UNITS[TOKEN_UNIT], digits)
+
+
+def _mib(x: Fraction) -> str:
+    """Bytes per token of a whole model in MiB, for a cell whose header names the unit."""
+    return fmt_decimal(Fraction(x) / UNITS["MiB"], 2)
+
+
+def _kib_text(x: Fraction, digits: int = 2) -> str:
+    return _kib(x, digits) + " " + TOKEN_UNIT
+
+
+def _gib(n: int) -> str:
+    return fmt_bytes(n, DEVICE_UNIT, 1, with_unit=False)
+
+
+def _heads(name: str) -> str:
+    m = load_model(name)
+    if m.attention == "mla":
+        return f"{m.num_attention_heads} (latent)"
+    return f"{m.num_attention_heads} / {m.num_key_value_heads}"
+
+
+def _total(entries) -> Fraction:
+    return sum((e.bytes for e in entries), Fraction(0))
+
+
+def values(book_model: str = "deepseek-v3") -> dict[str, str]:
+    """The chapter's numbers and words for its prose; ``book_model`` (the model the book is built for)
+    only names it: the chapter compares every preset whatever it is."""
+    v3, lite, l70 = "deepseek-v3", "deepseek-v2-lite", "llama-3-70b"
+    split_p, split_m = sa.mla_split(v3, "paper"), sa.mla_split(v3, "megatron")
+    l70_kv = sa.role_bytes(sa.attention_token(l70, "megatron"))["keys_values"]
+    l70_m = load_model(l70)
+    pairs = sa.equal_activated_pairs()
+    dense = [n for n in sa.CHAPTER_PRESETS if not load_model(n).has_moe]
+    unpaired = [n for n in dense if n not in {p.dense for p in pairs}]
+    out = {
+        "book_model": model_name(load_model(book_model)),
+        "n_presets": fmt_count(len(sa.CHAPTER_PRESETS)),
+        "seq_len": fmt_count(sa.SEQ_LEN),
+        "config": sa.chapter_training(v3).label(),
+        "config_dp": fmt_count(sa.chapter_training(v3).dp),
+        "pair_ratio": fmt_decimal(Fraction(sa.PAIR_RATIO), 0),
+        "pairs": "; ".join(f"{model_name(p.dense)} with {model_name(p.moe)} (×{ratio(p.ratio, 1)})" for p in pairs),
+        "unpaired": ", ".join(model_name(n) for n in unpaired) or "none",
+        "v3": model_name(v3), "lite": model_name(lite), "l70": model_name(l70),
+        "v3_kv": _kib_text(split_m["kv_heads"]), "l70_kv": _kib_text(l70_kv),
+        "v3_over_l70_kv": ratio(split_m["kv_heads"], l70_kv, 1),
+        "l70_n_kv": fmt_count(l70_m.num_key_value_heads), "v3_n_h": fmt_count(load_model(v3).num_attention_heads),
+        "v3_latents_paper": _kib_text(split_p["latents"]), "v3_rope_paper": _kib_text(split_p["rope"]),
+        "v3_cost_paper": _kib_text(split_p["cost"]), "v3_saves_paper": _kib_text(split_p["saves"]),
+        "v3_latents_megatron": _kib_text(split_m["latents"]), "v3_cost_megatron": _kib_text(split_m["cost"]),
+        "v3_saves_megatron": _kib_text(split_m["saves"]),
+        "v3_total_megatron": _kib_text(split_m["total"]), "v3_recomputed_megatron": _kib_text(split_m["recomputed"]),
+        "v3_total_paper": _kib_text(split_p["total"]),
+        "v3_core_paper": _kib_text(sa.role_bytes(sa.attention_token(v3, "paper"))["core"]),
+    }
+    for i, p in enumerate(pairs, start=1):
+        d, m = sa.preset_row(p.dense), sa.preset_row(p.moe)
+        out |= {
+            f"pair{i}_dense": model_name(p.dense), f"pair{i}_moe": model_name(p.moe),
+            f"pair{i}_dense_act": fmt_billions(d["activated"]), f"pair{i}_moe_act": fmt_billions(m["activated"]),
+            f"pair{i}_moe_total": fmt_billions(m["total"]),
+            f"pair{i}_dense_token": _kib_text(d["model_megatron"]), f"pair{i}_moe_token": _kib_text(m["model_megatron"]),
+            f"pair{i}_dense_peak": fmt_bytes(d["peak_megatron"], DEVICE_UNIT, 1),
+            f"pair{i}_moe_peak": fmt_bytes(m["peak_megatron"], DEVICE_UNIT, 1),
+        }
+    return out
+
+
+def _equation(lhs: str, expr: sp.Expr) -> str:
+    return "$$\n" + lhs + " = " + sp.latex(expr) + "\n$$"
+
+
+def equations(prefix: str = "oa_eq_") -> dict[str, str]:
+    """Display equations (Markdown with ``$$``) of the attention bytes per token of one layer, by glue
+    key: ``{prefix}gqa`` and ``{prefix}mla`` under the paper profile, ``{prefix}gqa_megatron`` and
+    ``{prefix}mla_megatron`` under the megatron one
+    (from Llama-3-8B's and DeepSeek-V3's ledgers: every GQA model without per-head q/k norms and every
+    MLA model with q compression has the same expression)."""
+    out = {}
+    for key, model, lhs in (("gqa", "llama-3-8b", r"\frac{M^{A}_{\mathrm{GQA}}}{b\,s}"),
+                             ("mla", "deepseek-v3", r"\frac{M^{A}_{\mathrm{MLA}}}{b\,s}")):
+        out[prefix + key] = _equation(lhs, sa.attention_token_formula(model, "paper"))
+        out[prefix + key + "_megatron"] = _equation(lhs, sa.attention_token_formula(model, "megatron"))
+    return out
+
+
+def attention_table(profile: str = "megatron") -> str:
+    """Attention bytes per token of one layer by role, every preset, nothing recomputed."""
+    roles = list(sa.ROLE_NAMES)
+    rows = []
+    for n in sa.CHAPTER_PRESETS:
+        entries = sa.attention_token(n, profile)
+        rb = sa.role_bytes(entries)
+        rows.append([model_name(n), sa.attention_kind(n), _heads(n), *[_kib(rb[r]) if rb[r] else "–" for r in roles],
+                     _kib(_total(entries))])
+    return md_table(["model", "attention", "heads (q / kv)", *sa.ROLE_NAMES.values(), f"total ({TOKEN_UNIT})"], rows,
+                    "lll" + "r" * (len(roles) + 1))
+
+
+def mla_table() -> str:
+    """What MLA's compression costs and what recomputing from the latents saves, bytes per token of one
+    layer, every MLA preset under both profiles."""
+    rows = []
+    for n in sa.CHAPTER_PRESETS:
+        for p in sa.PROFILES:
+            x = sa.mla_split(n, p)
+            if x is None:
+                continue
+            rows.append([model_name(n), PROFILE_NAMES[p], _kib(x["total"]), _kib(x["latents"]), _kib(x["rope"]),
+                         _kib(x["kv_heads"]), _kib(x["saves"]), _kib(x["recomputed"])])
+    return md_table(["model", "profile", "attention, nothing recomputed", "latents (cost)", "RoPE parts (cost)",
+                     "per-head keys and values", "saved by recomputing the up-projections",
+                     "attention, up-projections recomputed"], rows, "llrrrrrr")
+
+
+def presets_table() -> str:
+    """Every preset: family, attention, parameters, bytes per token of one layer and of all layers,
+    the peak device of the chapter's configuration, under both profiles."""
+    rows = []
+    for r in sa.preset_rows():
+        rows.append([model_name(r["name"]), r["family"], r["attention"], "MoE" if r["moe"] else "dense",
+                     fmt_billions(r["total"]), fmt_billions(r["activated"]),
+                     _kib(r["layer_paper"], 1), _kib(r["layer_megatron"], 1),
+                     _mib(r["model_megatron"]),
+                     _gib(r["peak_paper"]), _gib(r["peak_megatron"])])
+    return md_table(["model", "family", "attention", "FFN", "parameters", "activated",
+                     f"one layer, paper ({TOKEN_UNIT}/token)", f"one layer, megatron ({TOKEN_UNIT}/token)",
+                     "all layers, megatron (MiB/token)", f"peak device, paper ({DEVICE_UNIT})",
+                     f"peak device, megatron ({DEVICE_UNIT})"], rows, "llll" + "r" * 7)
+
+
+def pairs_table() -> str:
+    """The dense and MoE pairs at nearest activated parameters, side by side (megatron profile)."""
+    rows = []
+    for p in sa.equal_activated_pairs():
+        for n in (p.dense, p.moe):
+            r, pk = sa.preset_row(n), sa.peak_device(n, "megatron")
+            rows.append([model_name(n), "MoE" if r["moe"] else "dense", fmt_billions(r["total"]),
+                         fmt_billions(r["activated"]), _mib(r["model_megatron"]),
+                         pk["label"], fmt_count(pk["stage"]), _gib(pk["model_states"]), _gib(pk["activations"]),
+                         _gib(pk["allocated"])])
+    return md_table(["model", "FFN", "parameters", "activated", "activations, all layers (MiB/token)",
+                     "configuration", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
+                     f"allocated ({DEVICE_UNIT})"], rows, "llrrrlrrrr")
+
+
+def pairs_figure():
+    """The peak device of each model of the pairs, by memory category, under both profiles."""
+    pairs = sa.equal_activated_pairs()
+    names = [n for p in pairs for n in (p.dense, p.moe)]
+    fig, axes = new_figure(8.0, 3.8, 1, len(sa.PROFILES), sharey=True)
+    for ax, prof in zip(axes, sa.PROFILES):
+        peaks = [sa.peak_device(n, prof) for n in names]
+        series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
+        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1)
+        ax.set_title(f"{PROFILE_NAMES[prof]} profile", fontsize=9)
+        ax.tick_params(axis="x", rotation=20)
+    axes[0].legend(fontsize=7, loc="upper left")
+    return fig
