@@ -7,6 +7,7 @@ import pytest
 from memlib import estimate
 from memlib.paper import paper_training
 from memlib.report import ch02_architecture as ch
+from memlib.report.format import model_name
 
 MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
 #: DeepSeek-V3's numbers in this chapter's prose and per-model tables (its MTP module, routed
@@ -75,7 +76,7 @@ def test_another_architecture_says_what_it_has(model):
     (the MLA numbers are glued as placeholders by glue_deepseek, in blocks its book drops)."""
     e = est(model)
     v = ch.values(e)
-    assert v["model"] == model and "grouped-query attention (GQA: 32 query heads, 8 key-value heads of 128)" in v["note"]
+    assert v["model"] == model_name(model) and "grouped-query attention (GQA: 32 query heads, 8 key-value heads of 128)" in v["note"]
     assert ("Mixtral's top-k MoE" in v["note"]) == (model == "mixtral-8x7b")
     assert ("a dense SwiGLU FFN in every layer" in v["note"]) == (model == "llama-3-8b")
     assert v["N"] == ("8" if model == "mixtral-8x7b" else "0") and v["N_s"] == "0"
