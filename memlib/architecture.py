@@ -26,7 +26,7 @@ from .config import ModelConfig
 from .symbols import sym
 
 __all__ = [
-    "Tensor", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
+    "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
     "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
     "tied_head_copy",
     "model_values",
@@ -73,6 +73,40 @@ class Tensor:
     @property
     def numel(self) -> sp.Expr:
         return sp.Mul(*self.shape)
+
+
+def attention_name(m: ModelConfig) -> str:
+    """The attention's name: ``MLA``, ``GQA`` (fewer key-value heads than query heads) or ``MHA``
+    (grouped-query attention with as many key-value heads as query heads: GPT-2)."""
+    if m.attention == "mla":
+        return "MLA"
+    return "MHA" if m.num_key_value_heads == m.num_attention_heads else "GQA"
+
+
+def is_deepseek_architecture(m: ModelConfig) -> bool:
+    """Whether ``m`` has the blocks the paper analyses: MLA and (where it has MoE layers) DeepSeekMoE."""
+    return m.attention == "mla" and m.moe in ("deepseek", None)
+
+
+#: what each MoE kind is, in words
+MOE_NAMES = {"deepseek": "DeepSeekMoE (shared and routed experts)", "mixtral": "Mixtral's top-k MoE (no shared expert)",
+             "qwen3_moe": "Qwen3-MoE (no shared expert)", "qwen2_moe": "Qwen2-MoE (a gated shared expert)"}
+
+
+def block_kinds(m: ModelConfig) -> dict:
+    """The blocks of ``m`` as the book describes them: ``attention`` (:func:`attention_name`), ``n_h``,
+    ``n_kv`` and ``d_head`` (GQA; None for MLA), ``qk_norm``, ``ffn`` (``SwiGLU`` or ``GeLU``), ``moe``
+    (:data:`MOE_NAMES`, None for a dense model), ``N``, ``N_r``, ``shared`` (whether an MoE layer has a
+    shared expert), ``norm`` (``RMSNorm`` or ``LayerNorm``), ``positions`` (``RoPE`` or ``learned``),
+    ``tied`` and ``deepseek`` (:func:`is_deepseek_architecture`)."""
+    gqa = m.attention != "mla"
+    return {"attention": attention_name(m), "n_h": m.num_attention_heads,
+            "n_kv": m.num_key_value_heads if gqa else None, "d_head": m.head_dim if gqa else None,
+            "qk_norm": m.qk_norm, "ffn": {"swiglu": "SwiGLU", "gelu": "GeLU"}[m.mlp],
+            "moe": MOE_NAMES[m.moe] if m.moe else None, "N": m.n_routed_experts, "N_r": m.num_experts_per_tok,
+            "shared": bool(m.n_shared_experts) or m.moe == "qwen2_moe",
+            "norm": "LayerNorm" if NORMS[m.norm] else "RMSNorm", "positions": "learned" if m.positions == "learned" else "RoPE",
+            "tied": m.tie_word_embeddings, "deepseek": is_deepseek_architecture(m)}
 
 
 def attention_tensors(m: ModelConfig) -> list[Tensor]:

@@ -155,8 +155,9 @@ class ModelConfig:
 
     # ------------------------------------------------------------------------------------------
     def is_moe_layer(self, i: int) -> bool:
-        """HF rule: layer ``i`` is MoE iff ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``."""
-        return i >= self.first_k_dense_replace and i % self.moe_layer_freq == 0
+        """HF rule: layer ``i`` is MoE iff ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``
+        (never in a dense model: an MTP module after its last layer is dense too)."""
+        return self.moe is not None and i >= self.first_k_dense_replace and i % self.moe_layer_freq == 0
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...]:

@@ -8,13 +8,24 @@ registry (:meth:`Formula.latex`), and ``memlib formula NAME`` prints exactly tha
 substitute); ``memlib formula --list`` gives each formula's number in the book.
 
 A right-hand side is a SymPy expression, a :class:`~memlib.breakdown.Breakdown` (a sum shown term
-by term in its own order), or, for the structural equations of MLA, LaTeX text.  Named blocks
+by term in its own order), or, for the structural equations of MLA, LaTeX text.
+
+Every formula follows the model's block kinds (:data:`memlib.config.FAMILIES`): eq. (3.1) counts the
+attention the model has (MLA, or grouped-query / multi-head attention with its biases and head
+norms), the MoE formulas its MoE kind (DeepSeekMoE, Mixtral and Qwen3-MoE without shared experts,
+Qwen2-MoE's gated shared expert), and a block the model lacks counts 0; the left-hand side names the
+block the model has (:math:`P_{\\mathrm{GQA}}` for Llama's attention).  A dense model's per-layer
+formulas are those of its dense layers (:math:`L^{dense}_{st}`, the FFN in place of the MoE block).
+Only the equations of MLA (``mla.*``) are MLA's alone: another attention has none of them, a
+:class:`ConfigError` says so.  Named blocks
 (:math:`P_{MLA}` in eq. 3.6) are symbols whose definitions are other formulas (``defs``).
 
 >>> FORMULAS["params.total"].number
 '3.6'
 >>> formula("params.expert")
 3*h*h_E
+>>> print(equation_text("params.mla", "llama-3-8b"))
+P_GQA = d_{head}*h*n_h + d_{head}*h*n_{kv} + d_{head}*h*n_{kv} + d_{head}*h*n_h
 """
 from __future__ import annotations
 
@@ -24,7 +35,7 @@ from typing import Callable, Union
 import sympy as sp
 
 from .activations import ledger_bytes, parse_policy
-from .architecture import MLA_EQUATIONS, attention_tensors, mtp_tensors
+from .architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers import gpt_layer, paper_layer
@@ -55,7 +66,32 @@ P_TOTAL = block_symbol(r"P_{\mathrm{total}}")
 P_SPLIT, P_REPL = block_symbol(r"P^{split}_{MLA}"), block_symbol(r"P^{repl}_{MLA}")
 P_NORM_DEV, P_MOE_DEV = block_symbol(r"P_{norm}"), block_symbol(r"P_{MoE}")
 P_TILDE = block_symbol(r"\tilde{P}")
-_BLOCKS = (P_MLA, P_NORM, P_FFN, P_MOE, P_TOTAL, P_SPLIT, P_REPL, P_NORM_DEV, P_MOE_DEV, P_TILDE)
+#: the attention block of another kind (eq. 3.1 and 4.3, 4.4 of a GQA or MHA model)
+P_ATT = {n: block_symbol(rf"P_{{\mathrm{{{n}}}}}") for n in ("GQA", "MHA")}
+P_SPLIT_ATT = {n: block_symbol(rf"P^{{split}}_{{{n}}}") for n in ("GQA", "MHA")}
+P_REPL_ATT = {n: block_symbol(rf"P^{{repl}}_{{{n}}}") for n in ("GQA", "MHA")}
+P_FFN_DEV = block_symbol(r"P_{FFN}")
+_BLOCKS = (P_MLA, P_NORM, P_FFN, P_MOE, P_TOTAL, P_SPLIT, P_REPL, P_NORM_DEV, P_MOE_DEV, P_TILDE, P_FFN_DEV,
+           *P_ATT.values(), *P_SPLIT_ATT.values(), *P_REPL_ATT.values())
+
+
+def _att(m: ModelConfig, mla: sp.Symbol, other: dict[str, sp.Symbol]) -> sp.Symbol:
+    """The block symbol of ``m``'s attention: ``mla`` for MLA, else the one named after its kind."""
+    name = attention_name(m)
+    return mla if name == "MLA" else other[name]
+
+
+def _ffn_dev(m: ModelConfig) -> sp.Symbol:
+    return P_MOE_DEV if m.has_moe else P_FFN_DEV
+
+
+#: a left-hand side that names the block the model has: ``lhs`` with ``MLA`` (or ``MoE``) replaced
+def _lhs_att(lhs: str) -> Callable[[ModelConfig], str]:
+    return lambda m: lhs.replace("MLA", attention_name(m))
+
+
+def _lhs_ffn(lhs: str) -> Callable[[ModelConfig], str]:
+    return lambda m: lhs if m.has_moe else lhs.replace("MoE", "FFN")
 
 
 def plain(latex: str) -> str:
@@ -73,7 +109,7 @@ class Formula:
 
     name: str
     description: str
-    lhs: str                                                   #: LaTeX ("" when the rhs is a whole equation)
+    lhs: str | Callable[[ModelConfig], str]                    #: LaTeX ("" when the rhs is a whole equation), or per model
     rhs: Callable[[ModelConfig, TrainingConfig], Rhs]
     number: str | None = None                                  #: its number in the book, if it is displayed
     defs: tuple[tuple[sp.Symbol, str], ...] = field(default=())   #: named blocks -> the formulas defining them
@@ -81,10 +117,14 @@ class Formula:
 
     def build(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> Rhs:
         m = load_model(model)
-        if m.family != "deepseek":
-            raise ConfigError(f"model={m.name}: the book's formulas are written for MLA and DeepSeekMoE; "
-                              f"{m.name} is a {m.family} model (its formulas are issue 12's second phase)")
+        if self.name.startswith("mla.") and m.attention != "mla":
+            raise ConfigError(f"formula={self.name} is an equation of multi-head latent attention; {m.name} has "
+                              f"{attention_name(m)} attention (its parameters: memlib formula params.mla)")
         return self.rhs(m, train if train is not None else default_training(m))
+
+    def lhs_for(self, model: ModelConfig | str = "deepseek-v3") -> str:
+        """The left-hand side for ``model`` (LaTeX): the block the model has (P_GQA, P_FFN)."""
+        return self.lhs(load_model(model)) if callable(self.lhs) else self.lhs
 
     def expression(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None,
                    expand: bool = False) -> sp.Expr:
@@ -96,7 +136,8 @@ class Formula:
         e = r.total if isinstance(r, Breakdown) else sp.sympify(r)
         if expand:
             for symbol, name in self.defs:
-                e = e.xreplace({symbol: readable(FORMULAS[name].expression(model, train, expand=True))})
+                for x in _variants(symbol):
+                    e = e.xreplace({x: readable(FORMULAS[name].expression(model, train, expand=True))})
         return e
 
     def latex(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
@@ -104,7 +145,8 @@ class Formula:
         r = self.build(model, train)
         kw = {} if self.order is None else {"order": self.order}
         body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else sp.latex(r, **kw))
-        return f"{self.lhs} = {body}" if self.lhs else body
+        lhs = self.lhs_for(model)
+        return f"{lhs} = {body}" if lhs else body
 
     def text(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
         """The equation in plain text (SymPy's string form, named blocks by plain names), as
@@ -116,7 +158,18 @@ class Formula:
         names = {x: sp.Symbol(plain(x.name)) for _, x in ((0, s) for s in _BLOCKS)}
         terms = list(r.values()) if isinstance(r, Breakdown) else [sp.sympify(r)]
         body = " + ".join(sp.sstr(t.xreplace(names), **kw) for t in terms if t != 0).replace("+ -", "- ") or "0"
-        return f"{plain(self.lhs)} = {body}" if self.lhs else body
+        lhs = self.lhs_for(model)
+        return f"{plain(lhs)} = {body}" if lhs else body
+
+
+def _variants(symbol: sp.Symbol) -> tuple[sp.Symbol, ...]:
+    """A named block and the names it takes in a model of another kind (P_MLA: P_GQA, P_MHA)."""
+    for mla, other in ((P_MLA, P_ATT), (P_SPLIT, P_SPLIT_ATT), (P_REPL, P_REPL_ATT)):
+        if symbol == mla:
+            return (mla, *other.values())
+    if symbol == P_MOE_DEV:
+        return (P_MOE_DEV, P_FFN_DEV)
+    return (symbol,)
 
 
 def default_training(m: ModelConfig) -> TrainingConfig:
@@ -145,36 +198,53 @@ def _mtp_input(m: ModelConfig, t: TrainingConfig) -> str:
 # ------------------------------------------------------------------------------------------------
 # chapter 3: parameters
 # ------------------------------------------------------------------------------------------------
+def _layer(m: ModelConfig, kind: str) -> Breakdown:
+    """One decoder layer of ``kind``, per tensor; nothing when the model has no layer of that kind."""
+    return layer_params(m, kind) if kind in m.layer_kinds else Breakdown()
+
+
 def _block(kind: str, block: str):
-    # a block the model does not have (no shared experts) has no parameters: 0, not an error
-    return lambda m, t: readable(by_block(layer_params(m, kind)).get(block, sp.Integer(0)))
+    # a block the model does not have (no shared experts, no MoE layer) has no parameters: 0, not an error
+    return lambda m, t: readable(by_block(_layer(m, kind)).get(block, sp.Integer(0)))
+
+
+def _any_layer(block: str):
+    """A block every layer has (the attention, the norms): read from whichever kind the model has."""
+    return lambda m, t: readable(by_block(layer_params(m, m.layer_kinds[0])).get(block, sp.Integer(0)))
 
 
 def _mla_terms(m: ModelConfig, t: TrainingConfig) -> Breakdown:
     return tensor_counts(attention_tensors(m))
 
 
-def _moe_terms(m: ModelConfig, t: TrainingConfig) -> Breakdown:
-    moe = by_block(layer_params(m, "moe"))
-    return Breakdown({k: readable(moe[k]) for k in ("router", "shared_experts", "routed_experts") if k in moe})
+def _moe_terms(m: ModelConfig, t: TrainingConfig) -> Breakdown | sp.Expr:
+    moe = by_block(_layer(m, "moe"))
+    terms = {k: readable(moe[k]) for k in ("router", "shared_experts", "routed_experts") if k in moe}
+    return Breakdown(terms) if terms else sp.Integer(0)
 
 
 def _total_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
     """Eq. (3.6): the ends, then every layer's MLA and norms, the dense FFNs, the MoE blocks."""
     n = layer_counts(m)
-    return Breakdown([("ends", _ends(m)), ("layers", (n["dense"] + n["moe"]) * (P_MLA + P_NORM)),
+    att = _att(m, P_MLA, P_ATT)
+    return Breakdown([("ends", _ends(m)), ("layers", (n["dense"] + n["moe"]) * (att + P_NORM)),
                       ("dense", n["dense"] * P_FFN), ("moe", n["moe"] * P_MOE)])
 
 
 def _ends(m: ModelConfig) -> sp.Expr:
     from .architecture import embedding_tensors, head_tensors
-    return tensor_counts(embedding_tensors()).total + tensor_counts(head_tensors(m)).total
+    return tensor_counts(embedding_tensors(m)).total + tensor_counts(head_tensors(m)).total
 
 
 def _activated_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
     n = layer_counts(m)
-    idle = sp.Mul(-3, n["moe"], sym("N") - sym("N_r"), sym("h"), sym("h_E"), evaluate=False)   # -n_moe (N - N_r) P_expert
-    assert sp.expand(idle + n["moe"] * (sym("N") - sym("N_r")) * expert_params(m)) == 0
+    if n["moe"] == 0:
+        return Breakdown([("total", P_TOTAL)])                  # a dense model: every parameter is activated
+    # -n_moe (N - N_r) P_expert, P_expert's factors (3 h h_E) written out as the book prints it
+    expert = expert_params(m)
+    c, factors = expert.as_coeff_mul()
+    idle = sp.Mul(-c, n["moe"], sym("N") - sym("N_r"), *factors, evaluate=False)
+    assert sp.expand(idle + n["moe"] * (sym("N") - sym("N_r")) * expert) == 0
     return Breakdown([("total", P_TOTAL), ("idle", idle)])
 
 
@@ -205,11 +275,13 @@ def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]
 
     prof = PROFILES[profile]
     groups: dict[str, list] = {"mla_split": [], "mla_replicated": [], "rmsnorm": [], "moe": []}
-    for x in decoder_layer_tensors(m, "moe"):
+    # a dense model's stage is of dense layers: its FFN stands in the MoE group's place
+    for x in decoder_layer_tensors(m, "moe" if m.has_moe else "dense"):
         if x.kind == "buffer":
             continue
         kind = prof.sharding(x)
-        groups[device_group(x.key, x.kind, kind)].append((x.numel, kind))
+        g = device_group(x.key, x.kind, kind)
+        groups["moe" if g == "dense_ffn" else g].append((x.numel, kind))
     out = {}
     for g, terms in groups.items():
         kinds = {k for _, k in terms}
@@ -225,8 +297,15 @@ def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]
 
 
 def _device(group: str):
-    return lambda m, t: sp.Mul(sym("L_moe"), _device_groups(m, t.profile if t.profile in PROFILES else "paper")[group],
-                               evaluate=False)
+    def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
+        layers = sym("L_moe") if m.has_moe else sym("L_dense")
+        return sp.Mul(layers, _device_groups(m, t.profile if t.profile in PROFILES else "paper")[group], evaluate=False)
+    return build
+
+
+def _device_total(m: ModelConfig, t: TrainingConfig) -> Breakdown:
+    return Breakdown([("split", _att(m, P_SPLIT, P_SPLIT_ATT)), ("repl", _att(m, P_REPL, P_REPL_ATT)),
+                      ("norm", P_NORM_DEV), ("moe", _ffn_dev(m))])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +341,9 @@ PAPER_FORMULA_CONFIG = {
 
 def _act(block: str, where: str, policy: str = "none"):
     def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
-        entries = [e for e in paper_layer(m, "moe") if e.block == block]
+        # a dense model's layer: its FFN block in the MoE block's place
+        kind, blk = ("moe", block) if m.has_moe else ("dense", "dense_ffn" if block == "moe" else block)
+        entries = [e for e in paper_layer(m, kind) if e.block == blk]
         pol = parse_policy(policy)
         if where == "unsplit":
             expr = ledger_bytes(entries, TrainingConfig(sp=False), RECIPES["paper"], pol).total
@@ -275,13 +356,16 @@ def _act(block: str, where: str, policy: str = "none"):
     return build
 
 
-def _act_lhs(block: str, where: str, policy: str = "none") -> str:
-    letter = "A" if block == "attention" else "E"
-    if where == "unsplit":
-        return f"M^{{{letter}}}"
-    if where == "device":
-        return rf"M^{{{letter}}}_{{\text{{device}}}}"
-    return f"M^{{{letter}}}_{{{'2' if policy == 'full' else '1'}}}"
+def _act_lhs(block: str, where: str, policy: str = "none") -> Callable[[ModelConfig], str]:
+    def lhs(m: ModelConfig) -> str:
+        # the paper's A (attention) and E (experts); a dense model's FFN is F
+        letter = "A" if block == "attention" else ("E" if m.has_moe else "F")
+        if where == "unsplit":
+            return f"M^{{{letter}}}"
+        if where == "device":
+            return rf"M^{{{letter}}}_{{\text{{device}}}}"
+        return f"M^{{{letter}}}_{{{'2' if policy == 'full' else '1'}}}"
+    return lhs
 
 
 def _gpt(policy: str, sp_on: bool):
@@ -305,9 +389,9 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     _f("mla.o", "MLA: attention output and the output projection", "", _mla_eq("mla-o"), "2.6"),
     _f("mtp.input", "the input of MTP module k: its projection M of two normalised vectors", "", _mtp_input, "2.7"),
     # chapter 3
-    _f("params.mla", "MLA parameters of one layer (eight matrices and two latent norms)", r"P_{\mathrm{MLA}}",
-       _mla_terms, "3.1"),
-    _f("params.norms", "block RMSNorm parameters of one layer", r"P_{\mathrm{norm}}", _block("moe", "norms"), "3.2"),
+    _f("params.mla", "attention parameters of one layer (MLA: eight matrices and two latent norms)",
+       _lhs_att(r"P_{\mathrm{MLA}}"), _mla_terms, "3.1"),
+    _f("params.norms", "block norm parameters of one layer", r"P_{\mathrm{norm}}", _any_layer("norms"), "3.2"),
     _f("params.dense_ffn", "dense FFN parameters of one layer", r"P_{\mathrm{FFN}}", _block("dense", "dense_ffn"),
        "3.3"),
     _f("params.moe", "router, shared and routed experts of one MoE layer", r"P_{\mathrm{MoE}}", _moe_terms, "3.4"),
@@ -324,9 +408,9 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     _f("params.routed_experts", "routed-expert parameters of one MoE layer", r"P_{\mathrm{routed}}",
        _block("moe", "routed_experts")),
     _f("params.moe_layer", "all parameters of one MoE decoder layer", r"P_{\mathrm{MoE\ layer}}",
-       lambda m, t: readable(layer_params(m, "moe").total)),
+       lambda m, t: readable(_layer(m, "moe").total)),
     _f("params.dense_layer", "all parameters of one dense decoder layer", r"P_{\mathrm{dense\ layer}}",
-       lambda m, t: readable(layer_params(m, "dense").total)),
+       lambda m, t: readable(_layer(m, "dense").total)),
     _f("params.mtp", "parameters of the MTP modules (embedding and head shared)", r"P_{\mathrm{MTP}}",
        lambda m, t: readable(mtp_params(m).total)),
     _f("params.readable_total", "parameters of the main model, every block written out", r"P_{\mathrm{total}}",
@@ -336,16 +420,16 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
        lambda m, t: sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP")), "4.1"),
     _f("parallel.devices", "devices: data, tensor, context and pipeline parallelism", r"\text{devices}",
        lambda m, t: sym("DP") * sym("TP") * sym("CP") * sym("PP"), "4.2"),
-    _f("static.mla_split", "MLA parameters split by TP on one device of a stage of MoE layers",
-       r"P^{split}_{MLA}", _device("mla_split"), "4.3"),
-    _f("static.mla_replicated", "MLA parameters replicated over TP, one device", r"P^{repl}_{MLA}",
+    _f("static.mla_split", "attention parameters split by TP on one device of a stage of MoE layers",
+       _lhs_att(r"P^{split}_{MLA}"), _device("mla_split"), "4.3"),
+    _f("static.mla_replicated", "attention parameters replicated over TP, one device", _lhs_att(r"P^{repl}_{MLA}"),
        _device("mla_replicated"), "4.4"),
-    _f("static.norms", "RMSNorm parameters (block and latent norms), one device", r"P_{norm}", _device("rmsnorm"),
+    _f("static.norms", "norm parameters (block, latent and head norms), one device", r"P_{norm}", _device("rmsnorm"),
        "4.5"),
-    _f("static.moe", "MoE parameters (router, shared and the local routed experts), one device", r"P_{MoE}",
-       _device("moe"), "4.6"),
-    _f("static.device", "parameters one device of a stage of MoE layers stores", "P",
-       lambda m, t: Breakdown([("split", P_SPLIT), ("repl", P_REPL), ("norm", P_NORM_DEV), ("moe", P_MOE_DEV)]), "4.7",
+    _f("static.moe", "MoE parameters (router, shared and the local routed experts; a dense model's FFN), one device",
+       _lhs_ffn(r"P_{MoE}"), _device("moe"), "4.6"),
+    _f("static.device", "parameters one device of a stage of MoE layers (a dense model: dense layers) stores", "P",
+       _device_total, "4.7",
        [(P_SPLIT, "static.mla_split"), (P_REPL, "static.mla_replicated"), (P_NORM_DEV, "static.norms"),
         (P_MOE_DEV, "static.moe")]),
     # chapter 5

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .architecture import (
-    Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, model_values, mtp_tensors,
+    Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, model_values, moe_tensors, mtp_tensors,
 )
 from .breakdown import Breakdown
 from .config import ModelConfig
@@ -44,9 +44,12 @@ def layer_params(m: ModelConfig, kind: str, *, buffers: bool = False) -> Breakdo
 
 
 def layer_counts(m: ModelConfig) -> dict[str, sp.Expr]:
-    """How many dense and MoE decoder layers: symbolic (k_dense, l - k_dense) when every layer after
-    the first ``first_k_dense_replace`` is MoE, exact integers otherwise."""
+    """How many dense and MoE decoder layers: l and 0 when every layer is of one kind (a dense model,
+    Mixtral), symbolic (k_dense, l - k_dense) when every layer after the first ``first_k_dense_replace``
+    is MoE, exact integers otherwise."""
     kinds = m.layer_kinds
+    if len(set(kinds)) == 1:
+        return {k: sym("l") if k == kinds[0] else sp.Integer(0) for k in ("dense", "moe")}
     if m.moe_layer_freq == 1:
         return {"dense": sym("k_dense"), "moe": sym("l") - sym("k_dense")}
     return {"dense": sp.Integer(kinds.count("dense")), "moe": sp.Integer(kinds.count("moe"))}
@@ -113,13 +116,15 @@ def readable(expr: sp.Expr) -> sp.Expr:
 
 def block_formulas(m: ModelConfig) -> dict[str, sp.Expr]:
     """The per-layer blocks of eq. (3.6), each in :func:`readable` form: ``mla`` (the attention
-    with its latent norms), ``norms`` (the two block RMSNorms), ``ffn`` (a dense FFN) and ``moe``
-    (router, shared and routed experts)."""
-    moe, dense = by_block(layer_params(m, "moe")), by_block(layer_params(m, "dense"))
+    with its latent norms: MLA, or GQA with its biases and head norms), ``norms`` (the two block
+    norms), ``ffn`` (a dense FFN) and ``moe`` (router, shared and routed experts); a block the model
+    has no layer of is 0."""
+    moe = by_block(layer_params(m, "moe")) if m.has_moe else Breakdown()
+    dense = by_block(layer_params(m, "dense"))
     return {
-        "mla": readable(moe["attention"]),
-        "norms": readable(moe["norms"]),
-        "ffn": readable(dense["dense_ffn"]),
+        "mla": readable(dense["attention"]),
+        "norms": readable(dense["norms"]),
+        "ffn": readable(dense["dense_ffn"]) if "dense" in m.layer_kinds else sp.Integer(0),
         "moe": sp.Add(*(readable(moe[k]) for k in ("router", "shared_experts", "routed_experts") if k in moe)),
     }
 
@@ -134,8 +139,11 @@ def total_formula(m: ModelConfig) -> sp.Expr:
 
 
 def expert_params(m: ModelConfig) -> sp.Expr:
-    """Parameters of one routed expert, 3 h h_E."""
-    return 3 * sym("h") * sym("h_E")
+    """Parameters of one routed expert, read from the MoE block's routed-expert tensors: 3 h h_E
+    (a SwiGLU of width h_E, in every MoE kind memlib knows); 0 for a dense model."""
+    if not m.has_moe:
+        return sp.Integer(0)
+    return sp.expand(sp.Add(*(t.numel for t in moe_tensors(m) if t.expert)) / sym("N"))
 
 
 def per_layer_totals(m: ModelConfig) -> list[int]:

@@ -22,7 +22,9 @@ from memlib.report.format import fmt_bytes, fmt_count
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
-MODELS = ("deepseek-v2", "deepseek-v2-lite")
+MODELS = ("deepseek-v2", "deepseek-v2-lite", "mixtral-8x7b")
+#: the models of another architecture among them (no MLA, no DeepSeekMoE)
+OTHER_ARCHITECTURES = ("mixtral-8x7b",)
 
 
 def v3_numbers() -> set[str]:
@@ -114,3 +116,35 @@ def test_no_paper_placeholder_is_shown(model):
     shown = [p.name for p in sorted(root.glob("*.html"))
              if '<span class="pasted-text">—</span>' in p.read_text(encoding="utf-8")]
     assert shown == []
+
+
+@pytest.mark.parametrize("model", OTHER_ARCHITECTURES)
+def test_another_architectures_book_says_what_applies(model):
+    """A model without MLA and DeepSeekMoE: its book drops the sections marked ``{.deepseek-arch}``
+    and says, in the note glued from memlib, which blocks it has instead."""
+    from memlib.config import load_model
+    from memlib.report.format import architecture_note
+
+    pages = book_text(model)
+    note = architecture_note(load_model(model), "MLA and DeepSeekMoE").split("**")[1]
+    assert "grouped-query attention" in note
+    assert sum(note in re.sub(r"\s+", " ", text).replace("’", "'") for text in pages.values()) >= 3
+    marked = {p.name: deepseek_sections(p) for p in sorted((ROOT / "notebooks").glob("*.md"))}
+    assert sum(len(h) for h in marked.values()) >= 1
+    left = [(name, h) for name, heads in marked.items() for h in heads
+            if re.search(rf"\b{re.escape(h)}\s*#", pages.get(name.replace(".md", ".html"), ""))]
+    assert left == []
+
+
+def deepseek_sections(path: Path) -> list[str]:
+    """The titles of the sections a notebook marks ``{.deepseek-arch}``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [nxt.lstrip("#").strip() for line, nxt in zip(lines, lines[1:]) if line.strip() == "{.deepseek-arch}"]
+
+
+def test_the_book_tags_follow_the_architecture():
+    from memlib.report.book import book_tags
+
+    assert book_tags("deepseek-v3") == {"paper_model", "deepseek_arch"}
+    assert book_tags("deepseek-v2-lite") == {"deepseek_arch"}
+    assert book_tags("mixtral-8x7b") == book_tags("llama-3-8b") == set()

@@ -7,6 +7,7 @@ import pytest
 from memlib import estimate
 from memlib.paper import paper_training
 from memlib.report import ch02_architecture as ch
+from memlib.report.format import model_name
 
 MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
 #: DeepSeek-V3's numbers in this chapter's prose and per-model tables (its MTP module, routed
@@ -21,7 +22,7 @@ def est(model: str):
 def per_model_text(model: str) -> str:
     e = est(model)
     parts = [ch.notation(e), ch.attention_table(e), ch.mtp_table(e), *ch.values(e).values(),
-             *ch.other_values(e).values()]
+             *ch.mla_values(e).values(), *ch.other_values(e).values()]
     return "\n".join(parts)
 
 
@@ -36,7 +37,7 @@ def test_every_function_runs(model):
 
 
 def test_deepseek_v3_values():
-    v = ch.values(est("deepseek-v3"))
+    v = {**ch.values(est("deepseek-v3")), **ch.mla_values(est("deepseek-v3"))}
     assert (v["l"], v["k_dense"], v["moe_layers"], v["N"], v["N_s"], v["n_mtp"]) == ("61", "3", "58", "256", "1", "1")
     assert (v["qk_width"], v["rope_share"], v["kv_cache_width"], v["mha_kv_width"]) == ("192", "33.3%", "576", "40,960")
     assert v["mtp_module"] == v["mtp_own"] == "11,610,067,968" and v["router_bias"] == "has such a buffer"
@@ -53,7 +54,7 @@ def test_another_models_chapter_is_about_that_model(model):
 
 
 def test_v2_lite_has_no_query_compression():
-    v = ch.values(est("deepseek-v2-lite"))
+    v = ch.mla_values(est("deepseek-v2-lite"))
     assert v["mla_matrices"] == "7" and v["mla_norms"] == "1" and v["d_cq"].startswith("null")
     assert ch.other_values(est("deepseek-v2-lite"))["name"] == "DeepSeek-V2"
     assert "$W^{Q}$" in ch.attention_table(est("deepseek-v2-lite"))
@@ -67,3 +68,16 @@ def test_the_comparison_shows_every_preset_in_every_book():
         table = ch.model_fields_table(est(model))
         assert all(name in table for name in ("DeepSeek-V3", "DeepSeek-V2", "DeepSeek-V2-Lite"))
         assert "dense 0–2, MoE 3–60" in ch.layer_pattern_table(est(model))
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "llama-3-8b"])
+def test_another_architecture_says_what_it_has(model):
+    """A model without MLA: the chapter's general numbers, and a note naming its attention and FFN
+    (the MLA numbers are glued as placeholders by glue_deepseek, in blocks its book drops)."""
+    e = est(model)
+    v = ch.values(e)
+    assert v["model"] == model_name(model) and "grouped-query attention (GQA: 32 query heads, 8 key-value heads of 128)" in v["note"]
+    assert ("Mixtral's top-k MoE" in v["note"]) == (model == "mixtral-8x7b")
+    assert ("a dense SwiGLU FFN in every layer" in v["note"]) == (model == "llama-3-8b")
+    assert v["N"] == ("8" if model == "mixtral-8x7b" else "0") and v["N_s"] == "0"
+    assert "every section applies" in ch.values(est("deepseek-v2-lite"))["note"]

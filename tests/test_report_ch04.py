@@ -13,7 +13,7 @@ from memlib.paper import paper_training
 from memlib.report import ch04_static as ch
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_static_memory.md"
-MODELS = ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite"]
+MODELS = ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "mixtral-8x7b", "llama-3-8b"]
 
 #: DeepSeek-V3's numbers in this chapter (Table 6, §3, the stages, the conventions, the problems)
 V3_NUMBERS = ("6,250,364,928", "11.64", "429,654,016", "5,820,645,376", "12,500,729,856", "318,767,104",
@@ -28,8 +28,13 @@ def est(request):
 
 def glued(est) -> dict[str, str]:
     """Every value the notebook glues under the ``static`` prefix, as its cells glue them."""
+    from memlib.architecture import is_deepseek_architecture
+
     out = {}
-    for values in (ch.values(est), ch.paper_values(est), ch.absent_paper_values(est), ch.problem_values(est)):
+    # glue_deepseek: the problem on more EP for DeepSeekMoE's experts, placeholders (the paper's keys) otherwise
+    ep = ch.ep_problem_values(est if is_deepseek_architecture(est.model) else
+                              estimate("deepseek-v3", paper_training("deepseek-v3")))
+    for values in (ch.values(est), ch.paper_values(est), ch.absent_paper_values(est), ch.problem_values(est), ep):
         out.update({f"static_{k}": v for k, v in values.items()})
     return out
 
@@ -38,6 +43,8 @@ def chapter_text(est) -> str:
     parts = [ch.notation(est), ch.table5(est), ch.tensor_table(est), ch.table6(est), ch.stage_table(est),
              ch.split_table(est), ch.errata_md(est)]
     parts += list(ch.values(est).values()) + list(ch.paper_values(est).values()) + list(ch.problem_values(est).values())
+    if est.model.attention == "mla":
+        parts += list(ch.ep_problem_values(est).values())
     return "\n".join(parts)
 
 

@@ -80,6 +80,22 @@ def test_miniature_of_small_and_odd_models():
     assert sv.miniature(T.tiny(first_k_dense_replace=0)).layer_kinds == ("moe",)
 
 
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "llama-3-8b", "qwen3-30b-a3b"])
+def test_miniature_of_another_family_keeps_its_blocks(name):
+    """A GQA model's miniature is of its own family (not a DeepSeek miniature): fewer key-value heads
+    than query heads kept, its MoE kind, head norms and biases; one layer; at most 2 experts per token."""
+    m, mini = load_model(name), sv.miniature(name)
+    kept = ("family", "attention", "mlp", "moe", "norm", "positions", "qk_norm", "qkv_bias", "o_bias", "mlp_bias",
+            "tie_word_embeddings")
+    assert all(getattr(mini, f) == getattr(m, f) for f in kept)
+    assert (mini.hidden_size, mini.num_attention_heads, mini.num_key_value_heads, mini.head_dim) == (32, 4, 2, 8)
+    assert mini.layer_kinds == (("moe",) if m.has_moe else ("dense",))
+    if m.has_moe:
+        assert (mini.n_routed_experts, mini.num_experts_per_tok, mini.moe_intermediate_size) == (4, 2, 16)
+    one_head = sv.hf_cases(name)[2][1]
+    assert (one_head.num_attention_heads, one_head.num_key_value_heads, one_head.head_dim) == (1, 1, 24)
+
+
 def test_cases_are_derived_from_the_miniature():
     cases = sv.hf_cases("deepseek-v2-lite")
     assert [c[0] for c in cases] == [c[0] for c in sv.HF_CASES]
@@ -228,6 +244,12 @@ def test_hf_comparisons_of_a_miniature_are_exact(extra):
     s = sv.hf_summary(rs)
     assert s["all_exact"] and s["mismatched_regions"] == 0 and s["configs"] == len(sv.HF_CASES)
     assert s["measured_bytes"] == sum(r["activations"]["predicted"] for r in rs)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "llama-3-8b"])
+def test_hf_comparisons_of_another_familys_miniature_are_exact(extra, name):
+    rs = sv.hf_comparisons(load_model(name))
+    assert all(r["exact"] and r["activations"]["difference"] == 0 for r in rs), [r["label"] for r in rs]
 
 
 def test_random_check(extra):

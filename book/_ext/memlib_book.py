@@ -11,9 +11,14 @@ every book).  A whole section that only the paper's book has is marked on its he
     ## Errata for this chapter
 
 and removed, with everything under it, when the tag is not set.
+
+``deepseek_arch`` is set when the model has the blocks the paper analyses (MLA, DeepSeekMoE); a
+section on them is marked ``{.deepseek-arch}`` and dropped from the book of another architecture
+(Llama, Mixtral, Qwen, GPT), whose chapters say in a glued note what applies instead
+(``{only} not deepseek_arch``).
 """
 
-SECTION_CLASSES = {"paper-model": "paper_model"}
+SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
 
 
 def _drop_sections(app, doctree) -> None:

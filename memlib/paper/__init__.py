@@ -31,13 +31,16 @@ def paper_training(model: ModelConfig | str, base: TrainingConfig = PAPER_TRAINI
     """The paper's configuration (PP16@TP2@EP8@ETP1, DP32) for ``model``, as close as the model
     allows: the default layout where it is valid (DeepSeek-V3: the paper's 4 x 15 + 1), else the
     balanced one (:func:`memlib.partition.balanced_layout`); fewer stages than layers; EP the largest
-    divisor of the routed experts not above 8 (1 for a dense model, which has none); TP the largest divisor
-    of the heads not above 2."""
+    divisor of the routed experts not above 8 (1 for a dense model); TP the largest divisor of the
+    query heads (and of the key-value heads, GQA) not above 2."""
     m = load_model(model)
     t = base
     pp = min(t.pp, m.num_hidden_layers)
-    tp = max(d for d in range(1, t.tp + 1) if m.num_attention_heads % d == 0 and t.tp % d == 0)
-    ep = max(d for d in range(1, t.ep + 1) if (m.n_routed_experts or 1) % d == 0 and (t.dp * tp) % (d * t.etp) == 0)
+    heads = (m.num_attention_heads, m.num_key_value_heads or m.num_attention_heads)
+    tp = max(d for d in range(1, t.tp + 1) if all(n % d == 0 for n in heads) and t.tp % d == 0)
+    # a dense model has no experts to lay out: EP 1
+    ep = 1 if not m.has_moe else max(d for d in range(1, t.ep + 1)
+                                     if m.n_routed_experts % d == 0 and (t.dp * tp) % (d * t.etp) == 0)
     try:
         default_layout(m.num_hidden_layers, pp)
         layout = None

@@ -114,8 +114,10 @@ def routed_tokens(est: Estimate, micro_batch: int | None = None) -> dict[str, in
     ceil(b s N_r / (EP CP)) (its (N/EP) E_token, rounded up to whole tokens), and ``held`` = b s N_r
     ETP / (TP CP) (with sequence parallelism; no TP without), what a device holds once the all-to-all
     has brought it the tokens its experts receive from every rank of the EP group; ``held_exceeds``:
-    whether that is more than the paper's count."""
+    whether that is more than the paper's count.  All 0 for a dense model."""
     m, t = est.model, est.train
+    if not m.has_moe:                                   # a dense model routes no token
+        return {"copies": 0, "e_token": 0, "local_experts": 0, "paper": 0, "held": 0, "held_exceeds": False}
     bb = t.micro_batch if micro_batch is None else micro_batch
     copies = bb * t.seq_len * m.num_experts_per_tok
     held = Fraction(copies * t.etp, (t.tp if t.sp else 1) * t.cp)
@@ -162,8 +164,8 @@ def table9(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_b
     E_token and the paper's routed tokens per device for each b, sequence parallelism, CP and the
     recompute policies compared."""
     m, t = est.model, est.train
-    return {"micro_batches": tuple(micro_batches), "seq_len": t.seq_len, "N_r": m.num_experts_per_tok,
-            "N": m.n_routed_experts, "e_token": tuple(routed_tokens(est, bb)["e_token"] for bb in micro_batches),
+    return {"micro_batches": tuple(micro_batches), "seq_len": t.seq_len, "N_r": m.num_experts_per_tok or 0,
+            "N": m.n_routed_experts or 0, "e_token": tuple(routed_tokens(est, bb)["e_token"] for bb in micro_batches),
             "paper_tokens": tuple(routed_tokens(est, bb)["paper"] for bb in micro_batches),
             "sp": t.sp and t.tp > 1, "sp_degree": t.tp if t.sp else 1, "cp": t.cp,
             "recompute": PAPER_TABLE9["recompute"]}

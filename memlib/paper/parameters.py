@@ -93,9 +93,9 @@ def model_tensors(m: ModelConfig) -> list[Tensor]:
     norms, the dense FFN (if the model has dense layers), the MoE block (if it has MoE layers), the
     final norm and the head."""
     kinds = set(m.layer_kinds)
-    dense = dense_ffn_tensors() if "dense" in kinds else []
+    dense = dense_ffn_tensors(m) if "dense" in kinds else []
     moe = moe_tensors(m) if "moe" in kinds else []
-    return embedding_tensors() + attention_tensors(m) + block_norm_tensors() + dense + moe + head_tensors(m)
+    return embedding_tensors(m) + attention_tensors(m) + block_norm_tensors(m) + dense + moe + head_tensors(m)
 
 
 def tensor_rows(m: ModelConfig) -> list[dict]:
@@ -128,16 +128,18 @@ def layer_blocks(m: ModelConfig) -> dict[str, int]:
     att = attention_tensors(m)
     mla_matrices = sum(exact_int(t.numel, vals) for t in att if t.kind == "matrix")
     mla_norms = sum(exact_int(t.numel, vals) for t in att if t.kind == "norm")
-    moe = by_block(layer_params(m, "moe")).evaluate(vals)
-    dense = by_block(layer_params(m, "dense")).evaluate(vals)
-    ends = by_block(Breakdown([(t.key, t.numel) for t in embedding_tensors() + head_tensors(m)])).evaluate(vals)
+    # a kind the model has no layer of (a dense model's MoE block, Mixtral's dense FFN) counts 0
+    moe = by_block(layer_params(m, "moe")).evaluate(vals) if "moe" in m.layer_kinds else {}
+    dense = by_block(layer_params(m, "dense")).evaluate(vals) if "dense" in m.layer_kinds else {}
+    norms = by_block(layer_params(m, m.layer_kinds[0])).evaluate(vals)["norms"]
+    ends = by_block(Breakdown([(t.key, t.numel) for t in embedding_tensors(m) + head_tensors(m)])).evaluate(vals)
     out = {
         "mla": mla_matrices + mla_norms, "mla_matrices": mla_matrices, "mla_latent_norms": mla_norms,
         "mla_matrix_count": sum(1 for t in att if t.kind == "matrix"),
         "mla_norm_count": sum(1 for t in att if t.kind == "norm"),
-        "norms": moe["norms"], "layer_norms": moe["norms"] + mla_norms, "dense_ffn": dense["dense_ffn"],
-        "router": moe["router"], "shared_experts": moe.get("shared_experts", 0),
-        "routed_experts": moe["routed_experts"],
+        "norms": norms, "layer_norms": norms + mla_norms, "dense_ffn": dense.get("dense_ffn", 0),
+        "router": moe.get("router", 0), "shared_experts": moe.get("shared_experts", 0),
+        "routed_experts": moe.get("routed_experts", 0),
         "expert": exact_int(expert_params(m), vals),
         "embedding": ends["embedding"], "final_norm": ends["final_norm"], "head": ends.get("head", 0),
     }
@@ -163,7 +165,7 @@ def expert_counts(m: ModelConfig) -> dict[str, int]:
     (``moe_layers`` x N), ``shared`` (``moe_layers`` x N_s)."""
     kinds = m.layer_kinds
     n_moe = kinds.count("moe")
-    return {"dense_layers": kinds.count("dense"), "moe_layers": n_moe, "routed": n_moe * m.n_routed_experts,
+    return {"dense_layers": kinds.count("dense"), "moe_layers": n_moe, "routed": n_moe * (m.n_routed_experts or 0),
             "shared": n_moe * m.n_shared_experts}
 
 

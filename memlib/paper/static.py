@@ -63,7 +63,7 @@ def experts_per_device(part: Partition, index: int) -> dict[str, int]:
     """Routed experts per EP rank, shared experts, their sum per layer and on one device of the stage."""
     m, t = part.model, part.train
     moe_layers = sum(1 for i in part.stages[index].layers if m.is_moe_layer(i))
-    routed = m.n_routed_experts // t.ep
+    routed = (m.n_routed_experts or 0) // t.ep            # a dense model: no experts
     per_layer = routed + m.n_shared_experts
     return {"routed": routed, "shared": m.n_shared_experts, "per_layer": per_layer,
             "moe_layers": moe_layers, "per_device": per_layer * moe_layers}
@@ -201,7 +201,7 @@ def tensor_layout(part: Partition) -> list[dict[str, object]]:
     per profile of :data:`PROFILE_NAMES` its ``sharding`` (``tp``, ``replicated``, ``expert``) and the
     ``per_device`` count on one device of ``part``'s configuration."""
     rows = []
-    for t in decoder_layer_tensors(part.model, "moe"):
+    for t in decoder_layer_tensors(part.model, "moe" if part.model.has_moe else "dense"):   # a dense model's layer
         if t.kind == "buffer":
             continue
         row: dict[str, object] = {"key": t.key, "latex": t.latex, "block": t.block, "shape": t.shape}

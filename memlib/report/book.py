@@ -19,7 +19,12 @@ BOOK_MODEL = os.environ.get(ENV) or "deepseek-v3"
 
 
 def book_tags(model: str = BOOK_MODEL) -> set[str]:
-    """The Sphinx tags of a build for ``model``: ``paper_model`` when it is the paper's."""
+    """The Sphinx tags of a build for ``model``: ``paper_model`` when it is the paper's,
+    ``deepseek_arch`` when it has the blocks the paper analyses (MLA, DeepSeekMoE): the sections on
+    them are marked ``{.deepseek-arch}`` and dropped from another architecture's book."""
+    from ..architecture import is_deepseek_architecture
+    from ..config import load_model
     from ..paper import is_paper_model
 
-    return {"paper_model"} if is_paper_model(model) else set()
+    tags = {"paper_model"} if is_paper_model(model) else set()
+    return tags | ({"deepseek_arch"} if is_deepseek_architecture(load_model(model)) else set())

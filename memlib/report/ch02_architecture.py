@@ -11,10 +11,10 @@ from __future__ import annotations
 from ..memory import Estimate
 from ..paper import parameters as pp
 from ..scenarios import models as sm
-from .format import fmt_count, math, md_table, model_name, pct, span, tex, yes_no
+from .format import architecture_note, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
-__all__ = ["models", "notation", "values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
+__all__ = ["models", "notation", "values", "mla_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
            "model_fields_table", "mtp_table"]
 
 
@@ -36,26 +36,35 @@ def values(est: Estimate) -> dict[str, str]:
     """The numbers the chapter quotes for the book's model."""
     m = est.model
     s = sm.preset_summary(m)
-    b = pp.layer_blocks(m)
-    w = pp.mla_widths(m)
     mtp = pp.mtp_module(m)
     return {
-        "model": model_name(m),
-        "d_h": fmt_count(m.qk_nope_head_dim), "d_v": fmt_count(m.v_head_dim), "d_hR": fmt_count(m.qk_rope_head_dim),
-        "d_c": fmt_count(m.kv_lora_rank),
-        "d_cq": fmt_count(m.q_lora_rank) if s["q_compression"] else "null: this model projects queries directly",
-        "head_dims": "the same" if m.qk_nope_head_dim == m.v_head_dim else "different",
+        "model": model_name(m), "note": architecture_note(m, "multi-head latent attention (MLA)"),
         "h": fmt_count(m.hidden_size), "n_h": fmt_count(m.num_attention_heads), "l": fmt_count(m.num_hidden_layers),
         "k_dense": fmt_count(m.first_k_dense_replace), "dense_layers": fmt_count(s["dense_layers"]),
         "moe_layers": fmt_count(s["moe_layers"]),
-        "N": fmt_count(m.n_routed_experts), "N_s": fmt_count(m.n_shared_experts),
-        "N_r": fmt_count(m.num_experts_per_tok),
+        "N": fmt_count(m.n_routed_experts or 0), "N_s": fmt_count(m.n_shared_experts),
+        "N_r": fmt_count(m.num_experts_per_tok or 0),
         "routed_total": fmt_count(s["routed"]),
-        "mla_matrices": fmt_count(b["mla_matrix_count"]), "mla_norms": fmt_count(b["mla_norm_count"]),
         "router_bias": "has such a buffer" if m.router_bias else "has no such buffer",
         "moe_layer_freq": fmt_count(m.moe_layer_freq),
         "n_mtp": fmt_count(m.num_nextn_predict_layers), "mtp_kind": "MoE" if mtp["kind"] == "moe" else "dense",
         "mtp_module": fmt_count(mtp["total"]), "mtp_own": fmt_count(pp.totals(m)["mtp"]),
+    }
+
+
+def mla_values(est: Estimate) -> dict[str, str]:
+    """The numbers the chapter quotes on the model's MLA (glued with
+    :func:`~memlib.report.glue.glue_deepseek`: only a model with MLA has them)."""
+    m = est.model
+    s = sm.preset_summary(m)
+    b = pp.layer_blocks(m)
+    w = pp.mla_widths(m)
+    return {
+        "d_h": fmt_count(m.qk_nope_head_dim), "d_v": fmt_count(m.v_head_dim), "d_hR": fmt_count(m.qk_rope_head_dim),
+        "d_c": fmt_count(m.kv_lora_rank),
+        "d_cq": fmt_count(m.q_lora_rank) if s["q_compression"] else "null: this model projects queries directly",
+        "head_dims": "the same" if m.qk_nope_head_dim == m.v_head_dim else "different",
+        "mla_matrices": fmt_count(b["mla_matrix_count"]), "mla_norms": fmt_count(b["mla_norm_count"]),
         "qk_width": fmt_count(w["qk"]), "rope_share": pct(w["rope_share"], 1, 1),
         "kv_cache_width": fmt_count(w["kv_cache"]), "mha_kv_width": fmt_count(w["mha_kv"]),
     }

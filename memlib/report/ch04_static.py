@@ -24,7 +24,7 @@ from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_na
 from .tables import errata_table, notation_recap
 
 __all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
-           "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "errata_md"]
+           "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values", "errata_md"]
 
 #: the number formats of a byte width, for the prose
 FORMATS = {1: "fp8", 2: "bf16", 4: "fp32", 8: "fp64"}
@@ -282,14 +282,22 @@ def stages_figure(est: Estimate):
     return fig
 
 
-def problem_values(est: Estimate) -> dict[str, str]:
-    """The worked problems: more expert parallelism, and no tensor parallelism, on the same devices."""
-    ep, tp = sstatic.more_ep(est), sstatic.no_tp(est)
+def ep_problem_values(est: Estimate) -> dict[str, str]:
+    """The worked problem on more expert parallelism, on the same devices (DeepSeekMoE's experts:
+    glued with :func:`~memlib.report.glue.glue_deepseek`)."""
+    ep = sstatic.more_ep(est)
     return {
         "p1_label": ep["label"], "p1_ep": fmt_count(ep["ep"]), "p1_edp": fmt_count(ep["edp"]),
         "p1_routed": fmt_count(ep["experts"]["routed"]), "p1_shared": fmt_count(ep["experts"]["shared"]),
         "p1_experts": fmt_count(ep["experts"]["per_device"]), "p1_params": fmt_count(ep["params"]),
         "p1_gib": fmt_bytes(ep["bytes"]), "p1_saving_gib": fmt_bytes(ep["saved_bytes"]),
+    }
+
+
+def problem_values(est: Estimate) -> dict[str, str]:
+    """The worked problem on no tensor parallelism, on the same devices."""
+    tp = sstatic.no_tp(est)
+    return {
         "p2_label": tp["label"], "p2_tp": fmt_count(tp["tp"]), "p2_dp": fmt_count(tp["dp"]),
         "p2_mla": fmt_count(tp["mla"]), "p2_params": fmt_count(tp["params"]), "p2_gib": fmt_bytes(tp["bytes"]),
         "p2_extra_gib": fmt_bytes(tp["extra_bytes"]), "p2_mla_share": pct(tp["mla_share"], 1),

@@ -94,7 +94,7 @@ def values(est: Estimate) -> dict[str, str]:
         "label": t.label(), "gpus": fmt_count(t.world_size), "pp": fmt_count(t.pp), "ep": fmt_count(t.ep),
         "dp": fmt_count(t.dp), "edp": fmt_count(t.edp), "tp": fmt_count(t.tp), "b": fmt_count(t.micro_batch),
         "s": fmt_count(t.seq_len), "layers": fmt_count(m.num_hidden_layers),
-        "dense": fmt_count(m.first_k_dense_replace), "experts": fmt_count(m.n_routed_experts),
+        "dense": fmt_count(m.first_k_dense_replace), "experts": fmt_count(m.n_routed_experts or 0),
         "layout": layout_text(est.partition.layout), "stages_count": fmt_count(len(est.partition.layout)),
         "bytes_per_param": fmt_count(RECIPES[t.precision].total_bytes),
         "megatron_bytes_per_param": fmt_count(RECIPES["megatron"].total_bytes),

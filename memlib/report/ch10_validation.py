@@ -94,7 +94,7 @@ def values(est: Estimate) -> dict[str, str]:
         "versions_pinned": _all(all(ver["same"].values()), "the pinned ones", "not all the pinned ones"),
         # the miniature
         "mini_layers": fmt_count(mini.num_hidden_layers), "mini_kinds": ", ".join(_KIND[k] for k in mini.layer_kinds),
-        "mini_experts": fmt_count(mini.n_routed_experts), "mini_h": fmt_count(mini.hidden_size),
+        "mini_experts": fmt_count(mini.n_routed_experts or 0), "mini_h": fmt_count(mini.hidden_size),
         # parameters
         "params_verdict": _all(pc[0]["ok"], "agree exactly", "do not agree"),
         "params_class": pc[0]["class"], "params_tensors": fmt_count(len(pc[0]["tensors"])),

@@ -24,7 +24,7 @@ from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "fmt_capacity", "typeset", "ascii_symbols"]
+           "yes_no", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -158,3 +158,27 @@ def math(expr_or_key) -> str:
     if isinstance(expr_or_key, str) and expr_or_key in SYMBOLS:
         return f"${sym_tex(expr_or_key)}$"
     return f"${tex(expr_or_key)}$"
+
+
+def architecture_note(m: ModelConfig, subject: str) -> str:
+    """One sentence for a book of a model that lacks the blocks of ``subject`` (``"MLA"``,
+    ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.architecture.block_kinds`),
+    and that the parts on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
+    every section applies)."""
+    from ..architecture import block_kinds
+
+    k = block_kinds(m)
+    if k["deepseek"]:
+        return f"**{model_name(m)} has MLA and DeepSeekMoE, the blocks of the paper's model:** every section applies."
+    att = {"GQA": "grouped-query attention (GQA", "MHA": "multi-head attention (MHA"}[k["attention"]]
+    att += f": {fmt_count(k['n_h'])} query heads, {fmt_count(k['n_kv'])} key-value heads of {fmt_count(k['d_head'])}"
+    att += ", with RMSNorms of each query and key head)" if k["qk_norm"] else ")"
+    if k["moe"]:
+        ffn = (f"{k['moe']} of {fmt_count(k['N'])} routed {k['ffn']} experts, {fmt_count(k['N_r'])} per token")
+    else:
+        ffn = f"a dense {k['ffn']} FFN in every layer (no experts)"
+    rest = f"{k['norm']}s, {'learned positions' if k['positions'] == 'learned' else 'RoPE'}"
+    rest += ", the head tied to the embedding" if k["tied"] else ""
+    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** What this chapter says of {subject} is the paper's "
+            f"model's: those parts do not apply to it and its book leaves them out; memlib counts its own blocks "
+            f"with the same code, in this chapter's tables and figures.")

@@ -10,12 +10,13 @@ Keys are letters, digits and ``_``, starting with a letter.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 from .format import md_table
 
 __all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
-           "glue_equations", "equation_key", "equation_label"]
+           "glue_equations", "equation_key", "equation_label", "glue_deepseek"]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -53,6 +54,28 @@ def glue_paper(prefix: str, values: Mapping[str, str], keys: Iterable[str]) -> N
     model ``values`` is empty and each of ``keys`` gets a placeholder, since Sphinx resolves the glue
     roles of a block before it drops it."""
     glue_values(prefix, {**{k: "—" for k in keys}, **values})
+
+
+def glue_deepseek(prefix: str, values, est) -> None:
+    """Glue ``values(est)`` (a chapter's numbers on MLA or DeepSeekMoE) where the model has those
+    blocks; for another architecture the same keys (read from the paper's model) get a placeholder:
+    they sit in sections marked ``{.deepseek-arch}`` or ``{only} deepseek_arch`` blocks, which that
+    model's book drops (Sphinx resolves the glue roles of a block before it drops it)."""
+    from ..architecture import is_deepseek_architecture
+
+    if is_deepseek_architecture(est.model):
+        glue_values(prefix, values(est))
+        return
+    glue_paper(prefix, {}, values(_paper_estimate()))
+
+
+@lru_cache(maxsize=None)
+def _paper_estimate():
+    """The paper's model under its configuration (the keys of a chapter's DeepSeek-only values)."""
+    from ..memory import estimate
+    from ..paper import PAPER_MODEL, paper_training
+
+    return estimate(PAPER_MODEL, paper_training(PAPER_MODEL))
 
 
 def glue_md(key: str, text: str) -> str:
@@ -98,7 +121,11 @@ def glue_equations(names, model, train=None) -> None:
     """Glue each registry formula of ``names`` as the book shows it (``{glue:math}`` with the key
     :func:`equation_key` and the label :func:`equation_label`): the same LaTeX ``memlib formula NAME
     --latex`` prints."""
+    from ..config import load_model
     from ..formulas import equation
 
+    mla = load_model(model).attention == "mla"
     for name in names:
-        glue_math(equation_key(name), equation(name, model, train))
+        # MLA's equations for a model without MLA: a placeholder, in a section that model's book drops
+        latex = r"\text{—}" if name.startswith("mla.") and not mla else equation(name, model, train)
+        glue_math(equation_key(name), latex)

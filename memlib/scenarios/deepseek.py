@@ -67,7 +67,7 @@ def deepseek_recipe(model: ModelConfig | str) -> TrainingConfig:
     recipe (DualPipe, no TP, DP128, ZeRO-1, the ``deepseek-v3`` precision and ``deepseek``
     recomputation) on the largest even number of stages up to 16 that the layers allow, the balanced
     layout (:func:`memlib.partition.balanced_layout`) and EP the largest divisor of the routed
-    experts not above 64 that divides DP."""
+    experts not above 64 that divides DP (1 for a dense model)."""
     m = load_model(model)
     if is_paper_model(m):
         return V3_TRAIN
@@ -76,7 +76,8 @@ def deepseek_recipe(model: ModelConfig | str) -> TrainingConfig:
     if pp < 2:
         raise ConfigError(f"num_hidden_layers={m.num_hidden_layers}: DualPipe needs at least two pipeline stages")
     dp = REPORT["dp"]
-    ep = max(d for d in range(1, REPORT["ep"] + 1) if m.n_routed_experts % d == 0 and dp % d == 0)
+    ep = 1 if not m.has_moe else max(d for d in range(1, REPORT["ep"] + 1)
+                                     if m.n_routed_experts % d == 0 and dp % d == 0)   # a dense model: EP 1
     return V3_TRAIN.with_(pp=pp, ep=ep, layout=balanced_layout(m.num_hidden_layers, pp))
 
 

@@ -21,7 +21,7 @@ def ep_sweep(est: Estimate, index: int, zero: ZeroStage = ZeroStage.OS_G_PARAMS,
     configuration unchanged."""
     m, t = est.model, est.train
     rows, ep = [], 1
-    while m.n_routed_experts % ep == 0 and (t.dp * t.tp * t.cp) % (ep * t.etp) == 0:
+    while (m.n_routed_experts or 1) % ep == 0 and (t.dp * t.tp * t.cp) % (ep * t.etp) == 0:
         c = t.with_(ep=ep, zero=int(zero))
         row = {"ep": ep, "edp": c.edp}
         for p in profiles:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
 from math import ceil
@@ -69,6 +70,8 @@ def miniature(model: ModelConfig | str) -> ModelConfig:
     the experts per token (and the experts per token within the groups a token may use), never more
     than the model has."""
     m = load_model(model)
+    if m.family != "deepseek":
+        return _family_miniature(m)
     per_group = max(ceil(Fraction(2 * m.num_experts_per_tok, m.n_group)),
                     ceil(Fraction(m.num_experts_per_tok, m.topk_group)))
     experts = min(m.n_routed_experts, m.n_group * per_group)
@@ -82,6 +85,29 @@ def miniature(model: ModelConfig | str) -> ModelConfig:
          "scoring_func": m.scoring_func, "topk_method": "noaux_tc" if m.router_bias else "greedy",
          "model_type": "deepseek_v3" if m.router_bias else "deepseek_v2"}
     return model_from_dict(d, name=f"{m.name} in miniature")
+
+
+def _family_miniature(m: ModelConfig) -> ModelConfig:
+    """A model of another family in miniature, its own blocks kept (attention with or without fewer
+    key-value heads, biases, head norms, the FFN and MoE kind, norm, positions, tied head): the widths
+    of :data:`MINIATURE` (h, the FFN, the expert, 4 query heads of 8), 2 key-value heads where the model
+    has fewer than query heads, the experts per token (at most 2) and twice as many experts (at most
+    the model's), one decoder layer."""
+    moe = m.has_moe
+    n_r = min(m.num_experts_per_tok, 2) if moe else None
+    heads = MINIATURE["num_attention_heads"]
+    return replace(
+        m, hidden_size=MINIATURE["hidden_size"], num_attention_heads=heads,
+        num_key_value_heads=heads if m.num_key_value_heads == m.num_attention_heads else 2,
+        head_dim=MINIATURE["qk_nope_head_dim"],
+        intermediate_size=None if m.intermediate_size is None else MINIATURE["intermediate_size"],
+        moe_intermediate_size=MINIATURE["moe_intermediate_size"] if moe else None,
+        n_routed_experts=min(m.n_routed_experts, 2 * n_r) if moe else None, num_experts_per_tok=n_r,
+        shared_expert_intermediate_size=None if m.shared_expert_intermediate_size is None
+        else MINIATURE["moe_intermediate_size"],
+        max_position_embeddings=None if m.max_position_embeddings is None else MINIATURE["vocab_size"],
+        num_hidden_layers=1, first_k_dense_replace=0 if moe else 1, vocab_size=MINIATURE["vocab_size"],
+        name=f"{m.name} in miniature")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -99,6 +125,11 @@ HF_CASES = (
 def _changed(m: ModelConfig, changes: dict, label: str) -> ModelConfig:
     if not changes:
         return m
+    if m.family != "deepseek":
+        # grouped-query attention: one query and one key-value head, as wide as the MLA case's values
+        return replace(m, num_attention_heads=changes.get("num_attention_heads", m.num_attention_heads),
+                       num_key_value_heads=changes.get("num_attention_heads", m.num_key_value_heads),
+                       head_dim=changes.get("v_head_dim", m.head_dim), name=f"{m.name}, {label}")
     d = {**m.values(), "topk_method": "noaux_tc" if m.router_bias else "greedy", **changes}
     d.pop("router_bias"), d.pop("name")
     return model_from_dict(d, name=f"{m.name}, {label}")
