@@ -11,11 +11,12 @@ from __future__ import annotations
 from ..memory import Estimate
 from ..paper import parameters as pp
 from ..scenarios import models as sm
+from .figures import block_diagram, new_figure
 from .format import architecture_note, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
 __all__ = ["models", "notation", "values", "mla_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
-           "model_fields_table", "mtp_table"]
+           "model_fields_table", "mtp_table", "block_node_text", "block_figure", "block_values"]
 
 
 def models(est: Estimate) -> tuple:
@@ -162,3 +163,50 @@ def mtp_table(est: Estimate) -> str:
     rows.append(["embedding $W^{E}$, head $W^{head}$", "shared with the main model", "", "not counted again"])
     rows.append(["**total (own parameters of one module)**", "", "", f"**{fmt_count(mod['total'])}**"])
     return md_table(["tensor", "Hugging Face parameter", "shape", "parameters"], rows, "lllr")
+
+
+# ------------------------------------------------------------------------------------------------
+# the block diagrams
+# ------------------------------------------------------------------------------------------------
+def _mathtext(words: str) -> str:
+    """An activation's name from the ledger with its symbols typeset: ``query latent c^Q`` -> ``$c^{Q}$``."""
+    out = []
+    for w in words.split(" "):
+        if "^" in w:
+            base, sup = w.split("^", 1)
+            w = f"${base}^{{{sup}}}$"
+        out.append(w)
+    return " ".join(out)
+
+
+def block_node_text(node) -> tuple[str, str, str, str]:
+    """One :class:`~memlib.scenarios.models.Node` as the diagram writes it: name, shape, what slices it
+    (``none``: replicated, or whole on every rank), category."""
+    name = node.name if node.category == "parameters" else _mathtext(node.name)
+    shape = "$[" + ",\\ ".join(tex(d) for d in node.shape) + "]$"
+    return name, shape, ", ".join(node.sliced_by) or "none", node.category
+
+
+def _ffn_block(est: Estimate) -> str:
+    return "moe" if est.model.has_moe else "dense_ffn"
+
+
+def block_figure(est: Estimate, block: str):
+    """The tensors of the book's model's ``block`` (``attention``, or ``ffn``: the MoE layer, or the dense
+    FFN of a model without one) in data-flow order, each with its shape and what slices it (under the
+    chapter's partition profile)."""
+    b = _ffn_block(est) if block == "ffn" else block
+    nodes = [block_node_text(n) for n in sm.block_nodes(est.model, b, est.train.profile)]
+    rows = (len(nodes) + 3) // 4
+    fig, ax = new_figure(9.0, 0.95 * rows + 0.5)
+    block_diagram(ax, nodes)
+    return fig
+
+
+def block_values(est: Estimate) -> dict[str, str]:
+    """Words for the diagrams' captions: the attention's kind, the FFN block drawn."""
+    m = est.model
+    return {"diagram_attention": "multi-head latent attention (MLA)" if m.attention == "mla"
+            else "grouped-query attention (this model has no MLA)",
+            "diagram_ffn": "MoE layer" if m.has_moe else "dense FFN (this model has no MoE layer)",
+            "diagram_profile": est.train.profile}

@@ -15,7 +15,8 @@ from ..units import UNITS, fmt_bytes
 
 __all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
            "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
-           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
+           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label", "block_diagram", "device_grid",
+           "held_fractions"]
 
 #: the Okabe-Ito palette, by name
 OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
@@ -231,3 +232,41 @@ def memory_time_panels(ot, xlabel: str):
     ax2.set_xlabel(xlabel)
     ax2.legend(fontsize=8, loc="upper right", ncol=2)
     return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# block diagrams and device slicing (memlib.scenarios.models.block_nodes, memlib.scenarios.static)
+# ------------------------------------------------------------------------------------------------
+def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4, fontsize: float = 7) -> None:
+    """A block as boxes in data-flow order, left to right and row by row, an arrow from each box to the
+    next.  ``nodes``: (name, shape, sliced by, memory category) per tensor, the text already formatted;
+    each box is filled in its category's colour (:data:`CATEGORY_COLORS`, lightened) with a legend of
+    the categories.  Box ``i`` has ``gid`` ``node:i`` and its text ``text:i`` (the tests read them)."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
+
+    w, hgt, gx, gy = 1.0, 0.62, 0.35, 0.38
+    pos = []
+    for i, (name, shape, sliced, cat) in enumerate(nodes):
+        r, c = divmod(i, ncols)
+        x, y = c * (w + gx), -r * (hgt + gy)
+        pos.append((x, y))
+        ax.add_patch(FancyBboxPatch((x, y), w, hgt, boxstyle="round,pad=0.02", facecolor=CATEGORY_COLORS[cat],
+                                    alpha=0.28, edgecolor=CATEGORY_COLORS[cat], lw=1.2, gid=f"node:{i}"))
+        ax.text(x + w / 2, y + hgt / 2, f"{name}\n{shape}\nsliced by: {sliced}", ha="center", va="center",
+                fontsize=fontsize, gid=f"text:{i}")
+    for i in range(len(pos) - 1):
+        (x0, y0), (x1, y1) = pos[i], pos[i + 1]
+        if y0 == y1:
+            a, b = (x0 + w, y0 + hgt / 2), (x1, y1 + hgt / 2)
+        else:                                    # to the start of the next row
+            a, b = (x0 + w / 2, y0), (x1 + w / 2, y1 + hgt)
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=8, lw=0.8, color=OKABE_ITO["black"],
+                                     connectionstyle="arc3" if y0 == y1 else "angle3,angleA=0,angleB=90",
+                                     gid=f"arrow:{i}"))
+    rows = (len(nodes) + ncols - 1) // ncols
+    ax.set_xlim(-0.1, ncols * (w + gx) - gx + 0.1)
+    ax.set_ylim(-(rows - 1) * (hgt + gy) - 0.1, hgt + 0.1)
+    ax.set_axis_off()
+    cats = list(dict.fromkeys(n[3] for n in nodes))
+    ax.legend(handles=[Patch(facecolor=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c]) for c in cats],
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(cats), fontsize=8)
