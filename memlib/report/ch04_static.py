@@ -19,12 +19,13 @@ from ..partition import SHARDING
 from ..scenarios import static as sstatic
 from ..states import RECIPES
 from ..symbols import SYMBOLS
-from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
+from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
 from .tables import errata_table, notation_recap
 
 __all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
-           "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values", "errata_md"]
+           "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
+           "errata_md", "device_figure", "device_values"]
 
 #: the number formats of a byte width, for the prose
 FORMATS = {1: "fp8", 2: "bf16", 4: "fp32", 8: "fp64"}
@@ -308,3 +309,36 @@ def problem_values(est: Estimate) -> dict[str, str]:
 
 def errata_md(est: Estimate) -> str:
     return errata_table(errata(est), "static")
+
+
+#: the model states the device-slicing figure shows, in order
+STATE_CATEGORIES = ("parameters", "gradients", "optimizer_states")
+
+
+def device_figure(est: Estimate, zero: int | None = None):
+    """Left: every device of the run, stages by ranks, shaded by the routed experts each holds (its EP
+    index), one device outlined; right: the share of each tensor family of its stage that device holds,
+    for parameters, gradients and optimizer states under ZeRO stage ``zero`` (``est``'s by default)."""
+    d = sstatic.device_slices(est, zero=zero)
+    fig, (ax1, ax2) = new_figure(10.0, 4.4, ncols=2, width_ratios=[1.1, 1.0])
+    img = device_grid(ax1, d["pp"], d["ranks"], d["ep_of_rank"], (d["stage"], d["rank"]), "EP index")
+    if est.train.ep > 1:
+        fig.colorbar(img, ax=ax1, label="EP index (which routed experts)", shrink=0.8, pad=0.03)
+    fams = d["families"]
+    held_fractions(ax2, [f["label"] for f in fams], {c: [f[c] for f in fams] for c in STATE_CATEGORIES})
+    ax2.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
+    """The outlined device of :func:`device_figure`: its stage, rank and coordinates, its routed experts,
+    the ZeRO stage and the data-parallel groups its states shard over."""
+    d = sstatic.device_slices(est, zero=zero)
+    c = d["coords"]
+    e = d["experts"]
+    return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),
+            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp * est.train.cp),
+            "dev_edp": fmt_count(est.train.edp),
+            "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
+            "dev_experts": "no routed experts (a dense model)" if e is None else
+            f"routed experts {span(e[0], e[1])} of every MoE layer"}

@@ -270,3 +270,42 @@ def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4
     cats = list(dict.fromkeys(n[3] for n in nodes))
     ax.legend(handles=[Patch(facecolor=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c]) for c in cats],
               loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(cats), fontsize=8)
+
+
+def device_grid(ax, pp: int, ranks: int, shade: Sequence[int], device: tuple[int, int], shade_label: str,
+                cmap: str = "cividis"):
+    """Every device of a training run as a cell: one row per pipeline stage, one column per rank of a
+    stage, shaded by ``shade`` (per rank, e.g. the expert-parallel index), the ``device`` (stage, rank)
+    outlined in black (its outline has ``gid`` ``device:stage:rank``).  Returns the image (for a colour
+    bar)."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    img = ax.imshow(np.tile(np.asarray(shade, dtype=float), (pp, 1)), cmap=cmap, aspect="auto",
+                    interpolation="nearest", alpha=0.55)
+    st, r = device
+    ax.add_patch(Rectangle((r - 0.5, st - 0.5), 1, 1, fill=False, edgecolor=OKABE_ITO["black"], lw=2.2,
+                           gid=f"device:{st}:{r}"))
+    ax.axhline(st, color=OKABE_ITO["black"], lw=0.6, ls=":")
+    ax.set_xlabel(f"rank within a stage ({shade_label} shaded)")
+    ax.set_ylabel("pipeline stage")
+    ax.grid(False)
+    return img
+
+
+def held_fractions(ax, labels: Sequence[str], fractions: dict[str, Sequence[Fraction]], fontsize: float = 7) -> None:
+    """Horizontal bars, one group per tensor family (``labels``), one bar per memory category of
+    ``fractions`` (category -> exact fraction of each family one device holds) in the category's colour,
+    on a log-2 axis, each labelled ``1/64``."""
+    n = len(fractions)
+    height = 0.8 / n
+    for j, (cat, fs) in enumerate(fractions.items()):
+        ys = [i + (j - (n - 1) / 2) * height for i in range(len(labels))]
+        ax.barh(ys, [float(f) for f in fs], height=height, color=CATEGORY_COLORS[cat], label=CATEGORY_LABELS[cat])
+        for y, f in zip(ys, fs):
+            ax.annotate(str(f), (float(f), y), xytext=(2, 0), textcoords="offset points", va="center",
+                        fontsize=fontsize - 1)
+    ax.set_xscale("log", base=2)
+    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the tensor family one device holds")

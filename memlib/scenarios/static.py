@@ -8,13 +8,16 @@ changes and the devices stay the same.
 """
 from __future__ import annotations
 
-from ..config import ConfigError, TrainingConfig
+from fractions import Fraction
+
+from ..architecture import BLOCKS
+from ..config import ConfigError, TrainingConfig, ZeroStage
 from ..memory import Estimate
-from ..partition import Partition
+from ..partition import SHARDING, Partition, shard_divisor
 from ..paper import analysed_stage
 from ..paper import static as pstatic
 
-__all__ = ["next_ep", "more_ep", "no_tp"]
+__all__ = ["next_ep", "more_ep", "no_tp", "device_coords", "device_slices"]
 
 
 def next_ep(est: Estimate) -> int:
@@ -67,3 +70,60 @@ def no_tp(est: Estimate, index: int | None = None) -> dict[str, object]:
     return {**new, "tp": t.tp, "dp": t.dp, "mla": new["table6"]["MLA"], "extra_params": new["params"] - base["params"],
             "extra_bytes": new["bytes"] - base["bytes"], "changed": changed, "only_mla": changed == ["MLA, split"],
             "mla_share": pstatic.shares(part, i)["MLA"]}
+
+
+def device_coords(train: TrainingConfig, rank: int) -> dict[str, int]:
+    """The coordinates of rank ``rank`` of a stage (0 to DP TP CP - 1) in Megatron-Core's default order
+    (``tp-cp-ep-dp-pp``: TP varies fastest, then CP, then DP; the expert groups ETP fastest, then EP,
+    then EDP)."""
+    t = train
+    if not 0 <= rank < t.dp * t.tp * t.cp:
+        raise ConfigError(f"rank={rank} must be between 0 and dp*tp*cp-1={t.dp * t.tp * t.cp - 1}")
+    return {"tp": rank % t.tp, "cp": rank // t.tp % t.cp, "dp": rank // (t.tp * t.cp),
+            "etp": rank % t.etp, "ep": rank // t.etp % t.ep, "edp": rank // (t.etp * t.ep)}
+
+
+def device_slices(est: Estimate, index: int | None = None, rank: int | None = None,
+                  zero: int | None = None) -> dict[str, object]:
+    """Which share of each tensor family one device holds: rank ``rank`` (one past the middle of the stage by default) of
+    stage ``index`` (the analysed one by default).
+
+    Returns ``stage``, ``rank``, ``pp``, ``ranks`` (per stage, DP TP CP), ``coords``
+    (:func:`device_coords`), ``ep_of_rank`` (each rank's EP index, the routed experts it holds),
+    ``experts`` (the first and last routed expert of the device; None without MoE) and ``families``: per
+    (block, sharding, ZeRO group) of the stage's trained tensors, its ``label``, ``elements`` (the whole
+    family on the stage, before any split) and the exact ``parameters``, ``gradients`` and
+    ``optimizer_states`` fractions of it the device holds: 1/TP, 1/(EP ETP) or 1 as the partition shards
+    it, then divided by DP CP (EDP for the expert states) where the ZeRO stage (``zero``, ``est``'s by
+    default; it does not change what the partition stores) shards that state; ``zero`` is returned too."""
+    part = est.partition
+    t = est.train
+    i = analysed_stage(part) if index is None else index
+    ranks = t.dp * t.tp * t.cp
+    r = min(ranks // 2 + 1, ranks - 1) if rank is None else rank
+    coords = device_coords(t, r)
+    zero = ZeroStage(t.zero if zero is None else zero)
+    edp = part.edp_keys(part.stages[i])
+    fams: dict[tuple, dict] = {}
+    for tensor, n in part.tensors(part.stages[i]):
+        if tensor.kind == "buffer":
+            continue
+        kind = part.sharding(tensor)
+        block = pstatic.block_of(tensor.key)
+        expert_group = tensor.key in edp
+        key = (block, kind, expert_group)
+        if key not in fams:
+            held = Fraction(1, int(shard_divisor(kind).xreplace(part.values)))
+            group = t.edp if expert_group else t.dp * t.cp
+            fams[key] = {"block": block, "sharding": kind, "label": f"{BLOCKS.get(block, block)}, {SHARDING[kind]}",
+                         "elements": 0, "zero_group": group,
+                         "parameters": held / (group if zero >= ZeroStage.OS_G_PARAMS else 1),
+                         "gradients": held / (group if zero >= ZeroStage.OS_G else 1),
+                         "optimizer_states": held / (group if zero >= ZeroStage.OS else 1)}
+        fams[key]["elements"] += int((n * tensor.numel).xreplace(part.values))
+    m = est.model
+    per_ep = m.n_routed_experts // t.ep if m.has_moe else None
+    return {"stage": i, "rank": r, "pp": t.pp, "zero": int(zero), "ranks": ranks, "coords": coords,
+            "ep_of_rank": [device_coords(t, x)["ep"] for x in range(ranks)],
+            "experts": None if per_ep is None else (coords["ep"] * per_ep, (coords["ep"] + 1) * per_ep - 1),
+            "families": list(fams.values())}
