@@ -10,7 +10,8 @@ from matplotlib.colors import to_hex
 
 from memlib import estimate
 from memlib.paper import paper_training
-from memlib.report import (ch03_parameters, ch04_static, ch05_zero, ch06_activations, ch07_overheads, ch08_together,
+from memlib.config import ZeroStage
+from memlib.report import (ch02_architecture, ch03_parameters, ch04_static, ch05_zero, ch06_activations, ch07_overheads, ch08_together,
                            ch09_deepseek, ch10_validation, ch12_architectures, ch13_fits)
 from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
 from memlib.scenarios.deepseek import deepseek_recipe
@@ -30,12 +31,16 @@ def test_categories_have_distinct_colours():
 @pytest.fixture(scope="module")
 def figures():
     matplotlib.use("Agg")
+    matplotlib.rcParams["figure.max_open_warning"] = 0       # every chapter's figures open at once, on purpose
     est = estimate(MODEL, paper_training(MODEL))
     runs = schedules(est)
     ds = estimate(MODEL, deepseek_recipe(MODEL))
     return {
+        "ch02.attention_figure": ch02_architecture.block_figure(est, "attention"),
+        "ch02.ffn_figure": ch02_architecture.block_figure(est, "ffn"),
         "ch03.stage_figure": ch03_parameters.stage_figure(est),
         "ch04.stages_figure": ch04_static.stages_figure(est),
+        "ch04.device_figure": ch04_static.device_figure(est, zero=ZeroStage.OS),
         "ch05.states_figure": ch05_zero.states_figure(est),
         "ch06.dataflow_figure": ch06_activations.dataflow_figure(est),
         "ch06.microbatch": ch06_activations.microbatch(est)[1],

@@ -34,7 +34,8 @@ def glued(est) -> dict[str, str]:
     # glue_deepseek: the problem on more EP for DeepSeekMoE's experts, placeholders (the paper's keys) otherwise
     ep = ch.ep_problem_values(est if is_deepseek_architecture(est.model) else
                               estimate("deepseek-v3", paper_training("deepseek-v3")))
-    for values in (ch.values(est), ch.paper_values(est), ch.absent_paper_values(est), ch.problem_values(est), ep):
+    for values in (ch.values(est), ch.paper_values(est), ch.absent_paper_values(est), ch.problem_values(est), ep,
+                   ch.device_values(est, zero=1)):
         out.update({f"static_{k}": v for k, v in values.items()})
     return out
 

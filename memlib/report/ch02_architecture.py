@@ -198,7 +198,7 @@ def block_figure(est: Estimate, block: str):
     b = _ffn_block(est) if block == "ffn" else block
     nodes = [block_node_text(n) for n in sm.block_nodes(est.model, b, est.train.profile)]
     rows = (len(nodes) + 3) // 4
-    fig, ax = new_figure(9.0, 0.95 * rows + 0.5)
+    fig, ax = new_figure(10.0, 0.95 * rows + 0.5)
     block_diagram(ax, nodes)
     return fig
 

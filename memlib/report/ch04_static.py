@@ -317,16 +317,18 @@ STATE_CATEGORIES = ("parameters", "gradients", "optimizer_states")
 
 def device_figure(est: Estimate, zero: int | None = None):
     """Left: every device of the run, stages by ranks, shaded by the routed experts each holds (its EP
-    index), one device outlined; right: the share of each tensor family of its stage that device holds,
+    index; the TP index without expert parallelism), one device outlined; right: the share of each tensor family of its stage that device holds,
     for parameters, gradients and optimizer states under ZeRO stage ``zero`` (``est``'s by default)."""
     d = sstatic.device_slices(est, zero=zero)
     fig, (ax1, ax2) = new_figure(10.0, 4.4, ncols=2, width_ratios=[1.1, 1.0])
-    img = device_grid(ax1, d["pp"], d["ranks"], d["ep_of_rank"], (d["stage"], d["rank"]), "EP index")
-    if est.train.ep > 1:
-        fig.colorbar(img, ax=ax1, label="EP index (which routed experts)", shrink=0.8, pad=0.03)
+    moe = est.train.ep > 1
+    shade, name = (d["ep_of_rank"], "EP index") if moe else (d["tp_of_rank"], "TP index")
+    img = device_grid(ax1, d["pp"], d["ranks"], shade, (d["stage"], d["rank"]), name)
+    fig.colorbar(img, ax=ax1, label="EP index (which routed experts)" if moe else "TP index (which slice)",
+                 shrink=0.8, pad=0.03)
     fams = d["families"]
     held_fractions(ax2, [f["label"] for f in fams], {c: [f[c] for f in fams] for c in STATE_CATEGORIES})
-    ax2.legend(fontsize=7, loc="lower right")
+    ax2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(STATE_CATEGORIES))
     return fig
 
 

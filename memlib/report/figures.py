@@ -237,7 +237,7 @@ def memory_time_panels(ot, xlabel: str):
 # ------------------------------------------------------------------------------------------------
 # block diagrams and device slicing (memlib.scenarios.models.block_nodes, memlib.scenarios.static)
 # ------------------------------------------------------------------------------------------------
-def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4, fontsize: float = 7) -> None:
+def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4, fontsize: float = 6.5) -> None:
     """A block as boxes in data-flow order, left to right and row by row, an arrow from each box to the
     next.  ``nodes``: (name, shape, sliced by, memory category) per tensor, the text already formatted;
     each box is filled in its category's colour (:data:`CATEGORY_COLORS`, lightened) with a legend of

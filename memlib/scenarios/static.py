@@ -89,7 +89,7 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
     stage ``index`` (the analysed one by default).
 
     Returns ``stage``, ``rank``, ``pp``, ``ranks`` (per stage, DP TP CP), ``coords``
-    (:func:`device_coords`), ``ep_of_rank`` (each rank's EP index, the routed experts it holds),
+    (:func:`device_coords`), ``ep_of_rank`` (each rank's EP index, the routed experts it holds), ``tp_of_rank``,
     ``experts`` (the first and last routed expert of the device; None without MoE) and ``families``: per
     (block, sharding, ZeRO group) of the stage's trained tensors, its ``label``, ``elements`` (the whole
     family on the stage, before any split) and the exact ``parameters``, ``gradients`` and
@@ -115,7 +115,8 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
         if key not in fams:
             held = Fraction(1, int(shard_divisor(kind).xreplace(part.values)))
             group = t.edp if expert_group else t.dp * t.cp
-            fams[key] = {"block": block, "sharding": kind, "label": f"{BLOCKS.get(block, block)}, {SHARDING[kind]}",
+            name = "attention (GQA)" if block == "attention" and est.model.attention != "mla" else BLOCKS.get(block, block)
+            fams[key] = {"block": block, "sharding": kind, "label": f"{name}, {SHARDING[kind]}",
                          "elements": 0, "zero_group": group,
                          "parameters": held / (group if zero >= ZeroStage.OS_G_PARAMS else 1),
                          "gradients": held / (group if zero >= ZeroStage.OS_G else 1),
@@ -125,5 +126,6 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
     per_ep = m.n_routed_experts // t.ep if m.has_moe else None
     return {"stage": i, "rank": r, "pp": t.pp, "zero": int(zero), "ranks": ranks, "coords": coords,
             "ep_of_rank": [device_coords(t, x)["ep"] for x in range(ranks)],
+            "tp_of_rank": [device_coords(t, x)["tp"] for x in range(ranks)],
             "experts": None if per_ep is None else (coords["ep"] * per_ep, (coords["ep"] + 1) * per_ep - 1),
             "families": list(fams.values())}
