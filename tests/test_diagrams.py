@@ -3,6 +3,7 @@ tables (architecture, the paper's activation ledger, the partition), and the fig
 data, read back box by box."""
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 from functools import lru_cache
 
@@ -12,8 +13,8 @@ import sympy as sp
 from matplotlib.colors import to_hex
 
 from memlib import estimate
-from memlib.architecture import attention_tensors, moe_tensors
-from memlib.config import ZeroStage
+from memlib.architecture import attention_tensors, dense_ffn_tensors, moe_tensors
+from memlib.config import ZeroStage, load_model
 from memlib.ledgers import paper_layer
 from memlib.paper import paper_training
 from memlib.report import ch02_architecture as ch02
@@ -76,15 +77,7 @@ def test_nodes_are_the_tables_tensors_in_data_flow_order(model):
         if table is not None:
             assert sorted((t.key, str(t.shape)) for t in table) == sorted(
                 (n.key, str(n.shape)) for n in weights if not n.key.startswith("norms."))
-        # a weight reads the activation drawn last before it: its input width (last dimension) divides
-        # that activation's width (a per-head norm reads one head of n_h)
-        last = None
-        for n in nodes:
-            if n.category == "activations":
-                last = n
-            elif not n.key.split(".")[1].startswith("b_"):
-                den = sp.fraction(sp.cancel(last.shape[-1] / n.shape[-1]))[1]
-                assert den == 1, (n.key, n.shape, last.key, last.shape)
+        check_reads(nodes)
         kind = "moe" if m.has_moe else "dense"
         ledger = {e.key: e for e in paper_layer(m, kind)}
         acts = [n for n in nodes if n.category == "activations"]
@@ -92,6 +85,34 @@ def test_nodes_are_the_tables_tensors_in_data_flow_order(model):
             assert sp.expand(a.numel - ledger[a.key].elements) == 0, a.key
         assert nodes[0].category == "activations"                 # data flows in from the block's input
         assert len({n.key for n in nodes}) == len(nodes)
+
+
+def check_reads(nodes):
+    """A weight reads the activation drawn last before it: its input width (last dimension) divides that
+    activation's width (a per-head norm reads one head of n_h); biases and norms' biases excepted."""
+    last = None
+    for n in nodes:
+        if n.category == "activations":
+            last = n
+        elif not (n.key.split(".")[1].startswith("b_") or n.key.endswith("_bias")):
+            den = sp.fraction(sp.cancel(last.shape[-1] / n.shape[-1]))[1]
+            assert den == 1, (n.key, n.shape, last.key, last.shape)
+
+
+@pytest.mark.parametrize("change", [dict(qkv_bias=True, o_bias=True, mlp_bias=True, norm="layernorm"),
+                                    dict(mlp="gelu", mlp_bias=True)])
+def test_biases_layernorms_and_gelu_are_drawn(change):
+    """Every weight of the variant's tables is drawn once, biases with their weights' slicing."""
+    m = dataclasses.replace(load_model("llama-3-8b"), **change)
+    tables = {"attention": attention_tensors(m), "dense_ffn": dense_ffn_tensors(m)}
+    for block, table in tables.items():
+        nodes = block_nodes(m, block)
+        check_reads(nodes)
+        drawn = by_key(nodes)
+        assert {t.key for t in table} <= set(drawn)
+        for t in table:
+            if t.kind == "bias":
+                assert drawn[t.key].sliced_by == (("TP",) if t.tp_dim is not None else ()), t.key
 
 
 def test_no_moe_block_for_a_dense_model():

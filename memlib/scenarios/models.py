@@ -174,10 +174,7 @@ _WEIGHT_SLICES = {"tp": ("TP",), "expert": ("EP", "ETP"), "replicated": ()}
 
 def _reads(key: str) -> tuple:
     """The candidates for the activation a weight reads: a bias reads what its weight reads."""
-    base = key.removesuffix("_bias") if key.removesuffix("_bias") in _READS else key
-    for k, v in (("attention.b_", "attention.W_"),):
-        if base.startswith(k):
-            base = v + base[len(k):]
+    base = key if key in _READS else key.removesuffix("_bias").replace("attention.b_", "attention.W_")
     if base not in _READS:
         raise KeyError(f"no data flow known for {key}: add it to memlib.scenarios.models._READS")
     return _READS[base]
