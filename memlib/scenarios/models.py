@@ -1,5 +1,6 @@
 """The shipped models side by side: their configuration fields, layer patterns, attention tensors
-and totals, for the comparisons the book shows whatever model it is built for.
+and totals, for the comparisons the book shows whatever model it is built for; and one block's
+tensors in data-flow order with their shapes and slicing (:func:`block_nodes`), for its diagrams.
 
 >>> PRESET_ORDER
 ('deepseek-v3', 'deepseek-v2', 'deepseek-v2-lite')

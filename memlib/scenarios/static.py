@@ -1,5 +1,6 @@
 """The static-memory chapter's worked problems: what a device of a stage stores when one parallel size
-changes and the devices stay the same.
+changes and the devices stay the same; and which share of each tensor family one device holds
+(:func:`device_slices`), for the device-slicing figure.
 
 >>> from memlib import PAPER_TRAINING, estimate
 >>> r = more_ep(estimate("deepseek-v3", PAPER_TRAINING))
