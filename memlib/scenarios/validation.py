@@ -47,8 +47,8 @@ __all__ = ["MINIATURE", "miniature", "HF_CASES", "hf_cases", "hf_comparisons", "
            "TE_SOURCES", "RANDOM_CONFIGS", "RANDOM_SEED",
            "random_check", "parameter_checks", "versions", "analysed_kind", "GROUPS", "entry_group", "layer_entries",
            "layer_groups", "longer_sequence", "largest_difference", "SIDE_GROUPS", "megatron_group", "ground_truths",
-           "megatron_layer_entries", "kernel_differences", "GPU_RESULT", "GPU_CONFIGS", "GPU_TABLE_SYMBOLS", "gpu_model",
-           "gpu_run", "gpu_shared", "widths_of", "WIDTH_FIELDS"]
+           "megatron_layer_entries", "kernel_differences", "GPU_RESULT", "GPU_CONFIGS",
+           "GPU_TABLE_SYMBOLS", "gpu_model", "gpu_run", "gpu_shared", "widths_of", "WIDTH_FIELDS"]
 
 # ------------------------------------------------------------------------------------------------
 # the model in miniature
