@@ -23,7 +23,7 @@ from typing import Optional
 import sympy as sp
 
 from .config import ModelConfig
-from .symbols import sym
+from .symbols import latex, sym
 
 __all__ = [
     "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
@@ -344,7 +344,7 @@ def model_values(m: ModelConfig) -> dict:
 
 #: MLA, as in the paper (its eqs. following DeepSeek-V2 App. C); LaTeX built from the registry
 def _mla_equations() -> list[tuple[str, str]]:
-    L = lambda k: sp.latex(sym(k))  # noqa: E731 - tiny local alias for readability
+    L = lambda k: latex(sym(k))  # noqa: E731 - tiny local alias for readability
     dh, dhR = L("d_h"), L("d_hR")
     return [
         ("mla-cq", r"c_t^{Q} = W^{DQ} h_t \in \mathbb{R}^{" + L("d_cq") + "}"),

@@ -21,6 +21,8 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
+from .symbols import latex
+
 __all__ = ["Breakdown", "exact_int", "exact_function", "NotCompilable"]
 
 
@@ -130,7 +132,7 @@ class Breakdown(Mapping):
         for e in self._terms.values():
             if e == 0:
                 continue
-            t = sp.latex(e, **kw)
+            t = latex(e, **kw)
             if not out:
                 out = t
             elif t.startswith("- "):

@@ -20,6 +20,7 @@ from .config import FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRA
 from .kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
 from .params import activated_params, buffer_params, by_block, model_params, mtp_params, values
 from .states import RECIPES
+from .symbols import latex
 from .units import fmt_bytes, fmt_count, parse_bytes, parse_number
 
 __all__ = ["main"]
@@ -684,7 +685,7 @@ def _formula(args) -> int:
         return 0
     if args.expand:
         expr = formula(args.name, args.model)
-        print(sp.latex(expr) if args.latex else sp.sstr(expr))
+        print(latex(expr) if args.latex else sp.sstr(expr))
     else:
         print(equation(args.name, args.model) if args.latex else equation_text(args.name, args.model))
     return 0

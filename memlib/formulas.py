@@ -45,7 +45,7 @@ from .params import (
 )
 from .partition import PROFILES, shard_divisor
 from .states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
-from .symbols import sym
+from .symbols import latex, sym
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
 
@@ -144,7 +144,7 @@ class Formula:
         """The equation as the book displays it."""
         r = self.build(model, train)
         kw = {} if self.order is None else {"order": self.order}
-        body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else sp.latex(r, **kw))
+        body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else latex(r, **kw))
         lhs = self.lhs_for(model)
         return f"{lhs} = {body}" if lhs else body
 
@@ -190,7 +190,7 @@ def _mla_eq(label: str):
 def _mtp_input(m: ModelConfig, t: TrainingConfig) -> str:
     """The MTP module's input (DeepSeek-V3 report, Sec. 2.2), with M's shape from memlib."""
     M = next(x for x in mtp_tensors(m) if x.key == "mtp.eh_proj")
-    shape = r" \times ".join(sp.latex(d) for d in M.shape)
+    shape = r" \times ".join(latex(d) for d in M.shape)
     return (r"h'^{k}_{i} = M_k\left[\mathrm{RMSNorm}(h^{k-1}_{i});\ \mathrm{RMSNorm}(\mathrm{Emb}(t_{i+k}))\right],"
             r"\qquad M_k \in \mathbb{R}^{" + shape + "}")
 
@@ -416,7 +416,7 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     _f("params.readable_total", "parameters of the main model, every block written out", r"P_{\mathrm{total}}",
        lambda m, t: total_formula(m)),
     # chapter 4
-    _f("parallel.edp", "expert data-parallel size: the copies of each expert over a stage's ranks", "EDP",
+    _f("parallel.edp", "expert data-parallel size: the copies of each expert over a stage's ranks", r"\mathrm{EDP}",
        lambda m, t: sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP")), "4.1"),
     _f("parallel.devices", "devices: data, tensor, context and pipeline parallelism", r"\text{devices}",
        lambda m, t: sym("DP") * sym("TP") * sym("CP") * sym("PP"), "4.2"),

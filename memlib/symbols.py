@@ -16,12 +16,14 @@ True
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Optional
 
 import sympy as sp
 
-__all__ = ["Notation", "REGISTRY", "SYMBOLS", "sym", "model_symbols", "by_field"]
+__all__ = ["Notation", "REGISTRY", "SYMBOLS", "sym", "model_symbols", "by_field", "latex", "MULTI_LETTER"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,16 @@ class Notation:
 
 
 def _n(key, latex, meaning, unit, field, kind, nonneg=False) -> Notation:
-    # The SymPy name is the LaTeX spelling so that sympy.latex() prints the paper's notation.
+    # The SymPy name is the LaTeX spelling so that sympy.latex() prints the paper's notation; a
+    # multi-letter name (the parallel sizes DP, TP, ...) is set upright, \mathrm{DP}, and keeps its
+    # plain name in SymPy (so ``memlib formula`` prints DP), :func:`latex` typesetting it.
+    name = latex
+    if re.fullmatch(r"[A-Za-z]{2,}", latex):
+        latex = r"\mathrm{" + latex + "}"
     if nonneg:
-        s = sp.Symbol(latex, integer=True, nonnegative=True)
+        s = sp.Symbol(name, integer=True, nonnegative=True)
     else:
-        s = sp.Symbol(latex, integer=True, positive=True)
+        s = sp.Symbol(name, integer=True, positive=True)
     return Notation(key, latex, meaning, unit, field, kind, s)
 
 
@@ -122,3 +129,28 @@ def by_field(field: str) -> Notation:
         if n.field == field:
             return n
     raise KeyError(field)
+
+
+#: the registry's multi-letter names (``DP``, ``ETP``, ...): their SymPy symbols -> upright LaTeX
+MULTI_LETTER: dict[sp.Symbol, str] = {n.symbol: n.latex for n in REGISTRY if n.symbol.name != n.latex}
+
+#: a multi-letter upright name next to another factor: "\mathrm{CP} \mathrm{DP}", "b \mathrm{DP}"
+_AFTER = re.compile(r"(\\mathrm\{[A-Za-z]{2,}\}) (?=[A-Za-z]|\\(?!left|right|cdot|times|quad|qquad)[A-Za-z])")
+_BEFORE = re.compile(r"([A-Za-z}]) (?=\\mathrm\{[A-Za-z]{2,}\})")
+
+
+def latex(expr, **kw) -> str:
+    r"""The LaTeX of a SymPy expression as the book prints it: the one LaTeX printer of memlib.
+
+    Registry symbols take their spelling from the registry (multi-letter names upright), and a
+    multi-letter name is kept apart from its neighbouring factors by a thin space, so that
+    ``CP DP TP`` does not read as one word; ``kw`` go to :func:`sympy.latex`.
+
+    >>> latex(sym("CP") * sym("DP") * sym("TP") / (sym("EP") * sym("ETP")))
+    '\\frac{\\mathrm{CP}\\,\\mathrm{DP}\\,\\mathrm{TP}}{\\mathrm{EP}\\,\\mathrm{ETP}}'
+    >>> latex(sym("b") * sym("s") * sym("h") / sym("TP"))
+    '\\frac{b h s}{\\mathrm{TP}}'
+    """
+    names = {**MULTI_LETTER, **kw.pop("symbol_names", {})}
+    t = sp.latex(expr, symbol_names=names, **kw)
+    return _BEFORE.sub(r"\1\\,", _AFTER.sub(r"\1\\,", t))

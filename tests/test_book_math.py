@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from memlib.symbols import REGISTRY
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
@@ -32,7 +34,9 @@ top prime ell vee wedge lor land neg
 """.split())
 
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
-MATH = re.compile(r'<(?:span|div) class="math[^"]*">(.*?)</(?:span|div)>', re.S)
+#: inline and display math, and the glued equations (``<div class="pasted-math math ..." id=...>``)
+MATH = re.compile(r'<(span|div) class="(?:[\w-]+ )*math[^"]*"[^>]*>(.*?)</\1>', re.S)
+EQNO = re.compile(r'<span class="eqno">.*?</span>|<[^>]+>', re.S)
 
 
 def _pages() -> list[Path]:
@@ -43,13 +47,23 @@ def equations() -> list[tuple[str, str]]:
     out = []
     for page in _pages():
         for m in MATH.finditer(page.read_text(encoding="utf-8")):
-            out.append((page.name, html.unescape(m.group(1))))
+            out.append((page.name, html.unescape(EQNO.sub("", m.group(2)))))
     return out
+
+
+#: the registry's multi-letter names (DP, TP, ..., EDP)
+MULTI = "|".join(sorted((n.symbol.name for n in REGISTRY if n.symbol.name.isalpha() and len(n.symbol.name) > 1),
+                        key=len, reverse=True))
+#: two multi-letter names with only a space (which TeX drops) between them: "CP DP" renders "CPDP"
+RUN_TOGETHER = re.compile(r"(?<![A-Za-z\\])((?:\\mathrm\{)?(?:" + MULTI + r")\}?)\s*((?:\\mathrm\{)?(?:" + MULTI
+                          + r")\}?)(?![A-Za-z])")
 
 
 def check(tex: str) -> list[str]:
     """What is wrong with one equation's source (empty if nothing)."""
     problems = []
+    for a, b in RUN_TOGETHER.findall(tex):
+        problems.append(f"{a} and {b} run together")
     if CONTROL.search(tex):
         problems.append(f"control character {CONTROL.search(tex).group()!r}")
     for name in re.findall(r"\\(\\|[A-Za-z]+|.)", tex):     # "\\" is a line break, not a macro
@@ -63,6 +77,9 @@ def test_the_check_catches_the_bugs_it_is_for():
     assert check("M^{A}_{" + "\text{device}" + "}") != []          # what "\t" did: a TAB, then "ext"
     assert check("M^{A}_{\\extdevice}") == ["unknown macro \\extdevice"]
     assert check("a \\\\b") == []                                # a line break before b
+    assert check("\\frac{CP DP TP}{EP ETP}") != []                 # issue 14: renders "CPDPTP/EPETP"
+    assert check("\\mathrm{EP} \\mathrm{ETP}") != []
+    assert check("\\frac{\\mathrm{CP}\\,\\mathrm{DP}}{\\mathrm{EP}\\,\\mathrm{ETP}}") == []
 
 
 def test_every_rendered_equation_is_clean_tex():

@@ -88,7 +88,11 @@ def test_every_claim_holds_for_each_model(model):
 def test_the_gpu_run_is_the_same_record_for_every_model(model):
     e = est(model)
     g = ch.gpu_values(e)
-    assert (g["torch"], g["torch_pinned"], g["torch_same"]) == ("2.11.0", "2.13.0", "not the version")
+    assert (g["torch"], g["torch_pinned"], g["torch_same"]) == ("2.11.0", "2.13.0", "not the pinned version")
+    assert (g["torch_build"], g["cuda"], g["transformers"], g["transformers_same"]) == (
+        "2.11.0+cu130", "built for CUDA 13.0", "5.24.0", "the pinned version")
+    assert g["order"] == "small, medium, v3-widths"
+    assert g["shared"] == "$d_{h}$ = 128, $d_{v}$ = 128, $d^{R}_{h}$ = 64, $n_{g}$ = 1, $k_{g}$ = 1, $n_{MTP}$ = 0"
     assert (g["verdict"], g["big"], g["big_widths"]) == ("equals", "v3-widths", "DeepSeek-V3's widths")
     assert g["big_is_model"] == ("this book's model" if model == "deepseek-v3" else "not this book's model")
     assert (g["big_reserved"], g["big_held"], g["big_weights"], g["big_peak"], g["big_over_peak"]) == (

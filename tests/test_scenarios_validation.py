@@ -319,6 +319,22 @@ def test_gpu_run_fields():
     assert big["reserved_over_allocated_max"] > big["reserved_over_peak_max"]
     assert big["held_beyond_logits"] == -31_244
     assert [r["widths_of"] for r in run["rows"]] == [None, None, "deepseek-v3"]
+    assert run["cuda"] == "13.0" and run["order"] == ["small", "medium", "v3-widths"]
+
+
+def test_gpu_shared_is_what_no_table_column_gives():
+    # every GPU config shares DeepSeek-V3's head dimensions (qk_nope 128, v 128, rope 64), no group-limited
+    # routing and no MTP module; the table's columns are not repeated
+    assert sv.gpu_shared() == {"d_h": 128, "d_v": 128, "d_hR": 64, "n_g": 1, "k_g": 1, "n_mtp": 0}
+    assert not set(sv.gpu_shared()) & set(sv.GPU_TABLE_SYMBOLS)
+
+
+def test_gpu_run_cuda_from_the_build_tag(tmp_path):
+    data = json.loads(sv.GPU_RESULT.read_text())
+    for tag, cuda in (("2.11.0+cu130", "13.0"), ("2.6.0+cu124", "12.4"), ("2.6.0", None)):
+        p = tmp_path / "run.json"
+        p.write_text(json.dumps({**data, "torch": tag}))
+        assert sv.gpu_run(p)["cuda"] == cuda
 
 
 def test_gpu_run_refuses_a_row_that_is_not_its_configuration(tmp_path):

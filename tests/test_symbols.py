@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import re
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 import sympy as sp
 
-from memlib.config import ModelConfig, TrainingConfig
-from memlib.symbols import REGISTRY, SYMBOLS, by_field, model_symbols, sym
+from memlib.config import ConfigError, ModelConfig, TrainingConfig
+from memlib.symbols import REGISTRY, SYMBOLS, by_field, latex, model_symbols, sym
 
 
 def test_keys_unique():
@@ -73,8 +75,13 @@ def test_latex_and_meaning_non_empty():
     for n in REGISTRY:
         assert n.latex.strip() and n.meaning.strip() and n.unit.strip(), n.key
         assert n.kind in {"model", "parallel", "training", "stage", "precision"}
-        # the SymPy name is the LaTeX spelling, so sympy.latex prints the paper's notation
-        assert n.symbol.name == n.latex
+        # the SymPy name is the LaTeX spelling, so sympy.latex prints the paper's notation; a
+        # multi-letter name is upright in LaTeX and plain in SymPy (memlib formula prints DP)
+        if n.symbol.name.isalpha() and len(n.symbol.name) > 1:
+            assert n.latex == r"\mathrm{" + n.symbol.name + "}", n.key
+            assert latex(n.symbol) == n.latex
+        else:
+            assert n.symbol.name == n.latex
 
 
 def test_sym_unknown_key():
@@ -117,3 +124,60 @@ def test_doctests(name):
                           optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 0, f"{name} has no examples"
     assert res.failed == 0, f"{res.failed} of {res.attempted} examples failed in {name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# multi-letter names in rendered equations (issue 14): CP DP TP must not read "CPDPTP"
+# ---------------------------------------------------------------------------------------------
+_MULTI = "|".join(sorted((n.symbol.name for n in REGISTRY if n.symbol.name.isalpha() and len(n.symbol.name) > 1),
+                         key=len, reverse=True))
+#: two names, or a name and a letter, side by side with only a space (which TeX ignores) between them
+_RUN_TOGETHER = re.compile(r"\\mathrm\{(?:" + _MULTI + r")\}\s*(?:[A-Za-z]|\\mathrm)"
+                           r"|[A-Za-z}]\s+\\mathrm\{(?:" + _MULTI + r")\}"
+                           r"|(?<![\\{A-Za-z])(?:" + _MULTI + r")(?![A-Za-z}])")
+
+
+def run_together(tex: str) -> list[str]:
+    """The places of ``tex`` where a multi-letter name touches a neighbouring factor, or is not upright."""
+    return _RUN_TOGETHER.findall(tex)
+
+
+def test_the_checker_sees_a_run_together_product():
+    assert run_together(sp.latex(sym("CP") * sym("DP") * sym("TP")))            # "CP DP TP"
+    assert run_together(r"\frac{\mathrm{CP} \mathrm{DP}}{2}")
+    assert run_together(r"b \mathrm{DP}")
+    assert not run_together(r"\frac{\mathrm{CP}\,\mathrm{DP}}{\mathrm{EP}\,\mathrm{ETP}} + n_{MTP}")
+
+
+def test_products_of_multi_letter_names_are_kept_apart():
+    e = sym("CP") * sym("DP") * sym("TP") / (sym("EP") * sym("ETP")) + sym("b") * sym("EDP") * sym("d_h")
+    assert latex(e) == (r"\frac{\mathrm{CP}\,\mathrm{DP}\,\mathrm{TP}}{\mathrm{EP}\,\mathrm{ETP}}"
+                        r" + \mathrm{EDP}\,b d_{h}")
+    assert run_together(latex(e)) == []
+
+
+def test_no_glued_equation_runs_multi_letter_names_together():
+    """Every equation the book glues (the formula registry's LaTeX for DeepSeek-V3, and chapter 12's
+    per-token equations) sets each multi-letter name upright and apart from its neighbours."""
+    from memlib.formulas import FORMULAS
+    from memlib.report.ch12_architectures import equations
+
+    seen = 0
+    for f in FORMULAS.values():
+        try:
+            tex = f.latex()
+        except ConfigError:
+            continue
+        assert run_together(tex) == [], (f.name, tex)
+        seen += "mathrm{TP}" in tex
+    assert seen >= 5, "the check saw no equation with a parallel size"
+    for key, tex in equations().items():
+        assert run_together(tex) == [], (key, tex)
+
+
+def test_memlib_has_one_latex_printer():
+    """Every LaTeX memlib prints goes through memlib.symbols.latex (no direct sympy.latex elsewhere)."""
+    root = Path(__file__).resolve().parents[1] / "memlib"
+    direct = [str(p.relative_to(root)) for p in root.rglob("*.py")
+              if p.name != "symbols.py" and re.search(r"\b(?:sp|sympy)\.latex\(", p.read_text(encoding="utf-8"))]
+    assert direct == []

@@ -198,7 +198,7 @@ def table5(est: Estimate) -> str:
     rows = []
     for key in pstatic.TABLE5_KEYS:
         if key == "devices":
-            row = ["devices (world size)", "$DP\\,TP\\,CP\\,PP$", fmt_count(v[key])]
+            row = ["devices (world size)", r"$\mathrm{DP}\,\mathrm{TP}\,\mathrm{CP}\,\mathrm{PP}$", fmt_count(v[key])]
         else:
             row = [SYMBOLS[symbols[key]].meaning.split(",")[0], math(symbols[key]), fmt_count(v[key])]
         if printed:

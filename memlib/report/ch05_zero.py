@@ -113,8 +113,8 @@ def sharding_table(est: Estimate) -> str:
             for n, r in v.items() if n != "difference"]
     if is_paper_model(est.model):
         rows.append(["printed by the paper", "—", "—", "—", "—", "—", "—", fmt_count(PAPER["zero_sharded_params"])])
-    return md_table(["rule", math("P_ne"), "$DP\\,CP$", "$P_{ne}/(DP\\,CP)$", math("P_e"), math("EDP"),
-                     "$P_e/EDP$", r"$\tilde P$"], rows, "lrrrrrrr")
+    return md_table(["rule", math("P_ne"), r"$\mathrm{DP}\,\mathrm{CP}$", r"$P_{ne}/(\mathrm{DP}\,\mathrm{CP})$",
+                     math("P_e"), math("EDP"), r"$P_e/\mathrm{EDP}$", r"$\tilde P$"], rows, "lrrrrrrr")
 
 
 def table8(est: Estimate) -> str:

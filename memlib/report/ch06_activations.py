@@ -132,11 +132,11 @@ def table9(est: Estimate) -> str:
         ["$N$", "routed experts per layer", fmt_count(v["N"])],
         ["$E_{token} = b s N_r / N$", "tokens per expert (balanced routing)",
          " / ".join(_number(x) for x in v["e_token"])],
-        [r"$\lceil b s N_r / (EP\,CP) \rceil$", "the paper's routed token copies on one device",
+        [r"$\lceil b s N_r / (\mathrm{EP}\,\mathrm{CP}) \rceil$", "the paper's routed token copies on one device",
          " / ".join(fmt_count(x) for x in v["paper_tokens"])],
         ["$SP$", "sequence parallelism",
-         f"on, over the $TP$ = {fmt_count(v['sp_degree'])} ranks" if v["sp"] else "off"],
-        ["$CP$", "context parallelism", fmt_count(v["cp"])],
+         f"on, over the $\\mathrm{{TP}}$ = {fmt_count(v['sp_degree'])} ranks" if v["sp"] else "off"],
+        [r"$\mathrm{CP}$", "context parallelism", fmt_count(v["cp"])],
         ["AC", "activation checkpointing (recompute policy)", " or ".join(v["recompute"])],
     ]
     return md_table(["symbol", "meaning", "value"], rows, "lll")

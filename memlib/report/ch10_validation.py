@@ -324,8 +324,12 @@ def gpu_values(est: Estimate) -> dict[str, str]:
     return {
         "device": run["device"], "torch": run["torch_version"], "torch_build": run["torch"],
         "transformers": run["transformers"], "torch_pinned": run["pinned"]["torch"],
-        "torch_same": _all(run["same_torch"], "the version", "not the version"),
+        "torch_same": _all(run["same_torch"], "the pinned version", "not the pinned version"),
         "transformers_same": _all(run["same_transformers"], "the pinned version", "not the pinned version"),
+        "transformers_pinned": run["pinned"]["transformers"],
+        "cuda": f"built for CUDA {run['cuda']}" if run["cuda"] else "its CUDA version not recorded",
+        "order": ", ".join(run["order"]),
+        "shared": ", ".join(f"{math(k)} = {fmt_count(v)}" for k, v in sv.gpu_shared().items()),
         "configs": fmt_count(run["configs"]), "exact": fmt_count(run["exact"]),
         "verdict": _all(run["all_exact"], "equals", "does not always equal"),
         "prediction_same": _all(run["all_same_prediction"], "gives the same predictions", "gives other predictions"),

@@ -8,6 +8,7 @@ from fractions import Fraction
 import sympy as sp
 
 from ..config import load_model
+from ..symbols import latex
 from ..scenarios import architectures as sa
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from ..units import UNITS
@@ -97,7 +98,7 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
 
 
 def _equation(lhs: str, expr: sp.Expr) -> str:
-    return "$$\n" + lhs + " = " + sp.latex(expr) + "\n$$"
+    return "$$\n" + lhs + " = " + latex(expr) + "\n$$"
 
 
 def equations(prefix: str = "oa_eq_") -> dict[str, str]:

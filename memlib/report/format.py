@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..config import ModelConfig
-from ..symbols import SYMBOLS
+from ..symbols import SYMBOLS, latex
 from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text",
@@ -145,12 +145,12 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: st
 
 def tex(expr) -> str:
     """LaTeX of a SymPy expression (a string passes through)."""
-    return expr if isinstance(expr, str) else sp.latex(expr)
+    return expr if isinstance(expr, str) else latex(expr)
 
 
 def sym_tex(key: str) -> str:
     """The LaTeX of the registry symbol ``key`` (``"d_hR"`` → ``d_h^R``)."""
-    return sp.latex(SYMBOLS[key].symbol)
+    return latex(SYMBOLS[key].symbol)
 
 
 def math(expr_or_key) -> str:

@@ -1,10 +1,10 @@
-"""Tables every chapter uses: the notation recap of a chapter and its errata.
+r"""Tables every chapter uses: the notation recap of a chapter and its errata.
 
 >>> print(notation_recap(["h", "DP"]))
 | symbol | meaning | unit |
 | :-- | :-- | :-- |
 | $h$ | hidden dimension | elements |
-| $DP$ | data-parallel size | ranks |
+| $\mathrm{DP}$ | data-parallel size | ranks |
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import string
 from fractions import Fraction
 from typing import Sequence
 
-import sympy as sp
 
 from ..paper.errata import KINDS, Erratum, Q
 from ..states import recipe
@@ -43,7 +42,7 @@ def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
     rows = []
     for k in keys:
         n = SYMBOLS[k]
-        row = [f"${sp.latex(n.symbol)}$", n.meaning, n.unit]
+        row = [f"${n.latex}$", n.meaning, n.unit]
         if with_values:
             row.append(_value(n, model, train))
         rows.append(row)
@@ -57,7 +56,7 @@ def notation_table(kinds=("model", "parallel", "training", "stage", "precision")
     for n in REGISTRY:
         if n.kind not in kinds:
             continue
-        row = [f"${sp.latex(n.symbol)}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
+        row = [f"${n.latex}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
         if model is not None:
             row.append(_value(n, model, None) if n.kind == "model" else "—")
         rows.append(row)

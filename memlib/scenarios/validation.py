@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
@@ -47,8 +48,8 @@ __all__ = ["MINIATURE", "miniature", "HF_CASES", "hf_cases", "hf_comparisons", "
            "TE_SOURCES", "RANDOM_CONFIGS", "RANDOM_SEED",
            "random_check", "parameter_checks", "versions", "analysed_kind", "GROUPS", "entry_group", "layer_entries",
            "layer_groups", "longer_sequence", "largest_difference", "SIDE_GROUPS", "megatron_group", "ground_truths",
-           "megatron_layer_entries", "kernel_differences", "GPU_RESULT", "GPU_CONFIGS", "gpu_model", "gpu_run",
-           "widths_of", "WIDTH_FIELDS"]
+           "megatron_layer_entries", "kernel_differences", "GPU_RESULT", "GPU_CONFIGS",
+           "GPU_TABLE_SYMBOLS", "gpu_model", "gpu_run", "gpu_shared", "widths_of", "WIDTH_FIELDS"]
 
 # ------------------------------------------------------------------------------------------------
 # the model in miniature
@@ -542,6 +543,25 @@ def gpu_model(name: str) -> ModelConfig:
     raise ConfigError(f"no GPU configuration {name!r}")
 
 
+#: the registry symbols the GPU table gives per configuration (the rest are shared: :func:`gpu_shared`)
+GPU_TABLE_SYMBOLS = ("h", "n_h", "d_cq", "d_c", "h_F", "h_E", "N", "N_r", "N_s", "v", "l", "k_dense")
+
+
+def gpu_shared() -> dict[str, int]:
+    """The model symbols every GPU configuration has with one value, by registry key, apart from
+    those the GPU table lists per configuration (:data:`GPU_TABLE_SYMBOLS`): the rest of what
+    defines each configuration."""
+    from ..symbols import model_symbols
+
+    models = [gpu_model(n) for n, _, _, _ in GPU_CONFIGS]
+    out = {}
+    for n in model_symbols():
+        vals = {getattr(m, n.field) for m in models}
+        if n.key not in GPU_TABLE_SYMBOLS and len(vals) == 1 and None not in vals:
+            out[n.key] = int(vals.pop())
+    return out
+
+
 def widths_of(m: ModelConfig) -> str | None:
     """The shipped preset whose widths (:data:`WIDTH_FIELDS`) ``m`` has, or None."""
     from ..config import PRESETS
@@ -566,7 +586,11 @@ def gpu_run(path: Path = GPU_RESULT) -> dict:
     before the forward pass and so lie outside "held"; ``allocated_after_min`` = weights + held and
     ``peak_min`` = weights + peak above before (lower bounds: "before" holds the weights and a few
     more tensors, the inputs among them); ``reserved_over_allocated_max`` = reserved −
-    allocated_after_min and ``reserved_over_peak_max`` = reserved − peak_min (upper bounds)."""
+    allocated_after_min and ``reserved_over_peak_max`` = reserved − peak_min (upper bounds).
+
+    The run: ``cuda`` is the CUDA version PyTorch was built for (from its local version tag,
+    ``2.11.0+cu130`` -> ``13.0``; None without one), ``order`` the configurations in the order they
+    ran (each one built its model afresh, and the script emptied the allocator's cache after it)."""
     from ..ledgers_hf import HF_VERSIONS
     from ..measure import predicted
 
@@ -587,8 +611,11 @@ def gpu_run(path: Path = GPU_RESULT) -> dict:
                      "peak_min": w + r["peak_above_before"],
                      "reserved_over_allocated_max": r["reserved"] - w - r["held_after_forward"],
                      "reserved_over_peak_max": r["reserved"] - w - r["peak_above_before"]})
-    torch_version = data["torch"].split("+")[0]
+    torch_version, _, local = data["torch"].partition("+")
+    cuda = re.fullmatch(r"cu(\d+)(\d)", local)             # "cu130": built for CUDA 13.0
     return {"device": data["device"], "torch": data["torch"], "torch_version": torch_version,
+            "cuda": f"{int(cuda.group(1))}.{cuda.group(2)}" if cuda else None,
+            "order": [r["config"] for r in rows],
             "transformers": data["transformers"], "pinned": dict(HF_VERSIONS),
             "same_torch": torch_version == HF_VERSIONS["torch"],
             "same_transformers": data["transformers"] == HF_VERSIONS["transformers"],
