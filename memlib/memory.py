@@ -118,6 +118,17 @@ class StageExpressions:
 _LEDGERS: dict = {}
 
 
+def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
+    """The entries of the ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``)
+    of the bound activation profile ``ap``, without their bytes (a profile refuses a size it cannot bind
+    here, with a :class:`~memlib.config.ConfigError`)."""
+    if name.startswith("layer."):
+        return ap.layer(model, name.split(".")[1])
+    if name.startswith("mtp."):
+        return ap.mtp(model, int(name.split(".")[1]))
+    return {"embedding": ap.embedding, "head": ap.head}[name](model)
+
+
 def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
     ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
@@ -128,12 +139,7 @@ def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -
         if len(_LEDGERS) > 4096:
             _LEDGERS.clear()
         train = TrainingConfig(sp=sp_on)
-        if name.startswith("layer."):
-            entries = ap.layer(model, name.split(".")[1])
-        elif name.startswith("mtp."):
-            entries = ap.mtp(model, int(name.split(".")[1]))
-        else:
-            entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
+        entries = ledger_entries(model, ap, name)
         mv = model_values(model)
         _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
     return _LEDGERS[cache_key]
@@ -188,6 +194,21 @@ class _Program:
             return dict(zip(self.names, self.fn(*(v if type(v) is int else int(v) if getattr(v, "is_Integer", False)
                                                    else v for v in args))))
         return {k: sp.sympify(e.xreplace(values)) for k, e in zip(self.names, self.exprs)}
+
+
+def _substituted(e: sp.Basic, rep: Mapping) -> sp.Basic:
+    """``e.xreplace(rep)``, but for ceilings and floors, which are rebuilt unevaluated (SymPy's evaluation of
+    a rounding over a symbolic sum asks its assumptions system for bounds: milliseconds a call)."""
+    if e in rep:
+        return rep[e]
+    if not e.args:
+        return e
+    args = tuple(_substituted(a, rep) for a in e.args)
+    if args == e.args:
+        return e
+    if isinstance(e, (sp.ceiling, sp.floor)) and args[0].free_symbols:
+        return e.func(*args, evaluate=False)
+    return e.func(*args)
 
 
 def _as_int(x) -> int:
@@ -302,19 +323,36 @@ class Estimate:
         return by_entry, working
 
     # -- the one path ------------------------------------------------------------------------------
-    def stage_states(self, st: Stage, zero: int | None = None) -> Breakdown:
+    def stage_counts(self, st: Stage) -> dict:
+        """What :func:`memlib.states.states_formula` is written in, for one device of ``st``: P_ne and P_e
+        (the parameters that shard over DP CP and over EDP), symbolic in TP, EP and ETP, and EDP in terms of
+        the parallel sizes; kept per stage signature (every ZeRO stage asks for the same counts)."""
+        kept = self.__dict__.setdefault("_stage_counts", {})
+        sig = _signature(self.model, st.chunks)
+        if sig not in kept:
+            part = self.partition
+            params, experts, mv = part.params(st), part.edp_keys(st), part.model_values
+            # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over
+            # numbers and the parallel sizes only (the same expressions, found far faster than with every width
+            # symbolic)
+            kept[sig] = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
+                         P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
+        return kept[sig]
+
+    def stage_states(self, st: Stage, zero: int | None = None, evaluate: bool = True) -> Breakdown:
         """Parameters, gradients and optimizer states of one device of ``st`` (any stage built from
         this partition's model and profile) under ZeRO stage ``zero`` (default: the configuration's),
-        symbolic in the parallel sizes DP, TP, EP, ETP and CP."""
-        part = self.partition
-        params = part.params(st)
-        experts = part.edp_keys(st)
-        mv = part.model_values
-        # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over numbers
-        # and the parallel sizes only (the same expressions, found far faster than with every width symbolic)
-        counts = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
-                  P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
+        symbolic in the parallel sizes DP, TP, EP, ETP and CP.
+
+        ``evaluate=False``: the sharded counts' ceilings are left as SymPy builds them from the formula,
+        unsimplified.  Their values are the same (a ceiling of the same rational), found without SymPy's
+        simplification of a ceiling over a sum, which takes about 10 ms a stage: the form to compile
+        (:func:`memlib.breakdown.exact_function`, :class:`memlib.compiled.ExactFunction`), not to print."""
+        mv = self.partition.model_values
+        counts = self.stage_counts(st)
         z = self.train.zero if zero is None else zero
+        if not evaluate:
+            return states_formula(z, self.recipe).map(lambda e: _substituted(_substituted(e, counts), mv))
         return states_formula(z, self.recipe).map(lambda e: e.xreplace(counts).xreplace(mv))
 
     def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
@@ -390,7 +428,7 @@ class Estimate:
         sig = _signature(self.model, st.chunks)
         key = ("states", skey, sig, z)
         if key not in memo:
-            prog = _kept_program(key, lambda: _Program.of(self.stage_states(st)))
+            prog = _kept_program(key, lambda: _Program.of(self.stage_states(st, evaluate=False)))
             vals = prog(self.values)
             memo[key] = Breakdown(vals)
             memo[("states_int",) + key[1:]] = {k: int(x) for k, x in vals.items()}
