@@ -288,18 +288,31 @@ class ExactFunction:
         n, d = self._fn(env)
         if size is None:
             size = len(next(iter(env.values())))
-        if isinstance(n, int) and isinstance(d, int):
-            return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
-        n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
-        q = np.where(n < 0, -((-n) // d), n // d)
-        return q
+        return _truncate(n, d, size)
 
 
-def _kept_on(cache: dict, rows_key, fn: "ExactFunction", env: Mapping, size: int):
-    """``fn(env, size)``, kept in ``cache`` for these rows (the function is kept too, so that its id stays its own)."""
-    key = (rows_key, id(fn))
+def _truncate(n, d, size: int):
+    """int(n / d) on ``size`` rows (toward zero, as :func:`int` truncates a SymPy rational)."""
+    if isinstance(n, int) and isinstance(d, int):
+        return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
+    n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
+    q = np.where(n < 0, -((-n) // d), n // d)
+    if q.dtype == object and _mag(q) < _LIMIT:      # the sum passed int64 on the way, not the result
+        q = q.astype(np.int64)
+    return q
+
+
+def _chunk_on(cache: dict, rows_key, prog: "ChunkProgram", env: Mapping, size: int):
+    """``prog.evaluate`` on these rows, kept in ``cache`` with its parts' rationals (the programs are kept too, so
+    that their ids stay their own)."""
+    key = (rows_key, id(prog))
     if key not in cache:
-        cache[key] = (fn, fn(env, size))
+        def rational(f: ExactFunction):
+            k = (rows_key, "rational", id(f))
+            if k not in cache:
+                cache[k] = (f, f.rational(env))
+            return cache[k][1]
+        cache[key] = (prog, prog.evaluate(env, size, rational))
     return cache[key][1]
 
 
@@ -359,8 +372,28 @@ def stage_signature(model: ModelConfig, stage: Stage) -> tuple:
 
 @dataclass(frozen=True)
 class ChunkProgram:
-    per_microbatch: ExactFunction       #: int(one micro-batch's saved bytes through the chunk)
-    working: ExactFunction              #: int(the recompute working set while it computes)
+    """A chunk's terms (:meth:`~memlib.memory.Estimate.chunk_parts`) as compiled parts, each shared by every
+    chunk that holds it: one micro-batch's saved bytes are int(sum of ``times`` x ``part``) and the recompute
+    working set int(max(0, ``dropped``...)), exact rationals summed before the truncation as
+    :meth:`~memlib.memory.Estimate.chunk_expressions`' sum of entries is."""
+
+    kept: tuple[tuple[int, ExactFunction], ...]
+    dropped: tuple[ExactFunction, ...]
+
+    @property
+    def knobs(self) -> set[str]:
+        return {k for f in [f for _, f in self.kept] + list(self.dropped) for k in f.knobs}
+
+    def evaluate(self, env: Mapping, size: int, rational: Callable[[ExactFunction], tuple]) -> tuple:
+        """(saved bytes per micro-batch, working set) on rows ``env``; ``rational(part)``: the part's exact
+        rationals on these rows (kept by the caller: parts recur across chunks)."""
+        per = (0, 1)
+        for times, f in self.kept:
+            per = _r_add(per, _r_mul((times, 1), rational(f)))
+        work = (0, 1)
+        for f in self.dropped:
+            work = _r_max(work, rational(f))
+        return _truncate(*per, size), _truncate(*work, size)
 
 
 class Family:
@@ -389,6 +422,7 @@ class Family:
         self._chunks: dict[tuple, ChunkProgram] = {}
         self._states: dict[tuple, dict[str, ExactFunction]] = {}
         self._counts: dict[tuple, dict[sp.Symbol, ExactFunction]] = {}
+        self._parts: dict[tuple, tuple[ExactFunction, ExactFunction]] = {}
         self._formulas: dict[int, object] = {}
         self._pipelines: dict[tuple, Pipeline] = {}
 
@@ -421,9 +455,18 @@ class Family:
     def chunk_program(self, chunk, wide: bool = False) -> ChunkProgram:
         key = (chunk_signature(self.model, chunk), wide)
         if key not in self._chunks:
-            entries, working = self._variants[wide].chunk_expressions(chunk)
-            self._chunks[key] = ChunkProgram(ExactFunction(sp.Add(*entries.values())), ExactFunction(working))
+            est = self._variants[wide]
+            kept, dropped = est.chunk_parts(chunk)
+            self._chunks[key] = ChunkProgram(tuple((n, self._part(est, wide, name, p)[0]) for n, name, p in kept),
+                                             tuple(self._part(est, wide, name, p)[1] for name, p in dropped))
         return self._chunks[key]
+
+    def _part(self, est: Estimate, wide: bool, name: str, policy) -> tuple[ExactFunction, ExactFunction]:
+        """The compiled bytes a ledger's kept and dropped entries take (:meth:`~memlib.memory.Estimate.part_expressions`)."""
+        key = (wide, name, policy)
+        if key not in self._parts:
+            self._parts[key] = tuple(ExactFunction(x) for x in est.part_expressions(name, policy))
+        return self._parts[key]
 
     def states_program(self, stage: Stage, zero: int) -> dict[str, ExactFunction]:
         """The terms of :meth:`~memlib.memory.Estimate.stage_states`: :func:`memlib.states.states_formula`
@@ -520,7 +563,7 @@ class Pipeline:
             # those (the rows of a search differ mostly in DP and ZeRO, which they do not depend on)
             progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
             akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
-                k in pr.per_microbatch.knobs or k in pr.working.knobs for row in progs for _, pr in row))
+                k in pr.knobs for row in progs for _, pr in row))
             ukey = ("activation rows", akeys)
             if ukey not in cache:
                 cache[ukey] = _unique_rows([env[k] for k in akeys] + [ms], akeys + ("M",))
@@ -531,7 +574,7 @@ class Pipeline:
                 p = w = None
                 for wide, mask in fam.variants(uenv["tp"] if "tp" in uenv else np.ones(un, dtype=np.int64)):
                     prog = dict(row)[wide]
-                    pv, wv = (_kept_on(cache, ukey, f, uenv, un) for f in (prog.per_microbatch, prog.working))
+                    pv, wv = _chunk_on(cache, ukey, prog, uenv, un)
                     p = pv if mask is None or p is None else np.where(mask, pv, p)
                     w = wv if mask is None or w is None else np.where(mask, wv, w)
                 per.append(p)

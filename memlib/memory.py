@@ -267,9 +267,6 @@ class Estimate:
         profile, the precision and sequence parallelism: nothing else changes them)."""
         return _ledger_bytes(self.model, self.act_profile, self.act_recipe, self.train.sp, name)
 
-    def _layer_ledger(self, kind: str):
-        return self._ledger(f"layer.{kind}", None)
-
     @staticmethod
     def _kept(ledger, policy: Policy) -> dict[str, sp.Expr]:
         return {k: x for k, (x, e) in ledger.items() if not policy.drops(e)}
@@ -285,20 +282,15 @@ class Estimate:
     def _dropped(self, ledger, policy: Policy) -> sp.Expr:
         return sp.Add(*(self._scaled(k, x) for k, (x, e) in ledger.items() if policy.drops(e)))
 
-    def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
-        """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
-        while computing: the most that one of its layers (or MTP blocks) drops under the policy.
-        Symbolic in b, s and the parallel sizes; the same rule for every policy."""
+    def chunk_parts(self, chunk: Chunk) -> tuple[list[tuple[int, str, Policy]], list[tuple[str, Policy]]]:
+        """What one micro-batch through ``chunk`` is made of: ``(times, ledger, policy)``, the entries of
+        ``ledger`` that ``policy`` keeps, ``times`` over (in the order :meth:`chunk_expressions` adds them),
+        and ``(ledger, policy)``, the ledgers whose dropped entries the chunk re-materialises, one at a time."""
         m, pol = self.model, self.policy
-        by_entry: dict[str, sp.Expr] = {}
-        dropped: list[sp.Expr] = []
-
-        def add(d: Mapping[str, sp.Expr], times: int = 1):
-            for k, x in d.items():
-                by_entry[k] = by_entry.get(k, 0) + times * self._scaled(k, x)
-
+        kept: list[tuple[int, str, Policy]] = []
+        dropped: list[tuple[str, Policy]] = []
         if chunk.first:
-            add(self._kept(self._ledger("embedding", None), pol))
+            kept.append((1, "embedding", pol))
         kinds = [m.layer_kinds[i] for i in chunk.layers]
         if pol.full and pol.block_layers is not None:
             groups = [(kinds[:pol.block_layers], pol), (kinds[pol.block_layers:], self.base)]
@@ -308,18 +300,34 @@ class Estimate:
             for kind in ("dense", "moe"):
                 n = group.count(kind)
                 if n:
-                    led = self._layer_ledger(kind)
-                    add(self._kept(led, p), n)
-                    dropped.append(self._dropped(led, p))
+                    kept.append((n, f"layer.{kind}", p))
+                    dropped.append((f"layer.{kind}", p))
         if chunk.last:
-            add(self._kept(self._ledger("head", None), pol))
+            kept.append((1, "head", pol))
             if self.partition.profile.include_mtp:
                 for j in range(m.num_nextn_predict_layers):
                     # the MTP block is a decoder layer: the same recompute policy applies to it
-                    led = self._ledger(f"mtp.{j}", None)
-                    add(self._kept(led, pol))
-                    dropped.append(self._dropped(led, pol))
-        working = sp.Max(0, *dropped) if dropped else sp.Integer(0)
+                    kept.append((1, f"mtp.{j}", pol))
+                    dropped.append((f"mtp.{j}", pol))
+        return kept, dropped
+
+    def part_expressions(self, name: str, policy: Policy) -> tuple[sp.Expr, sp.Expr]:
+        """The bytes of the entries of ledger ``name`` that ``policy`` keeps (summed, as the busiest rank holds
+        them) and of those it drops: the parts of :meth:`chunk_parts`."""
+        led = self._ledger(name, None)
+        return sp.Add(*(self._scaled(k, x) for k, x in self._kept(led, policy).items())), self._dropped(led, policy)
+
+    def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
+        """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
+        while computing: the most that one of its layers (or MTP blocks) drops under the policy.
+        Symbolic in b, s and the parallel sizes; the same rule for every policy."""
+        by_entry: dict[str, sp.Expr] = {}
+        kept, dropped = self.chunk_parts(chunk)
+        for times, name, p in kept:
+            for k, x in self._kept(self._ledger(name, None), p).items():
+                by_entry[k] = by_entry.get(k, 0) + times * self._scaled(k, x)
+        drops = [self._dropped(self._ledger(name, None), p) for name, p in dropped]
+        working = sp.Max(0, *drops) if drops else sp.Integer(0)
         return by_entry, working
 
     # -- the one path ------------------------------------------------------------------------------
