@@ -48,6 +48,7 @@ from .memory import Estimate, estimate
 from .overhead import Overheads
 from .partition import Stage, build_stages, resolve_layout
 from .schedule import Moment, moments, replay_microbatches
+from .states import P_e, P_ne, states_formula
 from .symbols import sym
 
 __all__ = ["ExactFunction", "Family", "Pipeline", "Totals", "KNOBS", "chunk_signature", "stage_signature",
@@ -167,23 +168,36 @@ class ExactFunction:
     integer arrays it returns ``int(expr)`` for each row (truncated toward zero, as :func:`int` truncates a
     SymPy rational), as int64 (or Python integers where int64 could overflow)."""
 
-    def __init__(self, expr):
+    def __init__(self, expr, inputs: Mapping[sp.Symbol, "ExactFunction"] | None = None):
         self.expr = sp.sympify(expr)
-        unknown = self.expr.free_symbols - set(_BY_SYMBOL)
+        #: symbols that stand for other compiled expressions (their exact rationals, not truncated)
+        self.inputs = dict(inputs or {})
+        syms = self.expr.free_symbols
+        unknown = syms - set(_BY_SYMBOL) - set(self.inputs)
         if unknown:
             raise ConfigError(f"compiled expression keeps symbols {sorted(map(str, unknown))} that are not knobs "
                               f"({', '.join(map(str, KNOBS.values()))})")
         self._fn = self._build(self.expr)
-        syms = self.expr.free_symbols
+        self.__dict__.pop("_constants", None)
+        used = set().union(*(set(f.knobs) for x, f in self.inputs.items() if x in syms))
         #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
-        self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms)
+        self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms or k in used)
 
     # -- compilation ---------------------------------------------------------------------------
+    def _constant(self, e) -> bool:
+        """Whether ``e`` has no free symbol (each subexpression asked once: ``free_symbols`` is not kept)."""
+        memo = self.__dict__.setdefault("_constants", {})
+        if e not in memo:
+            memo[e] = not e.is_Symbol if not e.args else all(self._constant(a) for a in e.args)
+        return memo[e]
+
     def _build(self, e) -> Callable[[Mapping], tuple]:
-        if not e.free_symbols and not isinstance(e, sp.logic.boolalg.Boolean):
+        if not isinstance(e, sp.logic.boolalg.Boolean) and self._constant(e):
             q = sp.Rational(e)
             const = (int(q.p), int(q.q))
             return lambda env: const
+        if isinstance(e, sp.Symbol) and e in self.inputs:
+            return self.inputs[e]._fn
         if isinstance(e, sp.Symbol):
             name = _BY_SYMBOL[e]
             return lambda env: (env[name], 1)
@@ -274,45 +288,72 @@ class ExactFunction:
         n, d = self._fn(env)
         if size is None:
             size = len(next(iter(env.values())))
-        if isinstance(n, int) and isinstance(d, int):
-            return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
-        n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
-        q = np.where(n < 0, -((-n) // d), n // d)
-        return q
+        return _truncate(n, d, size)
 
 
-def _kept_on(cache: dict, rows_key, fn: "ExactFunction", env: Mapping, size: int):
-    """``fn(env, size)``, kept in ``cache`` for these rows (the function is kept too, so that its id stays its own)."""
-    key = (rows_key, id(fn))
+def _truncate(n, d, size: int):
+    """int(n / d) on ``size`` rows (toward zero, as :func:`int` truncates a SymPy rational)."""
+    if isinstance(n, int) and isinstance(d, int):
+        return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
+    n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
+    q = np.where(n < 0, -((-n) // d), n // d)
+    if q.dtype == object and _mag(q) < _LIMIT:      # the sum passed int64 on the way, not the result
+        q = q.astype(np.int64)
+    return q
+
+
+def _chunk_on(cache: dict, rows_key, prog: "ChunkProgram", env: Mapping, size: int):
+    """``prog.evaluate`` on these rows, kept in ``cache`` with its parts' rationals (the programs are kept too, so
+    that their ids stay their own)."""
+    key = (rows_key, id(prog))
     if key not in cache:
-        cache[key] = (fn, fn(env, size))
+        def rational(f: ExactFunction):
+            k = (rows_key, "rational", id(f))
+            if k not in cache:
+                cache[k] = (f, f.rational(env))
+            return cache[k][1]
+        cache[key] = (prog, prog.evaluate(env, size, rational))
     return cache[key][1]
 
 
 def _unique_rows(cols: list[np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
     """The distinct rows of the columns (as a dict of columns) and each row's index among them."""
     n = len(cols[0])
-    lo = [int(c.min()) if n else 0 for c in cols]
+    # each column as the rank of its value among the column's distinct values: a table over the values' range
+    # where it is small (the knobs are small integers: no sort), else a sort
+    ranks, radix = [], []
+    for c in cols:
+        low, high = (int(c.min()), int(c.max())) if n else (0, 0)
+        if high - low <= max(4 * n, 1 << 16):
+            present = np.zeros(high - low + 1, dtype=bool)
+            present[c - low] = True
+            index = np.cumsum(present, dtype=np.int64) - 1
+            ranks.append(index[c - low])
+            radix.append(int(index[-1]) + 1)
+        else:
+            values, rank = np.unique(c, return_inverse=True)
+            ranks.append(rank.reshape(-1))
+            radix.append(len(values))
     span = 1
-    for c, low in zip(cols, lo):
-        span *= (int(c.max()) - low + 1) if n else 1
-    if 0 < span <= max(4 * n, 1 << 16):
-        # small integer knobs: a mixed-radix code of each row and a table over the codes (no sort)
-        code = np.zeros(n, dtype=np.int64)
-        for c, low in zip(cols, lo):
-            code = code * (int(c.max()) - low + 1) + (c - low)
+    for r in radix:
+        span *= r
+    code = np.zeros(n, dtype=np.int64)
+    if span <= max(4 * n, 1 << 16):
+        # a mixed-radix code of each row over the ranks and a table over the codes (no sort)
+        for rank, r in zip(ranks, radix):
+            code = code * r + rank
         present = np.zeros(span, dtype=bool)
         present[code] = True
-        first_code = np.flatnonzero(present)
         index = np.cumsum(present, dtype=np.int64) - 1
         inverse = index[code]
-        first = np.empty(len(first_code), dtype=np.int64)
+        first = np.empty(int(index[-1]) + 1 if n else 0, dtype=np.int64)
         first[inverse] = np.arange(n, dtype=np.int64)       # some row of each code (any: they are equal)
         return {k: c[first] for k, c in zip(keys, cols)}, inverse
-    code = np.zeros(n, dtype=np.int64)
-    for c in cols:                                   # mixed radix over each column's ranks
-        values, rank = np.unique(c, return_inverse=True)
-        code = code * len(values) + rank.reshape(-1)
+    bound = 1
+    for rank, r in zip(ranks, radix):                # mixed radix over each column's ranks, renumbered before
+        if bound * r >= _LIMIT:                      # the code could pass int64
+            code, bound = np.unique(code, return_inverse=True)[1].reshape(-1), n
+        code, bound = code * r + rank, bound * r
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     return {k: c[first] for k, c in zip(keys, cols)}, inverse.reshape(-1)
 
@@ -331,8 +372,28 @@ def stage_signature(model: ModelConfig, stage: Stage) -> tuple:
 
 @dataclass(frozen=True)
 class ChunkProgram:
-    per_microbatch: ExactFunction       #: int(one micro-batch's saved bytes through the chunk)
-    working: ExactFunction              #: int(the recompute working set while it computes)
+    """A chunk's terms (:meth:`~memlib.memory.Estimate.chunk_parts`) as compiled parts, each shared by every
+    chunk that holds it: one micro-batch's saved bytes are int(sum of ``times`` x ``part``) and the recompute
+    working set int(max(0, ``dropped``...)), exact rationals summed before the truncation as
+    :meth:`~memlib.memory.Estimate.chunk_expressions`' sum of entries is."""
+
+    kept: tuple[tuple[int, ExactFunction], ...]
+    dropped: tuple[ExactFunction, ...]
+
+    @property
+    def knobs(self) -> set[str]:
+        return {k for f in [f for _, f in self.kept] + list(self.dropped) for k in f.knobs}
+
+    def evaluate(self, env: Mapping, size: int, rational: Callable[[ExactFunction], tuple]) -> tuple:
+        """(saved bytes per micro-batch, working set) on rows ``env``; ``rational(part)``: the part's exact
+        rationals on these rows (kept by the caller: parts recur across chunks)."""
+        per = (0, 1)
+        for times, f in self.kept:
+            per = _r_add(per, _r_mul((times, 1), rational(f)))
+        work = (0, 1)
+        for f in self.dropped:
+            work = _r_max(work, rational(f))
+        return _truncate(*per, size), _truncate(*work, size)
 
 
 class Family:
@@ -360,6 +421,9 @@ class Family:
             self._variants[True] = est
         self._chunks: dict[tuple, ChunkProgram] = {}
         self._states: dict[tuple, dict[str, ExactFunction]] = {}
+        self._counts: dict[tuple, dict[sp.Symbol, ExactFunction]] = {}
+        self._parts: dict[tuple, tuple[ExactFunction, ExactFunction]] = {}
+        self._formulas: dict[int, object] = {}
         self._pipelines: dict[tuple, Pipeline] = {}
 
     @staticmethod
@@ -391,15 +455,34 @@ class Family:
     def chunk_program(self, chunk, wide: bool = False) -> ChunkProgram:
         key = (chunk_signature(self.model, chunk), wide)
         if key not in self._chunks:
-            entries, working = self._variants[wide].chunk_expressions(chunk)
-            self._chunks[key] = ChunkProgram(ExactFunction(sp.Add(*entries.values())), ExactFunction(working))
+            est = self._variants[wide]
+            kept, dropped = est.chunk_parts(chunk)
+            self._chunks[key] = ChunkProgram(tuple((n, self._part(est, wide, name, p)[0]) for n, name, p in kept),
+                                             tuple(self._part(est, wide, name, p)[1] for name, p in dropped))
         return self._chunks[key]
 
+    def _part(self, est: Estimate, wide: bool, name: str, policy) -> tuple[ExactFunction, ExactFunction]:
+        """The compiled bytes a ledger's kept and dropped entries take (:meth:`~memlib.memory.Estimate.part_expressions`)."""
+        key = (wide, name, policy)
+        if key not in self._parts:
+            self._parts[key] = tuple(ExactFunction(x) for x in est.part_expressions(name, policy))
+        return self._parts[key]
+
     def states_program(self, stage: Stage, zero: int) -> dict[str, ExactFunction]:
-        key = (stage_signature(self.model, stage), int(zero))
+        """The terms of :meth:`~memlib.memory.Estimate.stage_states`: :func:`memlib.states.states_formula`
+        compiled once per ZeRO stage, its counts P_ne and P_e (:meth:`~memlib.memory.Estimate.stage_counts`)
+        once per stage signature, and the one fed into the other (no SymPy ceilings over each stage's sums)."""
+        sig = stage_signature(self.model, stage)
+        key = (sig, int(zero))
         if key not in self._states:
-            terms = self.base.stage_states(stage, zero)
-            self._states[key] = {k: ExactFunction(x) for k, x in terms.items()}
+            counts = self.base.stage_counts(stage)
+            if sig not in self._counts:
+                self._counts[sig] = {x: ExactFunction(counts[x]) for x in (P_ne, P_e)}
+            z = int(zero)
+            if z not in self._formulas:
+                edp = {sym("EDP"): counts[sym("EDP")]}
+                self._formulas[z] = states_formula(z, self.base.recipe).map(lambda e: e.xreplace(edp))
+            self._states[key] = {k: ExactFunction(x, self._counts[sig]) for k, x in self._formulas[z].items()}
         return self._states[key]
 
     def pipeline(self, pp: int = 1, schedule: Schedule | str = "1f1b", vpp: int = 1,
@@ -480,7 +563,7 @@ class Pipeline:
             # those (the rows of a search differ mostly in DP and ZeRO, which they do not depend on)
             progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
             akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
-                k in pr.per_microbatch.knobs or k in pr.working.knobs for row in progs for _, pr in row))
+                k in pr.knobs for row in progs for _, pr in row))
             ukey = ("activation rows", akeys)
             if ukey not in cache:
                 cache[ukey] = _unique_rows([env[k] for k in akeys] + [ms], akeys + ("M",))
@@ -491,7 +574,7 @@ class Pipeline:
                 p = w = None
                 for wide, mask in fam.variants(uenv["tp"] if "tp" in uenv else np.ones(un, dtype=np.int64)):
                     prog = dict(row)[wide]
-                    pv, wv = (_kept_on(cache, ukey, f, uenv, un) for f in (prog.per_microbatch, prog.working))
+                    pv, wv = _chunk_on(cache, ukey, prog, uenv, un)
                     p = pv if mask is None or p is None else np.where(mask, pv, p)
                     w = wv if mask is None or w is None else np.where(mask, wv, w)
                 per.append(p)

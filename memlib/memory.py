@@ -118,6 +118,17 @@ class StageExpressions:
 _LEDGERS: dict = {}
 
 
+def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
+    """The entries of the ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``)
+    of the bound activation profile ``ap``, without their bytes (a profile refuses a size it cannot bind
+    here, with a :class:`~memlib.config.ConfigError`)."""
+    if name.startswith("layer."):
+        return ap.layer(model, name.split(".")[1])
+    if name.startswith("mtp."):
+        return ap.mtp(model, int(name.split(".")[1]))
+    return {"embedding": ap.embedding, "head": ap.head}[name](model)
+
+
 def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
     ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
@@ -128,12 +139,7 @@ def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -
         if len(_LEDGERS) > 4096:
             _LEDGERS.clear()
         train = TrainingConfig(sp=sp_on)
-        if name.startswith("layer."):
-            entries = ap.layer(model, name.split(".")[1])
-        elif name.startswith("mtp."):
-            entries = ap.mtp(model, int(name.split(".")[1]))
-        else:
-            entries = {"embedding": ap.embedding, "head": ap.head}[name](model)
+        entries = ledger_entries(model, ap, name)
         mv = model_values(model)
         _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
     return _LEDGERS[cache_key]
@@ -188,6 +194,21 @@ class _Program:
             return dict(zip(self.names, self.fn(*(v if type(v) is int else int(v) if getattr(v, "is_Integer", False)
                                                    else v for v in args))))
         return {k: sp.sympify(e.xreplace(values)) for k, e in zip(self.names, self.exprs)}
+
+
+def _substituted(e: sp.Basic, rep: Mapping) -> sp.Basic:
+    """``e.xreplace(rep)``, but for ceilings and floors, which are rebuilt unevaluated (SymPy's evaluation of
+    a rounding over a symbolic sum asks its assumptions system for bounds: milliseconds a call)."""
+    if e in rep:
+        return rep[e]
+    if not e.args:
+        return e
+    args = tuple(_substituted(a, rep) for a in e.args)
+    if args == e.args:
+        return e
+    if isinstance(e, (sp.ceiling, sp.floor)) and args[0].free_symbols:
+        return e.func(*args, evaluate=False)
+    return e.func(*args)
 
 
 def _as_int(x) -> int:
@@ -246,9 +267,6 @@ class Estimate:
         profile, the precision and sequence parallelism: nothing else changes them)."""
         return _ledger_bytes(self.model, self.act_profile, self.act_recipe, self.train.sp, name)
 
-    def _layer_ledger(self, kind: str):
-        return self._ledger(f"layer.{kind}", None)
-
     @staticmethod
     def _kept(ledger, policy: Policy) -> dict[str, sp.Expr]:
         return {k: x for k, (x, e) in ledger.items() if not policy.drops(e)}
@@ -264,20 +282,15 @@ class Estimate:
     def _dropped(self, ledger, policy: Policy) -> sp.Expr:
         return sp.Add(*(self._scaled(k, x) for k, (x, e) in ledger.items() if policy.drops(e)))
 
-    def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
-        """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
-        while computing: the most that one of its layers (or MTP blocks) drops under the policy.
-        Symbolic in b, s and the parallel sizes; the same rule for every policy."""
+    def chunk_parts(self, chunk: Chunk) -> tuple[list[tuple[int, str, Policy]], list[tuple[str, Policy]]]:
+        """What one micro-batch through ``chunk`` is made of: ``(times, ledger, policy)``, the entries of
+        ``ledger`` that ``policy`` keeps, ``times`` over (in the order :meth:`chunk_expressions` adds them),
+        and ``(ledger, policy)``, the ledgers whose dropped entries the chunk re-materialises, one at a time."""
         m, pol = self.model, self.policy
-        by_entry: dict[str, sp.Expr] = {}
-        dropped: list[sp.Expr] = []
-
-        def add(d: Mapping[str, sp.Expr], times: int = 1):
-            for k, x in d.items():
-                by_entry[k] = by_entry.get(k, 0) + times * self._scaled(k, x)
-
+        kept: list[tuple[int, str, Policy]] = []
+        dropped: list[tuple[str, Policy]] = []
         if chunk.first:
-            add(self._kept(self._ledger("embedding", None), pol))
+            kept.append((1, "embedding", pol))
         kinds = [m.layer_kinds[i] for i in chunk.layers]
         if pol.full and pol.block_layers is not None:
             groups = [(kinds[:pol.block_layers], pol), (kinds[pol.block_layers:], self.base)]
@@ -287,34 +300,67 @@ class Estimate:
             for kind in ("dense", "moe"):
                 n = group.count(kind)
                 if n:
-                    led = self._layer_ledger(kind)
-                    add(self._kept(led, p), n)
-                    dropped.append(self._dropped(led, p))
+                    kept.append((n, f"layer.{kind}", p))
+                    dropped.append((f"layer.{kind}", p))
         if chunk.last:
-            add(self._kept(self._ledger("head", None), pol))
+            kept.append((1, "head", pol))
             if self.partition.profile.include_mtp:
                 for j in range(m.num_nextn_predict_layers):
                     # the MTP block is a decoder layer: the same recompute policy applies to it
-                    led = self._ledger(f"mtp.{j}", None)
-                    add(self._kept(led, pol))
-                    dropped.append(self._dropped(led, pol))
-        working = sp.Max(0, *dropped) if dropped else sp.Integer(0)
+                    kept.append((1, f"mtp.{j}", pol))
+                    dropped.append((f"mtp.{j}", pol))
+        return kept, dropped
+
+    def part_expressions(self, name: str, policy: Policy) -> tuple[sp.Expr, sp.Expr]:
+        """The bytes of the entries of ledger ``name`` that ``policy`` keeps (summed, as the busiest rank holds
+        them) and of those it drops: the parts of :meth:`chunk_parts`."""
+        led = self._ledger(name, None)
+        return sp.Add(*(self._scaled(k, x) for k, x in self._kept(led, policy).items())), self._dropped(led, policy)
+
+    def chunk_expressions(self, chunk: Chunk) -> tuple[dict[str, sp.Expr], sp.Expr]:
+        """Bytes per entry of one micro-batch through ``chunk`` and the working set it re-materialises
+        while computing: the most that one of its layers (or MTP blocks) drops under the policy.
+        Symbolic in b, s and the parallel sizes; the same rule for every policy."""
+        by_entry: dict[str, sp.Expr] = {}
+        kept, dropped = self.chunk_parts(chunk)
+        for times, name, p in kept:
+            for k, x in self._kept(self._ledger(name, None), p).items():
+                by_entry[k] = by_entry.get(k, 0) + times * self._scaled(k, x)
+        drops = [self._dropped(self._ledger(name, None), p) for name, p in dropped]
+        working = sp.Max(0, *drops) if drops else sp.Integer(0)
         return by_entry, working
 
     # -- the one path ------------------------------------------------------------------------------
-    def stage_states(self, st: Stage, zero: int | None = None) -> Breakdown:
+    def stage_counts(self, st: Stage) -> dict:
+        """What :func:`memlib.states.states_formula` is written in, for one device of ``st``: P_ne and P_e
+        (the parameters that shard over DP CP and over EDP), symbolic in TP, EP and ETP, and EDP in terms of
+        the parallel sizes; kept per stage signature (every ZeRO stage asks for the same counts)."""
+        kept = self.__dict__.setdefault("_stage_counts", {})
+        sig = _signature(self.model, st.chunks)
+        if sig not in kept:
+            part = self.partition
+            params, experts, mv = part.params(st), part.edp_keys(st), part.model_values
+            # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over
+            # numbers and the parallel sizes only (the same expressions, found far faster than with every width
+            # symbolic)
+            kept[sig] = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
+                         P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
+        return kept[sig]
+
+    def stage_states(self, st: Stage, zero: int | None = None, evaluate: bool = True) -> Breakdown:
         """Parameters, gradients and optimizer states of one device of ``st`` (any stage built from
         this partition's model and profile) under ZeRO stage ``zero`` (default: the configuration's),
-        symbolic in the parallel sizes DP, TP, EP, ETP and CP."""
-        part = self.partition
-        params = part.params(st)
-        experts = part.edp_keys(st)
-        mv = part.model_values
-        # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over numbers
-        # and the parallel sizes only (the same expressions, found far faster than with every width symbolic)
-        counts = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
-                  P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
+        symbolic in the parallel sizes DP, TP, EP, ETP and CP.
+
+        ``evaluate=False``: the sharded counts' ceilings are left as SymPy builds them from the formula,
+        unsimplified.  Their values are the same (a ceiling of the same rational), found without SymPy's
+        simplification of a ceiling over a sum, which takes about 10 ms a stage: the form to compile
+        (:func:`memlib.breakdown.exact_function`, :class:`memlib.compiled.ExactFunction`), not to print."""
+        mv = self.partition.model_values
+        counts = self.stage_counts(st)
         z = self.train.zero if zero is None else zero
+        if not evaluate:
+            return states_formula(z, self.recipe).map(lambda e: _substituted(_substituted(e, counts), mv))
         return states_formula(z, self.recipe).map(lambda e: e.xreplace(counts).xreplace(mv))
 
     def stage_expressions(self, index: int, subs: Mapping | None = None) -> StageExpressions:
@@ -390,7 +436,7 @@ class Estimate:
         sig = _signature(self.model, st.chunks)
         key = ("states", skey, sig, z)
         if key not in memo:
-            prog = _kept_program(key, lambda: _Program.of(self.stage_states(st)))
+            prog = _kept_program(key, lambda: _Program.of(self.stage_states(st, evaluate=False)))
             vals = prog(self.values)
             memo[key] = Breakdown(vals)
             memo[("states_int",) + key[1:]] = {k: int(x) for k, x in vals.items()}

@@ -68,7 +68,7 @@ import numpy as np
 from .activations import parse_policy
 from .compiled import Family
 from .config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
-from .memory import config_values, estimate
+from .memory import config_values, estimate, ledger_entries
 from .overhead import Overheads
 from .params import activated_params, by_block, model_params, values as model_values
 from .partition import balanced_layout, default_layout
@@ -232,14 +232,15 @@ class _Axes:
 
 
 def _ledgers(est):
-    """``est`` with its activation ledgers built for every chunk (a ledger may refuse a size: a GQA model with
-    TP above its key-value heads under the megatron profile)."""
+    """``est`` with the entries of its activation ledgers listed for every chunk (a ledger may refuse a size: a
+    GQA model with TP above its key-value heads under the megatron profile; their bytes do not depend on TP
+    and are derived by the family, once per binding)."""
     m = est.model
     names = ["embedding", "head"] + [f"layer.{k}" for k in sorted(set(m.layer_kinds))]
     if est.partition.profile.include_mtp:
         names += [f"mtp.{j}" for j in range(m.num_nextn_predict_layers)]
     for name in names:
-        est._ledger(name, None)
+        ledger_entries(m, est.act_profile, name)
     return est
 
 

@@ -261,11 +261,18 @@ _MOMENTS: dict = {}
 def _moments(train: TrainingConfig, rank: int) -> list[Moment]:
     seen = {mo for _, mo in timeline(train, rank)}
 
-    def dominated(a: Moment, b: Moment) -> bool:
-        return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and set(a.running) <= set(b.running)
+    def dominated(a: Moment, ra: frozenset, b: Moment, rb: frozenset) -> bool:
+        return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and ra <= rb
 
-    return sorted((a for a in seen if not any(dominated(a, b) for b in seen)),
-                  key=lambda mo: (-mo.total, mo.counts, mo.running))
+    # a moment's dominator holds at least as many micro-batches, and computes more chunks if it holds as many:
+    # in this order every dominator comes first, and one that is itself dominated has a kept dominator too
+    # (domination is transitive), so each moment is checked against the kept ones only
+    kept: list[tuple[Moment, frozenset]] = []
+    for a in sorted(seen, key=lambda mo: (-mo.total, -len(mo.running), mo.counts, mo.running)):
+        ra = frozenset(a.running)
+        if not any(dominated(a, ra, b, rb) for b, rb in kept):
+            kept.append((a, ra))
+    return sorted((a for a, _ in kept), key=lambda mo: (-mo.total, mo.counts, mo.running))
 
 
 def in_flight(train: TrainingConfig, rank: int) -> list[int]:
