@@ -93,6 +93,17 @@ def test_the_headline_totals_are_printed_whole(pdf_text):
     assert missing([fmt_count(n) for n in totals], pdf_text["text"]) == []
 
 
+def test_no_table_cell_runs_into_its_neighbour():
+    # LaTeX reports a line wider than its box (a cell's count or formula wider than the column) as an
+    # overfull hbox; a few points are a character's overhang, more is text printed over the next cell
+    _need(PDF.is_file() and (LATEX / "report.log").is_file(), "the PDF is not built (make pdf)")
+    log = (LATEX / "report.log").read_text(encoding="utf-8", errors="replace")
+    wide = [float(w) for w in re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\)", log)]
+    assert "Output written on report" in log, "the log of an unfinished run"
+    over = [w for w in wide if w > 12.0]
+    assert not over, f"{len(over)} lines run past their box, the widest by {max(over)} pt"
+
+
 def test_no_word_runs_off_the_page(pdf_text):
     off = off_page(pdf_text["bbox"])
     assert not off, f"{len(off)} words beyond the text block's margin: " + "; ".join(off[:20])

@@ -67,7 +67,7 @@ def _em(ch: str, mono: bool) -> float:
 
 def _math_widths(latex: str) -> list[float]:
     """Widths (em) of each line of inline math (a wrapped formula has several): a letter or figure about
-    0.55 em, a binary operator with its spaces 1.2 em, a sub- or superscript at 0.7 of its size."""
+    0.55 em (a capital 0.75), a binary operator with its spaces 1.2 em, a sub- or superscript 0.4 em."""
     import re
 
     out = []
@@ -78,7 +78,8 @@ def _math_widths(latex: str) -> list[float]:
                           [a or b for a, b in re.findall(r"[_^]\{([^{}]*)\}|[_^](\w)", line)])
         body = re.sub(r"[_^]\{[^{}]*\}|[_^]\w", "", line)
         body = re.sub(r"\\[a-zA-Z]+|[{}+=<>\s-]", "", body)
-        out.append(0.55 * len(body) + 0.4 * len(re.sub(r"\\[a-zA-Z]+|[{}\s]", "", scripts)) + 1.2 * ops)
+        letters = sum(0.75 if c.isupper() else 0.55 for c in body)
+        out.append(letters + 0.4 * len(re.sub(r"\\[a-zA-Z]+|[{}\s]", "", scripts)) + 1.2 * ops)
     return out
 
 

@@ -174,7 +174,7 @@ def pairs_table() -> str:
                          f"`{pk['label']}`", fmt_count(pk["stage"]), _gib(pk["model_states"]), _gib(pk["activations"]),
                          _gib(pk["allocated"])])
     return md_table(["model", "FFN", "parameters", "activated", "activations, all layers (MiB/token)",
-                     "configuration", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
+                     "parallel sizes", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
                      f"allocated ({DEVICE_UNIT})"], rows, "llrrrlrrrr")
 
 
