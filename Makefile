@@ -61,7 +61,8 @@ pdf: $(STAMP)
 pdf-deps:
 	apt-get update
 	apt-get install -y --no-install-recommends latexmk texlive-latex-recommended \
-		texlive-latex-extra texlive-fonts-recommended texlive-xetex fonts-freefont-otf tex-gyre
+		texlive-latex-extra texlive-fonts-recommended texlive-xetex fonts-freefont-otf tex-gyre \
+		poppler-utils
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cli_cold_start.py

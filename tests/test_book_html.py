@@ -95,3 +95,66 @@ def test_page_offline(chromium, name, tmp_path):
             assert target.is_file(), f"{name}: missing image {src}"
     for src in re.findall(r'<script[^>]+src="([^"]+)"', source):
         assert not urlparse(src).scheme.startswith("http"), f"{name}: remote script {src}"
+
+
+# --- layout: no table wider than the text column --------------------------------------------------------------
+#: the reader's window; the book is read at 1300 px (a laptop) and 1920 px
+WIDTHS = (1300,)
+
+#: measures, after MathJax typeset, every table against the text column (article.bd-article); writes JSON into
+#: a <pre> that --dump-dom hands back
+_MEASURE = """<script>
+window.addEventListener('load', function () {
+  function go() {
+    var col = document.querySelector('article.bd-article') || document.body;
+    var width = col.clientWidth, out = [];
+    document.querySelectorAll('table').forEach(function (t, i) {
+      var cap = t.querySelector('caption'), head = t.querySelector('tr');
+      out.push({i: i, w: Math.ceil(t.scrollWidth), col: width,
+                what: ((cap ? cap.textContent : '') + ' | ' + (head ? head.textContent : '')).replace(/\\s+/g, ' ').slice(0, 120)});
+    });
+    var pre = document.createElement('pre'); pre.id = 'memlib-measure';
+    pre.textContent = JSON.stringify({col: width, tables: out});
+    document.body.appendChild(pre);
+  }
+  var mj = window.MathJax && MathJax.startup && MathJax.startup.promise;
+  (mj || Promise.resolve()).then(function () { setTimeout(go, 200); });
+});
+</script>"""
+
+
+def table_widths(page: Path, tmp: Path, width: int, source: str | None = None) -> dict:
+    """``{"col": text-column px, "tables": [{"w": table px, "what": caption | header}, ...]}`` for ``page`` in a
+    ``width``-px window: a copy of the page (its links resolved against the original's folder) that measures."""
+    import html as _html
+
+    src = page.read_text() if source is None else source
+    src = src.replace("<head>", f'<head><base href="{page.parent.as_uri()}/">', 1).replace("</body>", _MEASURE + "</body>", 1)
+    copy = tmp / page.name
+    copy.write_text(src)
+    cmd = [CHROMIUM, *FLAGS, f"--window-size={width},1000", f"--user-data-dir={tmp / 'profile'}", "--dump-dom",
+           copy.as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r'<pre id="memlib-measure"[^>]*>(.*?)</pre>', r.stdout, re.S)
+    assert m, f"{page.name}: the measuring script did not run"
+    return json.loads(_html.unescape(m.group(1)))
+
+
+def test_width_checker_sees_a_wide_table(chromium, tmp_path):
+    # the check must be able to fail: a table of unbreakable 60-digit cells is wider than the column
+    page = HTML / "notebooks" / "01_introduction.html"
+    _need(page.is_file(), "the book is not built (make book)")
+    wide = "<table><tr><td>" + "9" * 60 + "</td><td>" + "8" * 60 + "</td></tr></table>"
+    source = page.read_text().replace('<article class="bd-article">', '<article class="bd-article">' + wide, 1)
+    got = table_widths(page, tmp_path, 1300, source)
+    assert got["tables"] and got["tables"][0]["w"] > got["col"] > 300
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", [p.relative_to(HTML).as_posix() for p in _pages()] or ["<none>"])
+def test_tables_fit_the_text_column(chromium, name, width, tmp_path):
+    _need((HTML / "index.html").is_file(), "the book is not built (make book)")
+    got = table_widths(HTML / name, tmp_path, width)
+    wide = [f"{t['w']} px > {t['col']} px: {t['what']}" for t in got["tables"] if t["w"] > t["col"]]
+    assert not wide, f"{name} at {width} px: {len(wide)} table(s) wider than the text column:\n" + "\n".join(wide)

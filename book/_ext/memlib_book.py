@@ -39,4 +39,134 @@ def setup(app):
         app.tags.add(tag)
     # before the table of contents and the labels are collected from the doctree (priority 500)
     app.connect("doctree-read", _drop_sections, priority=100)
+    app.connect("doctree-resolved", _latex_table_widths)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# --- PDF tables: column widths from their content ------------------------------------------------------------
+# Sphinx sets a table of more than 30 rows as a longtable of ``l`` columns (which never wrap, so a wide one runs
+# off the page and the PDF clips it) and a shorter one as a tabulary (which may squeeze a column below a long
+# exact count, which then runs into the next cell).  For the LaTeX builder every table gets column widths from
+# its content instead: a column is never narrower than its widest unbreakable item (a 15-digit count, a formula
+# line, a word), the rest of the line is shared by how much text each column holds, and a table whose items do
+# not fit at \footnotesize is set smaller (\scriptsize, then \tiny).
+
+#: the text width of the PDF (letterpaper, Sphinx's 1in margins) and the space between two columns, pt
+TEXT_WIDTH, COLUMN_GAP = 469.75, 12.0
+#: the table font sizes tried, pt, and their LaTeX names (10pt class)
+TABLE_SIZES = ((8.0, r"\footnotesize"), (7.0, r"\scriptsize"), (5.0, r"\tiny"))
+
+
+def _em(ch: str, mono: bool) -> float:
+    """Width of a character in em: FreeSerif's figures are 0.5 em, its lower case about 0.45 em (0.47 leaves
+    room for the sans-serif headers), FreeMono's every character 0.6 em."""
+    if mono:
+        return 0.6
+    if ch.isdigit():
+        return 0.5
+    if ch in ",.;:'’|!()[] ":
+        return 0.3
+    if ch.isupper():
+        return 0.72
+    return 0.47
+
+
+def _math_widths(latex: str) -> list[float]:
+    """Widths (em) of each line of inline math (a wrapped formula has several): a letter or figure about
+    0.55 em (a capital 0.75), a binary operator with its spaces 1.2 em, a sub- or superscript 0.4 em."""
+    import re
+
+    out = []
+    for line in re.split(r"\\\\", latex):
+        line = re.sub(r"\\(left|right|bigl|bigr|quad|begin|end|frac|mathrm|operatorname)\b|\{aligned\}|&", "", line)
+        ops = len(re.findall(r"[+=<>]|(?<!\{)-|\\(times|cdot|leq|geq|le|ge)\b", line))
+        scripts = "".join(re.findall(r"[_^]\{([^{}]*)\}|[_^](\w)", line) and
+                          [a or b for a, b in re.findall(r"[_^]\{([^{}]*)\}|[_^](\w)", line)])
+        body = re.sub(r"[_^]\{[^{}]*\}|[_^]\w", "", line)
+        body = re.sub(r"\\[a-zA-Z]+|[{}+=<>\s-]", "", body)
+        letters = sum(0.75 if c.isupper() else 0.55 for c in body)
+        out.append(letters + 0.4 * len(re.sub(r"\\[a-zA-Z]+|[{}\s]", "", scripts)) + 1.2 * ops)
+    return out
+
+
+def _cell_items(entry) -> tuple[list[float], float]:
+    """The widths (em) of a cell's unbreakable items and of its whole text on one line."""
+    import re
+
+    from docutils import nodes
+
+    items: list[float] = []
+
+    def width(text: str, mono: bool, bold: bool) -> float:
+        return sum(_em(c, mono) for c in text) * (1.08 if bold else 1.0)
+
+    def walk(node, mono=False, bold=False):
+        if isinstance(node, nodes.math):
+            items.extend(w * (1.08 if bold else 1.0) for w in _math_widths(node.astext()))
+            return
+        if isinstance(node, nodes.Text):
+            text = str(node)
+            # inline code may break after _ and - (the LaTeX preamble lets it), words at spaces
+            parts = re.split(r"(?<=[_\-/])|\s+", text) if mono else text.split()
+            items.extend(width(p, mono, bold) for p in parts if p)
+            return
+        mono = mono or isinstance(node, nodes.literal)
+        bold = bold or isinstance(node, nodes.strong)
+        for child in node.children:
+            walk(child, mono, bold)
+
+    walk(entry)
+    whole = sum(items) + 0.3 * max(len(items) - 1, 0)
+    return items, whole
+
+
+def _column_widths(table) -> tuple[list[float], str] | None:
+    """Widths (pt, the gap included) of ``table``'s columns filling the text width, and the font size."""
+    from docutils import nodes
+
+    groups = list(table.findall(nodes.tgroup))
+    if len(groups) != 1:
+        return None
+    n = int(groups[0]["cols"])
+    least, natural = [0.0] * n, [0.0] * n
+    for row in groups[0].findall(nodes.row):
+        entries = [e for e in row.children if isinstance(e, nodes.entry)]
+        if len(entries) != n or any(e.get("morecols") or e.get("morerows") for e in entries):
+            return None
+        for i, e in enumerate(entries):
+            items, whole = _cell_items(e)
+            least[i] = max(least[i], max(items, default=0.0))
+            natural[i] = max(natural[i], whole)
+    for size, name in TABLE_SIZES:
+        room = TEXT_WIDTH - n * COLUMN_GAP
+        lo, hi = [x * size for x in least], [x * size for x in natural]
+        if sum(lo) <= room or size == TABLE_SIZES[-1][0]:
+            spare = max(room - sum(lo), 0.0)
+            extra = [h - l for h, l in zip(hi, lo)]
+            if sum(hi) <= room:                    # everything on one line: share the rest by the text held
+                widths = [h + (room - sum(hi)) * h / (sum(hi) or 1) for h in hi]
+            else:                                  # the widest items, and the rest by how much more text there is
+                widths = [l + spare * x / (sum(extra) or 1) for l, x in zip(lo, extra)]
+            return [w + COLUMN_GAP for w in widths], name
+    return None
+
+
+def _latex_table_widths(app, doctree, docname) -> None:
+    if app.builder.format != "latex":
+        return
+    from docutils import nodes
+
+    for table in list(doctree.findall(nodes.table)):
+        got = _column_widths(table)
+        if got is None:
+            continue
+        widths, size = got
+        specs = list(table.findall(nodes.colspec))
+        for spec, w in zip(specs, widths):
+            spec["colwidth"] = max(1, round(w * 10))
+        if "colwidths-given" not in table["classes"]:
+            table["classes"].append("colwidths-given")
+        if size != TABLE_SIZES[0][1] and table.parent is not None:
+            i = table.parent.index(table)
+            table.parent.insert(i + 1, nodes.raw("", r"\renewcommand{\memlibtablefont}{\footnotesize}", format="latex"))
+            table.parent.insert(i, nodes.raw("", rf"\renewcommand{{\memlibtablefont}}{{{size}}}", format="latex"))

@@ -15,7 +15,8 @@ from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
 from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex
+from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+                     wrapped_math)
 from .tables import errata_table, notation_recap
 
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
@@ -214,7 +215,9 @@ def formula_check_table(est: Estimate) -> str:
 def table10_formulas(est: Estimate) -> str:
     """The paper's Table 10 as formulas: the stage's MoE layers on one device, both policies."""
     f = pact.table10_formulas(est)
-    rows = [[BLOCK_LABELS.get(blk, blk), f"${tex(v['none'])}$", f"${tex(v['full'])}$"] for blk, v in f.items()]
+    # the sums without recomputation run to a dozen terms: broken into lines, they fit the column
+    rows = [[BLOCK_LABELS.get(blk, blk), wrapped_math(v["none"], 30), wrapped_math(v["full"], 30)]
+            for blk, v in f.items()]
     return md_table(["block", "AC = none", "AC = full"], rows, "lll")
 
 

@@ -98,11 +98,12 @@ def preset_table(base: Estimate) -> str:
     for p, r in so.preset_terms(_device(base)).items():
         rows.append([f"`{p}`", fmt_bytes(r["allocated"], with_unit=False)]
                     + [fmt_bytes(r[t], with_unit=False) for t in so.TERMS]
-                    + [fmt_bytes(r["overhead"], with_unit=False), pct(r["share"], 1),
+                    + [f"{fmt_bytes(r['overhead'], with_unit=False)} ({pct(r['share'], 1)})",
                        f"**{fmt_bytes(r['total'], with_unit=False)}**", fmt_count(r["total"])])
+    # the overheads' share of the total beside them, not in a column of its own: the exact total fits the column
     headers = ["preset", "allocated (GiB)"] + [f"{TERM_LABELS[t]} (GiB)" for t in so.TERMS] + [
-        "overheads (GiB)", "overheads' share of the total", "total (GiB)", "total (bytes)"]
-    return md_table(headers, rows, "lrrrrrrrr")
+        "overheads (GiB, share of the total)", "total (GiB)", "total (bytes)"]
+    return md_table(headers, rows, "lrrrrrrr")
 
 
 def preset_figure(base: Estimate):

@@ -203,18 +203,17 @@ def ablation_figure(est: Estimate):
 
 def rank_table(est: Estimate) -> str:
     """Every pipeline rank: its model stages (layers), micro-batches in flight at its peak per stage,
-    parameters and the bytes of every term (GiB)."""
+    parameters and the bytes of the three categories the figure draws (GiB): nine columns, so that the
+    totals and the verdict fit the text column."""
     rows = []
     for r in ds.rank_rows(est):
         rows.append([fmt_count(r["rank"]), " + ".join(f"{c['stage']} ({c['layers']})" for c in r["chunks"]),
                      " + ".join(fmt_count(c["in_flight"]) for c in r["chunks"]), fmt_count(r["parameters"]),
-                     fmt_bytes(r["weights"], with_unit=False), fmt_bytes(r["gradients"], with_unit=False),
-                     fmt_bytes(r["optimizer"], with_unit=False), fmt_bytes(r["activations"], with_unit=False),
+                     fmt_bytes(r["states"], with_unit=False), fmt_bytes(r["activations"], with_unit=False),
                      fmt_bytes(r["overhead"], with_unit=False), f"**{fmt_bytes(r['total'], with_unit=False)}**",
                      yes_no(r["fits"])])
-    return md_table(["rank", "model stages (layers)", "micro-batches in flight", "parameters", "weights (GiB)",
-                     "gradients (GiB)", "optimizer (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)",
-                     f"fits the {ds.GPU}"], rows, "llrrrrrrrrc")
+    return md_table(["rank", "model stages (layers)", "micro-batches in flight", "parameters", "model states (GiB)",
+                     "activations (GiB)", "overheads (GiB)", "total (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
 
 def rank_figure(est: Estimate):

@@ -154,10 +154,13 @@ def presets_table() -> str:
                      _kib(r["layer_paper"], 1), _kib(r["layer_megatron"], 1),
                      _mib(r["model_megatron"]),
                      _gib(r["peak_paper"]), _gib(r["peak_megatron"])])
-    return md_table(["model", "family", "attention", "FFN", "parameters", "activated",
-                     f"one layer, paper ({TOKEN_UNIT}/token)", f"one layer, megatron ({TOKEN_UNIT}/token)",
-                     "all layers, megatron (MiB/token)", f"peak device, paper ({DEVICE_UNIT})",
-                     f"peak device, megatron ({DEVICE_UNIT})"], rows, "llll" + "r" * 7)
+    # eleven columns do not fit the text column: what each model is, then what it needs, each row by model
+    what = md_table(["model", "family", "attention", "FFN", "parameters", "activated"], [r[:6] for r in rows],
+                    "llllrr")
+    needs = md_table(["model", f"one layer, paper ({TOKEN_UNIT}/token)", f"one layer, megatron ({TOKEN_UNIT}/token)",
+                      "all layers, megatron (MiB/token)", f"peak device, paper ({DEVICE_UNIT})",
+                      f"peak device, megatron ({DEVICE_UNIT})"], [r[:1] + r[6:] for r in rows], "l" + "r" * 5)
+    return what + "\n\n" + needs
 
 
 def pairs_table() -> str:
@@ -166,12 +169,13 @@ def pairs_table() -> str:
     for p in sa.equal_activated_pairs():
         for n in (p.dense, p.moe):
             r, pk = sa.preset_row(n), sa.peak_device(n, "megatron")
+            # the configuration as code: it may wrap at any character, not past the text column
             rows.append([model_name(n), "MoE" if r["moe"] else "dense", fmt_billions(r["total"]),
                          fmt_billions(r["activated"]), _mib(r["model_megatron"]),
-                         pk["label"], fmt_count(pk["stage"]), _gib(pk["model_states"]), _gib(pk["activations"]),
+                         f"`{pk['label']}`", fmt_count(pk["stage"]), _gib(pk["model_states"]), _gib(pk["activations"]),
                          _gib(pk["allocated"])])
     return md_table(["model", "FFN", "parameters", "activated", "activations, all layers (MiB/token)",
-                     "configuration", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
+                     "parallel sizes", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
                      f"allocated ({DEVICE_UNIT})"], rows, "llrrrlrrrr")
 
 
