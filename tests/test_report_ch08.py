@@ -124,13 +124,17 @@ def test_every_total_in_the_schedule_table_is_its_terms(chapters):
 
 
 def test_the_figures_draw(chapters):
+    from memlib.scenarios.together import POLICIES
     import matplotlib
 
     matplotlib.use("Agg")
     p = chapters["deepseek-v3"]
     fig = ch.grid_figure(p["grid"])
     panels = [ax for ax in fig.axes if ax.patches]
-    assert len(panels) == 16 and all(len(ax.patches) == 16 * 5 for ax in panels)   # 16 stages x 5 terms
+    # one row per policy the fit count includes (the module list too), one column per ZeRO stage
+    assert len(panels) == len(POLICIES) * 4 == 20 and all(len(ax.patches) == 16 * 5 for ax in panels)
+    rows = [ax.get_ylabel().split("\n")[0] for ax in fig.axes if ax.get_ylabel()]
+    assert rows == ["none", "selective", "deepseek", "full", "module list"]
     fig = ch.schedule_figure(p["runs"])
     assert len(fig.axes[0].lines) == 4 + 1                                           # 4 schedules, the capacity
 

@@ -34,7 +34,6 @@ SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], 
 #: the byte terms of a device, stacked in this order
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
 #: the policies of the grid figure (the module list is in the table)
-FIGURE_POLICIES = ("none", "selective", "deepseek", "full")
 GROWTH_PHRASES = {"working": "the working set of the recomputed layer, which grows with b",
                   "held": "the micro-batches held, each of them larger with b",
                   "overhead": "the overheads (fragmentation grows with the allocated bytes)",
@@ -87,6 +86,7 @@ def fit_table(grid: dict) -> str:
     """Rows: recompute policies; columns: ZeRO stages; a cell gives the peak device's total GiB, its
     stage, and whether every stage fits."""
     zs = sorted({z for z, _ in grid})
+    policies = list(dict.fromkeys(p for _, p in grid))
     policies = [p for p in st.POLICIES if (zs[0], p) in grid]
     rows = []
     for p in policies:
@@ -100,12 +100,14 @@ def fit_table(grid: dict) -> str:
     return md_table(headers, rows, "l" + "r" * len(zs))
 
 
-def grid_figure(grid: dict, policies=FIGURE_POLICIES):
-    """Small multiples: rows are recompute policies, columns ZeRO stages; each panel stacks the terms
-    of every pipeline stage's device, GiB, with the capacity as a dashed line (named in the legend)."""
+def grid_figure(grid: dict):
+    """Small multiples: rows are the grid's recompute policies (every one its fit count includes),
+    columns ZeRO stages; each panel stacks the terms of every pipeline stage's device, GiB, with the
+    capacity as a dashed line (named in the legend)."""
     from matplotlib.lines import Line2D
 
     zs = sorted({z for z, _ in grid})
+    policies = list(dict.fromkeys(p for _, p in grid))
     fig, axes = new_figure(11.0, 2.3 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
@@ -122,7 +124,8 @@ def grid_figure(grid: dict, policies=FIGURE_POLICIES):
             if i == 0:
                 ax.set_title(STAGE_NAMES[z], fontsize=9)
             if j == 0:
-                ax.set_ylabel(f"{p}\nGiB per device", fontsize=9, color=POLICY_COLORS[p])
+                name = p if p in POLICY_COLORS else "modules"
+                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", fontsize=9, color=POLICY_COLORS[name])
             if i == len(policies) - 1:
                 ax.set_xlabel("pipeline stage", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
