@@ -144,3 +144,16 @@ def test_one_expression_per_attention_kind(profile):
     assert f("llama-3-70b", profile) == f("mixtral-8x22b", profile) == f("llama-3-8b", profile)
     assert f("deepseek-v2", profile) == f("kimi-k2", profile) == f("deepseek-v3", profile)
     assert f("deepseek-v2-lite", profile) != f("deepseek-v3", profile)
+
+
+def test_pair_facts_follow_the_rows():
+    """The chapter's words on each pair come from the rows: the MoE side keeps more per token exactly
+    when its per-token bytes are larger, and peaks higher exactly when its peak is larger."""
+    for p in A.equal_activated_pairs():
+        d, m = A.preset_row(p.dense), A.preset_row(p.moe)
+        f = A.pair_facts(p)
+        assert f["moe_more_per_token"] == (m["model_megatron"] > d["model_megatron"])
+        assert f["moe_higher_peak"] == (m["peak_megatron"] > d["peak_megatron"])
+    # today's presets: Mixtral-8x7B keeps more per token than Llama-3-8B; the second pair peaks lower
+    facts = [A.pair_facts(p) for p in A.equal_activated_pairs()]
+    assert facts[0]["moe_more_per_token"] and facts[0] != facts[1]

@@ -94,6 +94,18 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
             f"pair{i}_dense_peak": fmt_bytes(d["peak_megatron"], DEVICE_UNIT, 1),
             f"pair{i}_moe_peak": fmt_bytes(m["peak_megatron"], DEVICE_UNIT, 1),
         }
+    facts = [sa.pair_facts(p) for p in pairs]
+    if facts:
+        out["pair1_token_why"] = (", since every token passes through several routed experts, each keeping its own "
+                                  "intermediate tensors," if facts[0]["moe_more_per_token"] else
+                                  ", though every token passes through several routed experts,")
+    for i, f in enumerate(facts[1:], start=2):
+        out[f"pair{i}_lead"] = ("The second pair reverses the picture" if f != facts[0]
+                                else "The second pair shows the same picture")
+        out[f"pair{i}_why"] = (": with expert parallelism its {} parameters are spread over more ranks than the "
+                               "dense model's are".format(out[f"pair{i}_moe_total"]) if not f["moe_higher_peak"]
+                               else ": its {} parameters weigh more than expert parallelism spreads them over the "
+                                    "ranks".format(out[f"pair{i}_moe_total"]))
     return out
 
 

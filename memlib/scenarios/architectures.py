@@ -46,7 +46,7 @@ from ..symbols import sym
 __all__ = ["PROFILES", "SEQ_LEN", "ROLES", "ROLE_NAMES", "PAIR_RATIO", "CHAPTER_PRESETS", "TokenEntry",
            "token_training", "chapter_training", "attention_token", "attention_token_formula", "role_bytes",
            "mla_split", "layer_token_bytes", "model_token_bytes", "peak_device", "preset_row", "preset_rows",
-           "Pair", "equal_activated_pairs", "attention_kind"]
+           "Pair", "equal_activated_pairs", "pair_facts", "attention_kind"]
 
 #: the activation profiles the chapter compares
 PROFILES = ("paper", "megatron")
@@ -304,3 +304,11 @@ def equal_activated_pairs(models: Sequence[str] = CHAPTER_PRESETS, max_ratio: Fr
         if r <= max_ratio:
             out.append(Pair(d, best, r))
     return out
+
+
+def pair_facts(pair: Pair, profile: str = "megatron") -> dict[str, bool]:
+    """Which model of ``pair`` keeps more: ``moe_more_per_token`` (bytes per token of all decoder
+    layers) and ``moe_higher_peak`` (the peak device's allocated bytes), under ``profile``."""
+    d, m = preset_row(pair.dense), preset_row(pair.moe)
+    return {"moe_more_per_token": m[f"model_{profile}"] > d[f"model_{profile}"],
+            "moe_higher_peak": m[f"peak_{profile}"] > d[f"peak_{profile}"]}
