@@ -65,7 +65,7 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
         ("610", "dominate", "most", "4,096", "16,384")
     assert ch.paper_values(e) == {"formulas": "9", "formulas_equal": "all 9 equal the ledger's sum",
                                   "formulas_verdict": "reproduces",
-                                  "formulas_rounding": r"does not act, since $\mathrm{CP}\,\mathrm{EP}$ divides $N_{r} b s$"}
+                                  "formulas_rounding": "does not act, since the product of the expert- and context-parallel sizes divides a micro-batch's routed token copies"}
     # the formula check says "equal" on every row, and the chapter's errata keep the routed tokens
     table = ch.formula_check_table(e)
     assert table.count("| equal |") == 9 and "differs" not in table

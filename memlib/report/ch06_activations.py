@@ -14,7 +14,6 @@ from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
-from ..symbols import sym
 from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
@@ -110,19 +109,23 @@ def values(est: Estimate) -> dict[str, str]:
 PAPER_KEYS = ("formulas", "formulas_equal", "formulas_verdict", "formulas_rounding")
 
 
+#: the routed-token rounding in words (a glued text phrase carries no math)
+ROUTED_DIVISOR = "the product of the expert- and context-parallel sizes"
+ROUTED_COPIES = "a micro-batch's routed token copies"
+
+
 def paper_values(est: Estimate) -> dict[str, str]:
     """What the prose says of the paper's printed formulas (empty unless the model is the paper's)."""
     if not is_paper_model(est.model):
         return {}
     summary = pact.formula_summary(pact.formula_checks(est))
     n = fmt_count(summary["formulas"])
-    ep_cp, bsn = math(sym("EP") * sym("CP")), math(sym("b") * sym("s") * sym("N_r"))
     return {"formulas": n,
             "formulas_equal": f"all {n} equal the ledger's sum" if summary["all_equal"]
             else f"{fmt_count(summary['equal'])} of the {n} equal the ledger's sum",
             "formulas_verdict": "reproduces" if summary["all_equal"] else "does not reproduce",
-            "formulas_rounding": f"does not act, since {ep_cp} divides {bsn}" if summary["exact"]
-            else f"acts, since {ep_cp} does not divide {bsn}"}
+            "formulas_rounding": f"does not act, since {ROUTED_DIVISOR} divides {ROUTED_COPIES}" if summary["exact"]
+            else f"acts, since {ROUTED_DIVISOR} does not divide {ROUTED_COPIES}"}
 
 
 def table9(est: Estimate) -> str:
