@@ -129,6 +129,12 @@ def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
     return {"embedding": ap.embedding, "head": ap.head}[name](model)
 
 
+def _sized(e: Saved, mv: Mapping) -> Saved:
+    """``e`` with the model's sizes ``mv`` substituted in its elements and width."""
+    return replace(e, elements=sp.sympify(e.elements).xreplace(mv),
+                   width=None if e.width is None else sp.sympify(e.width).xreplace(mv))
+
+
 def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
     ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
@@ -141,7 +147,10 @@ def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -
         train = TrainingConfig(sp=sp_on)
         entries = ledger_entries(model, ap, name)
         mv = model_values(model)
-        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+        # the model's sizes go into an entry's elements and width first: SymPy then builds its ceilings over
+        # numbers and the parallel sizes only, not over the model's symbols as well (the same expressions)
+        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(_sized(e, mv), train, rec).xreplace(mv)), e)
+                               for e in entries}
     return _LEDGERS[cache_key]
 
 
