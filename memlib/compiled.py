@@ -67,8 +67,11 @@ _LIMIT = 2**62
 # exact rationals on NumPy arrays
 # ------------------------------------------------------------------------------------------------
 def _mag(x) -> int:
+    if type(x) is int:
+        return abs(x)
     if isinstance(x, np.ndarray):
-        return int(np.abs(x).max()) if x.size else 0
+        # the largest |value| without an array of absolute values (ints first: no int64 negation)
+        return max(int(x.max()), -int(x.min())) if x.size else 0
     return abs(int(x))
 
 
@@ -77,12 +80,16 @@ def _obj(x):
 
 
 def _mul(a, b):
+    if type(a) is int and type(b) is int:      # Python integers: exact at any size
+        return a * b
     if _mag(a) * _mag(b) >= _LIMIT:
         a, b = _obj(a), _obj(b)
     return a * b
 
 
 def _add(a, b):
+    if type(a) is int and type(b) is int:
+        return a + b
     if _mag(a) + _mag(b) >= _LIMIT:
         a, b = _obj(a), _obj(b)
     return a + b
