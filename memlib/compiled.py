@@ -67,8 +67,11 @@ _LIMIT = 2**62
 # exact rationals on NumPy arrays
 # ------------------------------------------------------------------------------------------------
 def _mag(x) -> int:
+    if type(x) is int:
+        return abs(x)
     if isinstance(x, np.ndarray):
-        return int(np.abs(x).max()) if x.size else 0
+        # the largest |value| without an array of absolute values (ints first: no int64 negation)
+        return max(int(x.max()), -int(x.min())) if x.size else 0
     return abs(int(x))
 
 
@@ -77,12 +80,16 @@ def _obj(x):
 
 
 def _mul(a, b):
+    if type(a) is int and type(b) is int:      # Python integers: exact at any size
+        return a * b
     if _mag(a) * _mag(b) >= _LIMIT:
         a, b = _obj(a), _obj(b)
     return a * b
 
 
 def _add(a, b):
+    if type(a) is int and type(b) is int:
+        return a + b
     if _mag(a) + _mag(b) >= _LIMIT:
         a, b = _obj(a), _obj(b)
     return a + b
@@ -544,10 +551,11 @@ class Pipeline:
         ms = np.asarray([-1 if x is None else x for x in num_microbatches], dtype=np.int64)
         fam = self.family
         allocated = np.zeros((len(self.stages), n), dtype=np.int64)
-        zs = np.unique(zero)
+        # (the counts are not used: np.unique without them imports numpy.ma, about 12 ms in a fresh process)
+        zs = np.unique(zero, return_counts=True)[0]
         # rows grouped by the replay their M gives (a longer M only repeats moments)
         groups: dict[int, list[int]] = {}
-        for mval in np.unique(ms):
+        for mval in np.unique(ms, return_counts=True)[0]:
             m = None if mval < 0 else int(mval)
             groups.setdefault(replay_microbatches(self.train.with_(num_microbatches=m)) if m is not None else -1,
                               []).append(mval)
@@ -582,7 +590,9 @@ class Pipeline:
             act = None
             u_ms = uenv["M"]
             for mval, _ in by_replay:
-                mask = np.isin(u_ms, groups_of[mval])
+                mask = np.zeros(un, dtype=bool)       # np.isin, without its np.unique (numpy.ma's import)
+                for v in groups_of[mval]:
+                    mask |= u_ms == v
                 moments_r = self.moments(r, mval)
                 # int64 holds every candidate unless the largest could pass 2^62: then exact Python integers
                 bound = sum(max(mo.counts[c] for mo in moments_r) * _mag(per[c]) for c in range(len(per))) + \

@@ -42,7 +42,7 @@ from .overhead import Overheads
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
 from .params import by_block, values as model_values
-from .partition import Chunk, Partition, Stage
+from .partition import Chunk, Partition, Stage, shard_divisor
 from .schedule import Moment, check_schedule, moments
 from .transient import Segment, candidates, moe_copies, te_fused_softmax
 from .states import P_e, P_ne, Recipe, recipe, states_formula
@@ -129,6 +129,12 @@ def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
     return {"embedding": ap.embedding, "head": ap.head}[name](model)
 
 
+def _sized(e: Saved, mv: Mapping) -> Saved:
+    """``e`` with the model's sizes ``mv`` substituted in its elements and width."""
+    return replace(e, elements=sp.sympify(e.elements).xreplace(mv),
+                   width=None if e.width is None else sp.sympify(e.width).xreplace(mv))
+
+
 def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -> dict[str, tuple[sp.Expr, Saved]]:
     """Entry key -> (bytes on one device with the model's sizes substituted, the entry) for the
     ledger ``name`` (``embedding``, ``layer.dense``, ``layer.moe``, ``head``, ``mtp.j``) of the bound
@@ -141,7 +147,10 @@ def _ledger_bytes(model: ModelConfig, ap, rec: Recipe, sp_on: bool, name: str) -
         train = TrainingConfig(sp=sp_on)
         entries = ledger_entries(model, ap, name)
         mv = model_values(model)
-        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(e, train, rec).xreplace(mv)), e) for e in entries}
+        # the model's sizes go into an entry's elements and width first: SymPy then builds its ceilings over
+        # numbers and the parallel sizes only, not over the model's symbols as well (the same expressions)
+        _LEDGERS[cache_key] = {e.key: (sp.sympify(entry_bytes(_sized(e, mv), train, rec).xreplace(mv)), e)
+                               for e in entries}
     return _LEDGERS[cache_key]
 
 
@@ -194,6 +203,39 @@ class _Program:
             return dict(zip(self.names, self.fn(*(v if type(v) is int else int(v) if getattr(v, "is_Integer", False)
                                                    else v for v in args))))
         return {k: sp.sympify(e.xreplace(values)) for k, e in zip(self.names, self.exprs)}
+
+
+#: a tensor's element count with the model's sizes substituted, an exact integer (per model, by expression)
+_NUMELS: dict = {}
+
+
+def _stage_counts(part: Partition, st: Stage) -> dict:
+    """P_ne and P_e of one device of ``st`` with the model's sizes substituted: the parameters
+    (:meth:`~memlib.partition.Partition.params`) that shard over DP CP and over EDP, each summed per divisor
+    (TP, EP ETP or none) as exact integers and only then divided by it: the same expressions as summing
+    :meth:`~memlib.partition.Partition.params` and substituting (SymPy collects the terms over one divisor
+    alike), without SymPy arithmetic on every tensor of the stage."""
+    experts, mv = part.edp_keys(st), part.model_values
+    sums: dict = {P_ne: {}, P_e: {}}
+    if len(_NUMELS) > 64:
+        _NUMELS.clear()
+    numels = _NUMELS.setdefault(part.model, {})
+    for t, n in part.tensors(st):
+        if t.kind == "buffer":
+            continue
+        key = t.numel
+        if key not in numels:
+            v = sp.sympify(sp.sympify(key).xreplace(mv))
+            if not v.is_Integer:       # a count that is not a number of the model alone: the symbolic path
+                params = part.params(st)
+                return {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
+                        P_e: params.select(lambda k: k in experts).total.xreplace(mv)}
+            numels[key] = int(v)
+        kind = part.sharding(t)
+        by_div = sums[P_e if t.key in experts else P_ne]
+        by_div[kind] = by_div.get(kind, 0) + n * numels[key]
+    return {x: sp.Add(*(sp.Integer(c) / shard_divisor(kind) for kind, c in by_div.items()))
+            for x, by_div in sums.items()}
 
 
 def _substituted(e: sp.Basic, rep: Mapping) -> sp.Basic:
@@ -338,13 +380,7 @@ class Estimate:
         kept = self.__dict__.setdefault("_stage_counts", {})
         sig = _signature(self.model, st.chunks)
         if sig not in kept:
-            part = self.partition
-            params, experts, mv = part.params(st), part.edp_keys(st), part.model_values
-            # the model's sizes go into the counts first: SymPy then simplifies the states' ceilings over
-            # numbers and the parallel sizes only (the same expressions, found far faster than with every width
-            # symbolic)
-            kept[sig] = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
-                         P_e: params.select(lambda k: k in experts).total.xreplace(mv), sym("EDP"): EDP_EXPR}
+            kept[sig] = {**_stage_counts(self.partition, st), sym("EDP"): EDP_EXPR}
         return kept[sig]
 
     def stage_states(self, st: Stage, zero: int | None = None, evaluate: bool = True) -> Breakdown:

@@ -10,7 +10,7 @@ from math import ceil
 
 import pytest
 
-from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig
+from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
 from memlib.memory import ALLOCATED, estimate
 from memlib.overhead import OVERHEAD_PRESETS, Overheads, overheads
 from memlib.partition import Partition
@@ -357,3 +357,35 @@ def test_the_kept_programs_give_the_substituted_expressions(model, train):
             assert [c["recompute_working_set"] for c in st.activations["chunks"]] == [int(w) for w in ex.working]
             assert st.bytes["activations"] == int(ex.activations())
             assert st.parameters == st.params.evaluate_total(est.partition.values)
+
+
+def test_fast_counts_and_ledgers_are_the_symbolic_expressions():
+    """The cold search's shortcuts build the same SymPy expressions as the plain path: a stage's P_ne and P_e
+    summed per divisor as integers (against summing ``Partition.params`` and substituting the model), and a
+    ledger entry's bytes with the model's sizes put in first (against ``entry_bytes`` then substituting)."""
+    import sympy as sp
+    from memlib.activations import entry_bytes
+    from memlib.ledgers import act_profile
+    from memlib.memory import _ledger_bytes, _stage_counts, ledger_entries
+    from memlib.partition import Partition
+    from memlib.states import RECIPES, P_e, P_ne
+
+    for name, train in [("deepseek-v3", TrainingConfig(pp=4, tp=2, profile="megatron")),
+                        ("mixtral-8x7b", TrainingConfig(pp=2, tp=4, profile="paper")),
+                        ("llama-3-8b", TrainingConfig(pp=2, tp=2, profile="hf-eager"))]:
+        m = load_model(name)
+        part = Partition(m, train)
+        mv = part.model_values
+        for st in part.stages:
+            params, experts = part.params(st), part.edp_keys(st)
+            plain = {P_ne: params.select(lambda k: k not in experts).total.xreplace(mv),
+                     P_e: params.select(lambda k: k in experts).total.xreplace(mv)}
+            fast = _stage_counts(part, st)
+            assert {k: sp.srepr(v) for k, v in fast.items()} == {k: sp.srepr(v) for k, v in plain.items()}
+        ap = act_profile(train.profile, train)
+        for rec in (RECIPES["megatron"], RECIPES["deepseek-v3"]):
+            for ledger in ("embedding", "head", *(f"layer.{k}" for k in sorted(set(m.layer_kinds)))):
+                got = _ledger_bytes(m, ap, rec, True, ledger)
+                for e in ledger_entries(m, ap, ledger):
+                    plain = sp.sympify(entry_bytes(e, TrainingConfig(sp=True), rec).xreplace(mv))
+                    assert sp.srepr(got[e.key][0]) == sp.srepr(plain), (name, ledger, e.key)
