@@ -21,7 +21,6 @@ from memlib.config import ConfigError, TrainingConfig, load_model, model_from_di
 from memlib.measure import RANDOM_FAMILIES, predicted
 
 N_CONFIGS = int(os.environ.get("MEMLIB_MEASURE_FAMILY_CONFIGS", "5"))
-SKIP_REASON = "memlib[measure] (torch, transformers) not installed: ground-truth validation skipped"
 
 #: h = 16, n_h = 4, n_kv = 2, d_head = 4, h_F = 24, v = 32, two layers
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
@@ -32,19 +31,8 @@ GPT2 = {"architectures": ["GPT2LMHeadModel"], "n_embd": 8, "n_head": 2, "n_layer
         "vocab_size": 16}
 
 
-@pytest.fixture(scope="module")
-def extra():
-    if os.environ.get("CI", "").lower() in ("1", "true"):
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        return
-    pytest.importorskip("torch", reason=SKIP_REASON)
-    pytest.importorskip("transformers", reason=SKIP_REASON)
-
-
-def _seed() -> int:
-    env = os.environ.get("MEMLIB_MEASURE_SEED")
-    return int(env) if env else int.from_bytes(os.urandom(4), "little")
+# the extra fixture (skips without torch and transformers, fails under CI) and the seed rule of test_measure
+from test_measure import _seed, extra  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------------------------------------
