@@ -167,12 +167,12 @@ def wrapped_math(expr, width: int = 40) -> str:
         sums = [a for a in sp.Mul.make_args(expr) if isinstance(a, sp.Add)]
         if len(sums) != 1:
             return f"${whole}$"
-        head = sp.latex(sp.Mul(*[a for a in sp.Mul.make_args(expr) if a is not sums[0]]))
+        head = latex(sp.Mul(*[a for a in sp.Mul.make_args(expr) if a is not sums[0]]))
         head = {"1": "", "-1": "-"}.get(head, head)
         body = sums[0]
     terms = []
-    for t in body.as_ordered_terms():                  # the order sympy.latex prints the sum in
-        lt = sp.latex(t)
+    for t in body.as_ordered_terms():                  # the order the printer prints the sum in
+        lt = latex(t)
         terms.append(lt if not terms else f"- {lt[1:].lstrip()}" if lt.startswith("-") else f"+ {lt}")
     lines, line = [], ""
     for t in terms:
