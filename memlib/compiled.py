@@ -130,7 +130,9 @@ def _r_inv(x):
         if n == 0:
             raise ZeroDivisionError("division by zero in a compiled expression")
         return (d, n) if n > 0 else (-d, -n)
-    if np.any(n == 0):
+    if n.size and n.min() > 0:              # the usual case (a count of devices or tokens): one reduction
+        return d, n
+    if (n == 0).any():
         raise ZeroDivisionError("division by zero in a compiled expression")
     sign = np.where(n < 0, -1, 1)
     return d * sign, n * sign
@@ -170,6 +172,95 @@ _RELATIONS = {sp.Eq: np.equal, sp.Ne: np.not_equal, sp.StrictGreaterThan: np.gre
               sp.GreaterThan: np.greater_equal, sp.StrictLessThan: np.less, sp.LessThan: np.less_equal}
 
 
+# three ways to run one compiled expression: checked (every product's magnitude looked at, denominators reduced),
+# fast (plain int64 operations, nothing reduced) where a bound (the same expression run on the knobs' largest
+# values) shows that no intermediate integer can reach 2^62, and that bound itself
+def _f_add(x, y):
+    (n1, d1), (n2, d2) = x, y
+    if type(d2) is int and d2 == 1:
+        return n1 + n2 * d1, d1
+    if type(d1) is int and d1 == 1:
+        return n2 + n1 * d2, d2
+    return n1 * d2 + n2 * d1, d1 * d2
+
+
+def _f_mul(x, y):
+    return x[0] * y[0], x[1] * y[1]
+
+
+def _f_cmp(x, y):
+    return x[0] * y[1], y[0] * x[1]
+
+
+def _f_max(x, y):
+    a, b = _f_cmp(x, y)
+    return _r_where(a >= b, x, y)
+
+
+def _f_min(x, y):
+    a, b = _f_cmp(x, y)
+    return _r_where(a <= b, x, y)
+
+
+class _Overflow(Exception):
+    """An intermediate integer of the bound run could reach 2^62: the checked run is needed."""
+
+
+def _b_check(*xs: int) -> None:
+    for x in xs:
+        if x >= _LIMIT:
+            raise _Overflow
+
+
+def _b_add(x, y):
+    (n1, d1), (n2, d2) = x, y
+    a, b, d = n1 * d2, n2 * d1, d1 * d2
+    _b_check(a, b, a + b, d)
+    return a + b, d
+
+
+def _b_mul(x, y):
+    n, d = x[0] * y[0], x[1] * y[1]
+    _b_check(n, d)
+    return n, d
+
+
+def _b_cmp(x, y):
+    a, b = x[0] * y[1], y[0] * x[1]
+    _b_check(a, b)
+    return a, b
+
+
+def _b_where(c, x, y):
+    return max(x[0], y[0]), max(x[1], y[1])
+
+
+def _b_extreme(x, y):
+    _b_cmp(x, y)
+    return _b_where(None, x, y)
+
+
+class _Ops:
+    def __init__(self, name, add, mul, max_, min_, inv, cmp, where, ceil, floor, rel, land, lnot):
+        self.name, self.add, self.mul, self.max, self.min, self.inv = name, add, mul, max_, min_, inv
+        self.cmp, self.where, self.ceil, self.floor, self.rel, self.land, self.lnot = \
+            cmp, where, ceil, floor, rel, land, lnot
+
+
+def _land(values, op):
+    return op.reduce([np.asarray(v) for v in values])
+
+
+_CHECKED = _Ops("checked", _r_add, _r_mul, _r_max, _r_min, _r_inv, _r_cmp, _r_where, _ceil_div, _floor_div,
+                lambda op, x, y: op(*_r_cmp(x, y)), _land, np.logical_not)
+_FAST = _Ops("fast", _f_add, _f_mul, _f_max, _f_min, _r_inv, _f_cmp, _r_where, _ceil_div, _floor_div,
+             lambda op, x, y: op(*_f_cmp(x, y)), _land, np.logical_not)
+#: on (bound of |numerator|, bound of the denominator) for the knobs' largest values: |ceil(n/d)| <= |n| + 1
+_BOUND = _Ops("bound", _b_add, _b_mul, _b_extreme, _b_extreme, lambda x: (x[1], max(x[0], 1)), _b_cmp, _b_where,
+              lambda n, d: n + 1, lambda n, d: n + 1, lambda op, x, y: _b_cmp(x, y) and None,
+              lambda values, op: None, lambda v: None)
+
+
 class ExactFunction:
     """An expression in the knob symbols, compiled to NumPy operations on exact rationals; called with
     integer arrays it returns ``int(expr)`` for each row (truncated toward zero, as :func:`int` truncates a
@@ -186,6 +277,7 @@ class ExactFunction:
                               f"({', '.join(map(str, KNOBS.values()))})")
         self._fn = self._build(self.expr)
         self.__dict__.pop("_constants", None)
+        self._modes: dict[tuple, _Ops] = {}
         used = set().union(*(set(f.knobs) for x, f in self.inputs.items() if x in syms))
         #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
         self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms or k in used)
@@ -198,25 +290,37 @@ class ExactFunction:
             memo[e] = not e.is_Symbol if not e.args else all(self._constant(a) for a in e.args)
         return memo[e]
 
-    def _build(self, e) -> Callable[[Mapping], tuple]:
+    def _build(self, e) -> Callable[[Mapping, _Ops], tuple]:
+        """``e`` as a closure of (rows, operations): :data:`_CHECKED`, :data:`_FAST` or :data:`_BOUND`."""
         if not isinstance(e, sp.logic.boolalg.Boolean) and self._constant(e):
             q = sp.Rational(e)
             const = (int(q.p), int(q.q))
-            return lambda env: const
+            bound = (abs(const[0]), const[1])
+            return lambda env, ops: bound if ops is _BOUND else const
         if isinstance(e, sp.Symbol) and e in self.inputs:
-            return self.inputs[e]._fn
+            f = self.inputs[e]
+
+            def given(env, ops, f=f):
+                memo = getattr(env, "memo", None)
+                if memo is None or ops is _BOUND:
+                    return f._fn(env, ops)
+                if id(f) not in memo:
+                    memo[id(f)] = (f, f._fn(env, ops))     # the function is kept so that its id stays its own
+                return memo[id(f)][1]
+            return given
         if isinstance(e, sp.Symbol):
             name = _BY_SYMBOL[e]
-            return lambda env: (env[name], 1)
-        folds = {sp.Add: _r_add, sp.Mul: _r_mul, sp.Max: _r_max, sp.Min: _r_min}
+            return lambda env, ops: (env[name], 1)
+        folds = {sp.Add: "add", sp.Mul: "mul", sp.Max: "max", sp.Min: "min"}
         if type(e) in folds:
             parts = [self._build(a) for a in e.args]
-            op = folds[type(e)]
+            attr = folds[type(e)]
 
-            def fold(env):
-                acc = parts[0](env)
+            def fold(env, ops):
+                op = getattr(ops, attr)
+                acc = parts[0](env, ops)
                 for f in parts[1:]:
-                    acc = op(acc, f(env))
+                    acc = op(acc, f(env, ops))
                 return acc
             return fold
         if isinstance(e, sp.Pow):
@@ -225,77 +329,95 @@ class ExactFunction:
                 raise ConfigError(f"compiled expression: power {e} is not an integer power")
             f, k = self._build(base), int(k)
 
-            def power(env):
-                x = f(env)
+            def power(env, ops):
+                x = f(env, ops)
                 acc = x
                 for _ in range(abs(k) - 1):
-                    acc = _r_mul(acc, x)
-                return acc if k > 0 else _r_inv(acc)
+                    acc = ops.mul(acc, x)
+                return acc if k > 0 else ops.inv(acc)
             return power
         if isinstance(e, (sp.ceiling, sp.floor)):
             f = self._build(e.args[0])
-            op = _ceil_div if isinstance(e, sp.ceiling) else _floor_div
-            return lambda env: (op(*f(env)), 1)
+            if isinstance(e, sp.ceiling):
+                return lambda env, ops: (ops.ceil(*f(env, ops)), 1)
+            return lambda env, ops: (ops.floor(*f(env, ops)), 1)
         if isinstance(e, sp.Piecewise):
             cases = [(self._build(x), self._cond(c)) for x, c in e.args]
 
-            def piecewise(env):
+            def piecewise(env, ops):
                 x, c = cases[-1]         # memlib's Piecewise ends with (expr, True)
-                acc = x(env)
+                acc = x(env, ops)
                 for x, c in reversed(cases[:-1]):
-                    acc = _r_where(c(env), x(env), acc)
+                    acc = ops.where(c(env, ops), x(env, ops), acc)
                 return acc
             return piecewise
         raise ConfigError(f"compiled expression: {type(e).__name__} ({e}) is not supported")
 
-    def _cond(self, c) -> Callable[[Mapping], object]:
+    def _cond(self, c) -> Callable[[Mapping, _Ops], object]:
         if c is sp.true or c == True:  # noqa: E712 - SymPy's true
-            return lambda env: True
+            return lambda env, ops: True
         if c is sp.false or c == False:  # noqa: E712
-            return lambda env: False
+            return lambda env, ops: False
         if isinstance(c, (sp.And, sp.Or)):
             parts = [self._cond(a) for a in c.args]
             op = np.logical_and if isinstance(c, sp.And) else np.logical_or
-            return lambda env: op.reduce([np.asarray(f(env)) for f in parts]) if len(parts) > 1 else parts[0](env)
+            if len(parts) == 1:
+                return parts[0]
+            return lambda env, ops: ops.land([f(env, ops) for f in parts], op)
         if isinstance(c, sp.Not):
             f = self._cond(c.args[0])
-            return lambda env: np.logical_not(f(env))
+            return lambda env, ops: ops.lnot(f(env, ops))
         for cls, op in _RELATIONS.items():
             if isinstance(c, cls):
                 lf, rf = self._build(c.lhs), self._build(c.rhs)
-                return lambda env, op=op: op(*_r_cmp(lf(env), rf(env)))
+                return lambda env, ops, op=op: ops.rel(op, lf(env, ops), rf(env, ops))
         raise ConfigError(f"compiled expression: condition {c} is not supported")
 
-    # -- evaluation ----------------------------------------------------------------------------
-    def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
-        return self._fn(env)
+    # -- evaluation ---------------------------------------------------------------------------
+    def operations(self, env: Mapping[str, np.ndarray]) -> _Ops:
+        """:data:`_FAST` where the bound run on these rows' largest knob values keeps every intermediate
+        integer under 2^62, else :data:`_CHECKED` (kept per largest values)."""
+        top = env.top(self.knobs) if isinstance(env, _Env) else \
+            tuple(int(np.max(np.abs(env[k]))) if np.size(env[k]) else 0 for k in self.knobs)
+        ops = self._modes.get(top)
+        if ops is None:
+            try:
+                self._fn(dict(zip(self.knobs, top)), _BOUND)
+                ops = _FAST
+            except _Overflow:
+                ops = _CHECKED
+            if len(self._modes) > 256:
+                self._modes.clear()
+            self._modes[top] = ops
+        return ops
 
-    def on_unique(self, env: Mapping[str, np.ndarray], size: int, cache: dict | None = None):
-        """:meth:`__call__` evaluated once per distinct combination of the knobs it depends on (and kept in
-        ``cache``, a dict for one set of rows, by this function)."""
-        if cache is not None and id(self) in cache:
-            return cache[id(self)][1]
-        keys = self.knobs
-        if not keys:
-            out = self(env, size)
-        else:
-            ukey = ("unique", keys)
-            if cache is not None and ukey in cache:
-                uenv, inverse = cache[ukey]
-            else:
-                uenv, inverse = _unique_rows([np.asarray(env[k]) for k in keys], keys)
-                if cache is not None:
-                    cache[ukey] = (uenv, inverse)
-            out = self(uenv, uenv[keys[0]].shape[0])[inverse]
-        if cache is not None:
-            cache[id(self)] = (self, out)        # the function is kept so that its id stays its own
-        return out
+    def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
+        """Exact (numerator, denominator) on rows ``env`` (not reduced where no product could overflow)."""
+        return self._fn(env, self.operations(env))
 
     def __call__(self, env: Mapping[str, np.ndarray], size: int | None = None):
-        n, d = self._fn(env)
+        n, d = self.rational(env)
         if size is None:
             size = len(next(iter(env.values())))
         return _truncate(n, d, size)
+
+
+class _Env(dict):
+    """Rows of knobs (a dict of columns) that keep the rationals of the inputs evaluated on them
+    (:attr:`ExactFunction.inputs`: a stage's parameter counts feed each of its state terms)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.memo: dict = {}
+        self._top: dict[str, int] = {}
+
+    def top(self, keys: Sequence[str]) -> tuple[int, ...]:
+        """The largest |value| of each column of ``keys``."""
+        for k in keys:
+            if k not in self._top:
+                c = self[k]
+                self._top[k] = int(np.max(np.abs(c))) if np.size(c) else 0
+        return tuple(self._top[k] for k in keys)
 
 
 def _truncate(n, d, size: int):
@@ -527,13 +649,25 @@ class Pipeline:
         self.stages: list[Stage] = build_stages(self.layout, self.train)
         self._moments: dict[tuple[int, int | None], list[Moment]] = {}
 
+    def replay(self, ms: np.ndarray) -> np.ndarray:
+        """The micro-batches the replay runs (:func:`memlib.schedule.replay_microbatches`) for each M of
+        ``ms`` (-1: the schedule's default, kept as -1): the activations depend on M through it only."""
+        if self.train.schedule is Schedule.GPIPE:
+            return ms
+        return np.where(ms < 0, -1, np.minimum(ms, self._saturation))
+
+    @property
+    def _saturation(self) -> int:
+        if "_sat" not in self.__dict__:
+            self.__dict__["_sat"] = replay_microbatches(self.train, saturate=True)
+        return self.__dict__["_sat"]
+
     def moments(self, rank: int, m: int | None) -> list[Moment]:
         """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only
         through the micro-batches the replay runs, :func:`memlib.schedule.replay_microbatches`)."""
-        train = self.train.with_(num_microbatches=m)
-        key = (rank, replay_microbatches(train))
+        key = (rank, None if m is None else int(self.replay(np.asarray([m]))[0]))
         if key not in self._moments:
-            self._moments[key] = moments(train, rank)
+            self._moments[key] = moments(self.train.with_(num_microbatches=m), rank)
         return self._moments[key]
 
     def evaluate(self, *, zero, num_microbatches=None, cache: dict | None = None, **knobs) -> Totals:
@@ -548,35 +682,54 @@ class Pipeline:
         zero = np.broadcast_to(np.asarray(zero, dtype=np.int64), (n,))
         if num_microbatches is None or np.ndim(num_microbatches) == 0:
             num_microbatches = [num_microbatches] * n
-        ms = np.asarray([-1 if x is None else x for x in num_microbatches], dtype=np.int64)
+        if isinstance(num_microbatches, np.ndarray) and num_microbatches.dtype.kind in "iu":
+            ms = num_microbatches.astype(np.int64, copy=False)
+        else:
+            ms = np.asarray([-1 if x is None else x for x in num_microbatches], dtype=np.int64)
         fam = self.family
-        allocated = np.zeros((len(self.stages), n), dtype=np.int64)
+        # rows keyed by the replay their M gives (a longer M only repeats moments): one M of each stands for it
+        reps = self.replay(ms)
         # (the counts are not used: np.unique without them imports numpy.ma, about 12 ms in a fresh process)
-        zs = np.unique(zero, return_counts=True)[0]
-        # rows grouped by the replay their M gives (a longer M only repeats moments)
-        groups: dict[int, list[int]] = {}
-        for mval in np.unique(ms, return_counts=True)[0]:
-            m = None if mval < 0 else int(mval)
-            groups.setdefault(replay_microbatches(self.train.with_(num_microbatches=m)) if m is not None else -1,
-                              []).append(mval)
-        by_replay = [(None if vals[0] < 0 else int(vals[0]), None) for vals in groups.values()]
-        groups_of = {(None if vals[0] < 0 else int(vals[0])): vals for vals in groups.values()}
+        zs = tuple(int(z) for z in np.unique(zero, return_counts=True)[0])
+        allocated = np.zeros((len(self.stages), n), dtype=np.int64)
+
+        # the model states depend on the knobs of their programs and on ZeRO only: evaluated once per distinct
+        # row of those (a search's rows differ mostly in b and M, which they do not depend on)
+        sprogs = [{z: fam.states_program(st, z) for z in zs} for st in self.stages]
+        skeys = tuple(k for k in KNOBS if any(k in f.knobs for row in sprogs for prog in row.values()
+                                               for f in prog.values()))
+        sukey = ("state rows", skeys)
+        if sukey not in cache:
+            uenv, inverse = _unique_rows([env[k] for k in skeys], skeys) if skeys else ({}, np.zeros(n, dtype=np.int64))
+            cache[sukey] = (_Env(uenv), inverse)
+        s_env, s_inverse = cache[sukey]
+        s_n = len(s_env[skeys[0]]) if skeys else 1
+        zpos = np.searchsorted(np.asarray(zs, dtype=np.int64), zero)       # each row's ZeRO among zs
+
         for r, st in enumerate(self.stages):
-            states = None
-            for z in zs:
-                prog = fam.states_program(st, int(z))
-                part = sum(prog[k].on_unique(env, n, cache) for k in ("parameters", "gradients", "optimizer_states"))
-                states = part if states is None else np.where(zero == z, part, states)
-            # the activations depend on the chunk programs' knobs and on M only: computed once per distinct row of
-            # those (the rows of a search differ mostly in DP and ZeRO, which they do not depend on)
+            skey = (sukey, "states", stage_signature(fam.model, st), zs)
+            if skey not in cache:
+                table = []                  # per ZeRO stage of zs: the states of each distinct row
+                for z in zs:
+                    prog = sprogs[r][z]
+                    part = prog["parameters"](s_env, s_n)
+                    for k in ("gradients", "optimizer_states"):
+                        part = _add(part, prog[k](s_env, s_n))
+                    table.append(part)
+                cache[skey] = np.stack(table) if all(t.dtype != object for t in table) else \
+                    np.stack([t.astype(object) for t in table])
+            states = cache[skey][zpos, s_inverse]
+
+            # the activations depend on the chunk programs' knobs and on M's replay only
             progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
             akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
                 k in pr.knobs for row in progs for _, pr in row))
             ukey = ("activation rows", akeys)
             if ukey not in cache:
-                cache[ukey] = _unique_rows([env[k] for k in akeys] + [ms], akeys + ("M",))
+                uenv, inverse = _unique_rows([env[k] for k in akeys] + [reps], akeys + ("R",))
+                cache[ukey] = (uenv, inverse)
             uenv, inverse = cache[ukey]
-            un = len(uenv["M"])
+            un = len(uenv["R"])
             per, work = [], []
             for row in progs:
                 p = w = None
@@ -588,12 +741,10 @@ class Pipeline:
                 per.append(p)
                 work.append(w)
             act = None
-            u_ms = uenv["M"]
-            for mval, _ in by_replay:
-                mask = np.zeros(un, dtype=bool)       # np.isin, without its np.unique (numpy.ma's import)
-                for v in groups_of[mval]:
-                    mask |= u_ms == v
-                moments_r = self.moments(r, mval)
+            u_reps = uenv["R"]
+            replays = np.unique(u_reps, return_counts=True)[0]
+            for rv in replays.tolist():
+                moments_r = self.moments(r, None if rv < 0 else rv)
                 # int64 holds every candidate unless the largest could pass 2^62: then exact Python integers
                 bound = sum(max(mo.counts[c] for mo in moments_r) * _mag(per[c]) for c in range(len(per))) + \
                     max([_mag(x) for x in work] + [0])
@@ -608,10 +759,9 @@ class Pipeline:
                             w = np.maximum(w, ww[c])
                         v = v + np.maximum(w, 0)
                     best = v if best is None else np.maximum(best, v)
-                act = best if act is None else np.where(mask, best, act)
-            act = act[inverse]
-            row = states + act
-            if row.dtype == object:
+                act = best if act is None else np.where(u_reps == rv, best, act)
+            row = _add(states, act[inverse])
+            if row.dtype == object and allocated.dtype != object:
                 allocated = allocated.astype(object)
             allocated[r] = row
         ov = fam.overhead

@@ -419,14 +419,12 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                                 dtype=np.int64)
                 zb = np.stack([np.repeat(zs, len(bs)), np.tile(bs, len(zs))], axis=1)
                 tail = np.column_stack([zb, per_dp // zb[:, 1]])
-                for ep in axes.ep:
-                    if fix.get("ep", ep) != ep:
-                        continue
-                    for etp in sorted({1, tp}):
-                        if etp not in axes.etp or fix.get("etp", etp) != etp or (dp * tp * cp) % (ep * etp):
-                            continue
-                        head = np.broadcast_to(np.array([dp, tp, cp, ep, etp], dtype=np.int64), (len(tail), 5))
-                        out.append(np.concatenate([head, tail], axis=1))
+                heads = [(dp, tp, cp, ep, etp) for ep in axes.ep if fix.get("ep", ep) == ep
+                         for etp in sorted({1, tp}) if etp in axes.etp and fix.get("etp", etp) == etp
+                         and (dp * tp * cp) % (ep * etp) == 0]
+                if heads and len(tail):          # every (EP, ETP) of this split by every (ZeRO, b, M)
+                    head = np.repeat(np.asarray(heads, dtype=np.int64), len(tail), axis=0)
+                    out.append(np.concatenate([head, np.tile(tail, (len(heads), 1))], axis=1))
         return np.concatenate(out) if out else np.zeros((0, 8), dtype=np.int64)
 
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
