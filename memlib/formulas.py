@@ -38,7 +38,7 @@ from .activations import ledger_bytes, parse_policy
 from .architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
-from .ledgers import gpt_layer, paper_layer
+from .ledgers import MULTI_HEAD, gpt_structure, paper_layer
 from .params import (
     activated_params, block_formulas, by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
@@ -369,7 +369,13 @@ def _act_lhs(block: str, where: str, policy: str = "none") -> Callable[[ModelCon
 
 
 def _gpt(policy: str, sp_on: bool):
-    return lambda m, t: ledger_bytes(gpt_layer(), TrainingConfig(sp=sp_on), None, parse_policy(policy)).total
+    """Korthikanti et al.'s dense GPT layer: the paper profile's dense layer of the ``gpt`` family
+    (:func:`~memlib.ledgers.gpt_structure`, multi-head), whatever the model, without context parallelism."""
+    def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
+        expr = ledger_bytes(paper_layer(gpt_structure(), "dense"), TrainingConfig(sp=sp_on), RECIPES["paper"],
+                            parse_policy(policy)).total
+        return sp.expand(expr.xreplace({**MULTI_HEAD, CP: 1}))
+    return build
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ A *profile* is a ledger variant (see :mod:`memlib.activations` for the machinery
 ``hf-eager``
     Hugging Face ``transformers`` in eager mode (:mod:`memlib.ledgers_hf`).
 
-:func:`gpt_layer` reproduces Korthikanti et al. (arXiv 2205.05198) for a dense GPT layer, to show
-that the ledger is not tuned to one paper.
+:func:`gpt_structure` is Korthikanti et al.'s dense GPT (arXiv 2205.05198) as a model of the ``gpt``
+family: the paper profile's ledger of its dense layer reproduces their Table 2
+(:func:`memlib.paper.activations.korthikanti_gpt_rows`), to show that the ledger is not tuned to one paper.
 """
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .activations import MODULES, ActProfile, Saved, renamed, saved as _S
-from .config import ConfigError, ModelConfig, TrainingConfig, show
+from .config import ConfigError, ModelConfig, TrainingConfig, model_from_dict, show
 from .symbols import sym
 
-__all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_layer", "common_embedding",
-           "common_head", "megatron_layer", "megatron_head"]
+__all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_structure", "MULTI_HEAD",
+           "common_embedding", "common_head", "megatron_layer", "megatron_head"]
 
 b, s = sym("b"), sym("s")
 h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
@@ -264,32 +265,18 @@ def act_profile(name: str, train: TrainingConfig | None = None) -> ActProfile:
 
 
 # ------------------------------------------------------------------------------------------------
-# Korthikanti et al. (arXiv 2205.05198): a dense GPT layer with LayerNorm, GeLU MLP and dropout
+# Korthikanti et al. (arXiv 2205.05198): their dense GPT layer is the ``gpt`` family's
 # ------------------------------------------------------------------------------------------------
-def gpt_layer() -> list[Saved]:
-    """One GPT layer as Korthikanti et al. count it (their §4.1): 34 sbh + 5 a s^2 b bytes with
-    f = 4h, a = n_h heads.  Used to show that the ledger reproduces their Table 2."""
-    sbh = s * b * h
-    return [
-        _S("attention.ln_input", "LayerNorm input (the layer input)", sbh, shard={"SP"}, keep_full=True),
-        _S("attention.qkv_input", "LayerNorm output, input of the QKV projection", sbh, shard={"SP"},
-           modules={"layernorm"}),
-        _S("attention.q", "queries (for QK^T)", sbh, shard={"TP"}),
-        _S("attention.k", "keys (for QK^T)", sbh, shard={"TP"}),
-        _S("attention.softmax_out", "softmax output", n_h * s * s * b, shard={"TP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_mask", "attention-dropout mask", n_h * s * s * b, "mask",
-           shard={"TP"}, modules={"core_attn"}),
-        _S("attention.softmax_dropout_out", "attention-dropout output", n_h * s * s * b, shard={"TP"},
-           modules={"core_attn"}),
-        _S("attention.v", "values", sbh, shard={"TP"}),
-        _S("attention.proj_input", "attention output, input of the output projection", sbh, shard={"TP"}),
-        _S("attention.out_dropout_mask", "dropout mask after attention", sbh, "mask", shard={"SP"}),
-        _S("mlp.ln_input", "LayerNorm input", sbh, shard={"SP"}),
-        _S("mlp.fc1_input", "LayerNorm output, input of the first linear", sbh, shard={"SP"}, modules={"layernorm"}),
-        _S("mlp.gelu_input", "GeLU input", s * b * h_F, shard={"TP"}, modules={"mlp"}),
-        _S("mlp.gelu_output", "GeLU output, input of the second linear", s * b * h_F, shard={"TP"}, modules={"mlp"}),
-        _S("mlp.dropout_mask", "dropout mask after the MLP", sbh, "mask", shard={"SP"}),
-    ]
+def gpt_structure() -> ModelConfig:
+    """A model of the ``gpt`` family (LayerNorm, multi-head attention with dropout, a GeLU MLP): the layer
+    Korthikanti et al. count (their §4.1).  Its dense layer's ledger (:func:`paper_layer`) is symbolic in
+    h, n_h, n_kv, d_head and h_F, so the sizes here only choose the family."""
+    return model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+                            "max_position_embeddings": 8, "vocab_size": 8}, name="gpt")
+
+
+#: Korthikanti et al.'s multi-head attention in the ``gpt`` family's symbols: n_kv = n_h heads of h / n_h
+MULTI_HEAD = {sym("n_kv"): n_h, sym("d_head"): h / n_h}
 
 
 # the other implementations' ledgers live in their own modules; the registry names every profile here

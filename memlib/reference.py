@@ -21,7 +21,7 @@ from .symbols import sym
 
 __all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
-            "KORTHIKANTI_22B", "KORTHIKANTI_MODELS"]
+            "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
 __all__ += ["MEGATRON_LM_COMMIT", "MEGATRON_RUNS_DIR", "MEGATRON_PLATFORMS", "MEGATRON_WORLD_SIZES", "MEGATRON_RUNS"]
 
@@ -167,12 +167,6 @@ def _korthikanti_table2() -> dict[str, sp.Expr]:
 
 #: their Table 2: activation bytes per layer divided by s b h, per technique (f = 4h)
 KORTHIKANTI_TABLE2 = _korthikanti_table2()
-
-#: their Figure 1, the 22B model: activations of one device in GiB, tensor parallelism alone and with
-#: sequence parallelism and selective recompute (the values as Calculon's validation transcribes them,
-#: github.com/calculon-ai/calculon, calculon/llm/validation.py)
-KORTHIKANTI_22B = {"name": "22B", "h": 6144, "a": 64, "L": 48, "t": 8, "b": 4, "s": 2048,
-                   "gib": {"none": "59.25", "sp_selective": "9.5625"}}
 
 #: their four models (Table 3: heads a, hidden size h, layers L, tensor- and pipeline-parallel sizes t and p,
 #: the interleaved schedule's chunks per rank V (1: plain 1F1B), micro-batch b, sequence s = 2048, f = 4h)

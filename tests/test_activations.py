@@ -1,8 +1,9 @@
 """Activations: the ledger of saved tensors, recompute policies, profiles.
 
 The paper's §5 formulas (MLA and MoE, no recomputation and full recomputation, Table 10 and the
-per-micro-batch bytes of stage 1), Korthikanti et al.'s Table 2 with :func:`gpt_layer`, every
-policy, and properties (stronger recomputation, more TP under SP, more CP never raise activations).
+per-micro-batch bytes of stage 1), every policy, and properties (stronger recomputation, more TP
+under SP, more CP never raise activations).  Korthikanti et al.'s Table 2, from the ``gpt``
+family's layer, is checked in test_paper_activations.py.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from memlib.activations import (
     DTYPE_BYTES, MODULES, POLICIES, Policy, entry_bytes, ledger_bytes, parse_policy, saved, training_values,
 )
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.ledgers import ACT_PROFILES, act_profile, gpt_layer, paper_layer
+from memlib.ledgers import ACT_PROFILES, act_profile, paper_layer
 from memlib.memory import estimate
 from memlib.params import values as model_values
 from memlib.states import recipe
@@ -230,58 +231,6 @@ def test_linear_in_micro_batch(policy):
 
 def test_training_values():
     assert training_values(TrainingConfig(micro_batch=3, seq_len=128)) == {b: 3, s: 128}
-
-
-# ---------------------------------------------------------------------------------------------
-# Korthikanti et al., Table 2, with gpt_layer (h_F = 4h, n_h = a)
-# ---------------------------------------------------------------------------------------------
-a, t = n_h, TP
-KORTHIKANTI = {h_F: 4 * h}
-
-
-def gpt(train, policy="none", tp=None):
-    subs = dict(KORTHIKANTI)
-    if tp is not None:
-        subs[TP] = tp
-    return total(gpt_layer(), train, parse_policy(policy), subs)
-
-
-def test_korthikanti_no_parallelism():
-    assert same(gpt(NO_PAR, tp=1), s * b * h * (34 + 5 * a * s / h))
-    # SP on but TP = 1 is the same
-    assert same(gpt(SP_ON, tp=1), s * b * h * (34 + 5 * a * s / h))
-
-
-def test_korthikanti_tp():
-    assert same(gpt(NO_PAR), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
-
-
-def test_korthikanti_tp_sp():
-    assert same(gpt(SP_ON), s * b * h * (34 / t + 5 * a * s / (h * t)))
-
-
-def test_korthikanti_tp_selective():
-    assert same(gpt(NO_PAR, "selective"), s * b * h * (10 + 24 / t))
-
-
-def test_korthikanti_tp_sp_selective():
-    assert same(gpt(SP_ON, "selective"), 34 * s * b * h / t)
-
-
-def test_korthikanti_full():
-    assert same(gpt(NO_PAR, "full"), 2 * s * b * h)
-    assert same(gpt(SP_ON, "full"), 2 * s * b * h / t)     # the kept input is SP-sharded
-
-
-def test_korthikanti_decomposition():
-    """Attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh (Korthikanti et al. 2022, section 4.1)."""
-    led = gpt_layer()
-    ln_inputs = [e for e in led if e.key in ("attention.ln_input", "mlp.ln_input")]
-    attn = [e for e in led if e.block == "attention" and e not in ln_inputs]
-    mlp = [e for e in led if e.block == "mlp" and e not in ln_inputs]
-    assert same(total(ln_inputs, NO_PAR, subs={TP: 1}), 4 * s * b * h)
-    assert same(total(attn, NO_PAR, subs={TP: 1}), 11 * s * b * h + 5 * a * s**2 * b)
-    assert same(total(mlp, NO_PAR, subs={TP: 1, **KORTHIKANTI}), 19 * s * b * h)
 
 
 # ---------------------------------------------------------------------------------------------

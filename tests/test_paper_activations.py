@@ -1,6 +1,7 @@
 """memlib.paper.activations and memlib.scenarios.activations: the paper's §5 (Tables 9 and 10, the
-check of its printed formulas), Korthikanti et al.'s Table 2 and 22B model, and the sweeps, for the
-paper's configuration (its numbers), for a tiny model worked by hand, and for DeepSeek-V2 and V2-Lite."""
+check of its printed formulas), Korthikanti et al.'s Table 2 and Figure 1 models (from the ``gpt``
+family's dense layer), and the sweeps, for the paper's configuration (its numbers), for a tiny model
+worked by hand, and for DeepSeek-V2 and V2-Lite."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -122,10 +123,61 @@ def test_the_ledger_rows_are_what_the_estimate_sums(model):
     assert classes["moe.routed.gate_out"] == "moe" and classes["attention.context"] == "full"
 
 
-def test_korthikanti_table2_and_22b(monkeypatch):
-    rows = pa.korthikanti_rows()
-    assert [r["name"] for r in rows] == list(KORTHIKANTI_TABLE2) and all(r["equal"] for r in rows)
+# ---------------------------------------------------------------------------------------------
+# Korthikanti et al. (arXiv 2205.05198), from the gpt family's dense layer (h_F = 4h, n_h = a, TP = t)
+# ---------------------------------------------------------------------------------------------
+KA, KT = sp.Symbol("a", positive=True), sp.Symbol("t", positive=True)
+
+
+def _k_same(x, y):
+    return sp.expand(x - y) == 0
+
+
+def test_korthikanti_table2_rows_by_hand():
+    """Each row of their Table 2 typed by hand (not from memlib.reference), against the one path."""
+    s, b, h = sym("s"), sym("b"), sym("h")
+    a, t = KA, KT
+    gpt = pa.korthikanti_gpt_block
+    assert _k_same(gpt(False, "none", tp_on=False), s * b * h * (34 + 5 * a * s / h))
+    assert _k_same(gpt(True, "none", tp_on=False), s * b * h * (34 + 5 * a * s / h))     # SP with TP = 1: the same
+    assert _k_same(gpt(False, "none"), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert _k_same(gpt(True, "none"), s * b * h * (34 / t + 5 * a * s / (h * t)))
+    assert _k_same(gpt(False, "selective"), s * b * h * (10 + 24 / t))
+    assert _k_same(gpt(True, "selective"), 34 * s * b * h / t)
+    assert _k_same(gpt(False, "full"), 2 * s * b * h)
+    assert _k_same(gpt(True, "full"), 2 * s * b * h / t)                                # the kept input is SP-split
+
+
+def test_korthikanti_decomposition():
+    """Attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh (Korthikanti et al. 2022, section 4.1)."""
+    s, b, h = sym("s"), sym("b"), sym("h")
+    led = pa.korthikanti_gpt_ledger()
+    assert {e.block for e in led} == {"attention", "dense_ffn"}
+    ln_inputs = [e for e in led if e.key in ("attention.norm_input", "dense_ffn.norm_input")]
+    attn = [e for e in led if e.block == "attention" and e not in ln_inputs]
+    mlp = [e for e in led if e.block == "dense_ffn" and e not in ln_inputs]
+    assert len(ln_inputs) == 2 and len(attn) + len(mlp) + 2 == len(led)
+    assert _k_same(pa.korthikanti_gpt_block(False, "none", False, entries=ln_inputs), 4 * s * b * h)
+    assert _k_same(pa.korthikanti_gpt_block(False, "none", False, entries=attn), 11 * s * b * h + 5 * KA * s**2 * b)
+    assert _k_same(pa.korthikanti_gpt_block(False, "none", False, entries=mlp), 19 * s * b * h)
+
+
+def test_the_gpt_registry_formulas_are_korthikantis_rows():
+    """``memlib formula activations.gpt.*`` are Table 2's rows (printed values) in memlib's symbols, for any model."""
+    from memlib.formulas import formula
+
+    s, b, h, h_F, n_h, TP = sym("s"), sym("b"), sym("h"), sym("h_F"), sym("n_h"), sym("TP")
+    subs = {h_F: 4 * h, n_h: KA, TP: KT}
+    for name, row in (("activations.gpt.layer", "tensor parallel (baseline)"),
+                      ("activations.gpt.layer_sp", "tensor + sequence parallel"),
+                      ("activations.gpt.selective_sp", "tensor + sequence parallel + selective recompute")):
+        for model in ("deepseek-v3", "llama-3-8b"):
+            assert _k_same(formula(name, model).xreplace(subs), s * b * h * KORTHIKANTI_TABLE2[row]), (name, model)
+
+
+def test_korthikanti_22b(monkeypatch):
     k = pa.korthikanti_22b()
+    assert k["name"] == "22B" and k["layers"] == 48
     # 48 layers x s b h (10 + 24/8 + 5 a s/(h t)) and 48 x 34 s b h / 8
     sbh = 2048 * 4 * 6144
     assert k["none"]["bytes"] == 48 * sbh * 13 + 48 * 5 * 64 * 2048 * 2048 * 4 // 8 == 63_619_203_072
@@ -133,7 +185,7 @@ def test_korthikanti_table2_and_22b(monkeypatch):
     assert k["none"]["equal"] and k["sp_selective"]["equal"] and k["all_equal"]
     # a wrong printed row is found
     monkeypatch.setattr(pa, "KORTHIKANTI_TABLE2", {**KORTHIKANTI_TABLE2, "full recompute": sp.Integer(1)})
-    assert [r["name"] for r in pa.korthikanti_rows() if not r["equal"]] == ["full recompute"]
+    assert [r["name"] for r in pa.korthikanti_gpt_rows() if not r["equal"]] == ["full recompute"]
 
 
 def test_korthikanti_table2_from_the_gpt_block(monkeypatch):
@@ -169,7 +221,6 @@ def test_korthikanti_published_models_from_the_gpt_block(monkeypatch):
     sbh = 2048 * 1 * 12288
     assert rows["175B"]["none"]["bytes"] == 124 * 23 * sbh == 71_772_930_048
     assert rows["175B"]["sp_selective"]["bytes"] == 124 * 34 * sbh // 8
-    assert rows["22B"]["none"]["bytes"] == pa.korthikanti_22b()["none"]["bytes"]
     bad = {**KORTHIKANTI_MODELS, "1T": {**KORTHIKANTI_MODELS["1T"], "gib": {"none": "131.5", "sp_selective": "26.5625"}}}
     monkeypatch.setattr(pa, "KORTHIKANTI_MODELS", bad)
     assert [r["name"] for r in pa.korthikanti_models() if not r["all_equal"]] == ["1T"]

@@ -1,8 +1,8 @@
 """The paper's §5 (Tables 9 and 10, the per-layer formulas of §5.1 and §5.2): the activations one
 device keeps for its backward pass, as memlib's ledger of saved tensors computes them for any model
 and configuration; the check of each formula the paper prints against the ledger; and Korthikanti
-et al.'s Table 2 and 22B model (arXiv 2205.05198) from :func:`memlib.ledgers.gpt_layer`, to show
-that the ledger is not tuned to one paper.
+et al.'s Table 2 and Figure 1 (arXiv 2205.05198) from the same profile's dense layer of the ``gpt`` family
+(:func:`memlib.ledgers.gpt_structure`), to show that the ledger is not tuned to one paper.
 
 The ledger is the one of the estimate's profile (``paper`` for the paper's views); the printed
 formulas are data (:data:`memlib.reference.PAPER_ACTIVATION_FORMULAS`), compared here, never used
@@ -21,11 +21,10 @@ import sympy as sp
 
 from ..activations import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
 from ..config import TrainingConfig
-from ..ledgers import act_profile, gpt_layer
+from ..ledgers import MULTI_HEAD, act_profile, gpt_structure
 from ..memory import Estimate, estimate
 from ..reference import (
-    KORTHIKANTI_22B, KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS,
-    PAPER_TABLE9,
+    KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,
 )
 from ..states import recipe
 from ..symbols import sym
@@ -34,9 +33,9 @@ from . import analysed_stage
 __all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
            "held_count_training", "routed_count_comparison",
            "layer_ledger", "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts",
-           "layer_formula", "table10_formulas", "formula_checks", "formula_summary", "korthikanti_rows",
-           "korthikanti_22b", "KORTHIKANTI_CONVENTION", "korthikanti_gpt_block", "korthikanti_gpt_rows",
-           "korthikanti_models"]
+           "layer_formula", "table10_formulas", "formula_checks", "formula_summary",
+           "KORTHIKANTI_CONVENTION", "korthikanti_gpt_ledger", "korthikanti_gpt_block", "korthikanti_gpt_rows",
+           "korthikanti_models", "korthikanti_22b"]
 
 #: the blocks of a MoE layer the paper analyses, in its order
 BLOCKS = ("attention", "moe")
@@ -297,42 +296,6 @@ KORTHIKANTI_CONFIG = {
 __all__ += ["KORTHIKANTI_CONFIG"]
 
 
-def _gpt_bytes(sp_on: bool, policy: str) -> sp.Expr:
-    return ledger_bytes(gpt_layer(), TrainingConfig(sp=sp_on), recipe("paper"), parse_policy(policy)).total
-
-
-def korthikanti_rows() -> list[dict]:
-    """Per row of their Table 2: the GPT ledger's bytes per layer divided by s b h, with their f = 4h,
-    a = n_h heads and t = TP, beside the printed coefficient, and whether the two are equal."""
-    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
-    out = []
-    for name, (tp_on, sp_on, policy) in KORTHIKANTI_CONFIG.items():
-        expr = _gpt_bytes(sp_on, policy).xreplace({h_F: 4 * h, n_h: a, TP: t if tp_on else 1, CP: 1})
-        coeff = sp.expand(expr / (s * b * h))
-        printed = KORTHIKANTI_TABLE2[name]
-        out.append({"name": name, "coefficient": coeff, "printed": printed,
-                    "equal": sp.expand(coeff - printed) == 0})
-    return out
-
-
-def korthikanti_22b() -> dict:
-    """Their 22B model (Figure 1): the activations of one device over its L layers with tensor
-    parallelism alone (``none``) and with sequence parallelism and selective recompute
-    (``sp_selective``), from the GPT ledger: exact bytes beside the printed GiB, whether each is equal
-    and whether both are (``all_equal``)."""
-    c = KORTHIKANTI_22B
-    vals = {h: c["h"], h_F: 4 * c["h"], n_h: c["a"], TP: c["t"], CP: 1, b: c["b"], s: c["s"]}
-    out: dict = {"config": c}
-    for key, (sp_on, policy) in {"none": (False, "none"), "sp_selective": (True, "selective")}.items():
-        n = int(c["L"] * _gpt_bytes(sp_on, policy).xreplace(vals))
-        out[key] = {"bytes": n, "printed": c["gib"][key], "equal": Fraction(n, 2**30) == Fraction(c["gib"][key])}
-    out["all_equal"] = out["none"]["equal"] and out["sp_selective"]["equal"]
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Korthikanti et al. from the dense ``gpt`` block of the paper profile
-# ------------------------------------------------------------------------------------------------
 #: how Korthikanti et al. count (their §4.1), which the paper profile's ``gpt`` block (LayerNorm, multi-head
 #: attention with dropout, GeLU MLP, dropout after each block) shares: 2-byte activations, 1-byte dropout
 #: masks, no LayerNorm statistics, the s x s softmax output, dropout mask and dropout output per head,
@@ -344,34 +307,35 @@ KORTHIKANTI_CONVENTION = {"activation_bytes": 2, "mask_bytes": 1, "ffn_width": "
                           "head_dim": "h / a", "full_recompute_keeps": "the layer input (one checkpoint per layer)"}
 
 
-def _gpt_model():
-    """A model of the ``gpt`` family: its dense layer's ledger is symbolic in h, n_h, n_kv, d_head and h_F,
-    so the numbers here only choose the family."""
-    from ..config import model_from_dict
-
-    return model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
-                            "max_position_embeddings": 8, "vocab_size": 8}, name="gpt")
-
-
-def korthikanti_gpt_block(sp_on: bool, policy: str, tp_on: bool = True, *, per_layer_checkpoint: bool = True) -> sp.Expr:
-    """Activation bytes of one dense layer of the ``gpt`` family under the paper profile (2-byte activations,
-    1-byte masks: :data:`KORTHIKANTI_CONVENTION`), in Korthikanti's symbols s, b, h, a and t (t = 1 without
-    tensor parallelism).  ``per_layer_checkpoint`` (their convention): full recomputation keeps only the
-    layer's input, not the MLP block's input too (the paper profile's, ``False``)."""
+def korthikanti_gpt_ledger(per_layer_checkpoint: bool = True) -> list[Saved]:
+    """The layer Korthikanti et al. count: the paper profile's ledger of one dense layer of the ``gpt`` family
+    (:func:`memlib.ledgers.gpt_structure`), blocks ``attention`` and ``dense_ffn``.  ``per_layer_checkpoint``
+    (their convention): full recomputation keeps only the layer's input, not the MLP block's input too (the
+    paper profile's, ``False``)."""
     from dataclasses import replace
 
-    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
-    layer = act_profile("paper").layer(_gpt_model(), "dense")
+    layer = act_profile("paper").layer(gpt_structure(), "dense")
     if per_layer_checkpoint:
         layer = [e if e.block == "attention" else replace(e, keep_full=False) for e in layer]
+    return layer
+
+
+def korthikanti_gpt_block(sp_on: bool, policy: str, tp_on: bool = True, *, per_layer_checkpoint: bool = True,
+                          entries: list[Saved] | None = None) -> sp.Expr:
+    """Activation bytes of one dense layer of the ``gpt`` family under the paper profile (2-byte activations,
+    1-byte masks: :data:`KORTHIKANTI_CONVENTION`), in Korthikanti's symbols s, b, h, a and t (t = 1 without
+    tensor parallelism, f = 4h, a heads of h/a): the sum of :func:`korthikanti_gpt_ledger`, or of ``entries``
+    (a part of it)."""
+    a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
+    layer = korthikanti_gpt_ledger(per_layer_checkpoint) if entries is None else entries
     expr = ledger_bytes(layer, TrainingConfig(sp=sp_on), recipe("paper"), parse_policy(policy)).total
-    return sp.expand(expr.xreplace({h_F: 4 * h, n_h: a, sym("n_kv"): a, sym("d_head"): h / a,
-                                    TP: t if tp_on else 1, CP: 1}))
+    expr = expr.xreplace(MULTI_HEAD)
+    return sp.expand(expr.xreplace({h_F: 4 * h, n_h: a, TP: t if tp_on else 1, CP: 1}))
 
 
 def korthikanti_gpt_rows() -> list[dict]:
-    """Their Table 2 from the ``gpt`` block: per row the bytes per layer divided by s b h, beside the
-    printed coefficient, and whether the two are equal."""
+    """Their Table 2 from the ``gpt`` family's dense layer (:func:`korthikanti_gpt_block`): per row the
+    bytes per layer divided by s b h, beside the printed coefficient, and whether the two are equal."""
     out = []
     for name, (tp_on, sp_on, policy) in KORTHIKANTI_CONFIG.items():
         coeff = sp.expand(korthikanti_gpt_block(sp_on, policy, tp_on) / (s * b * h))
@@ -382,9 +346,10 @@ def korthikanti_gpt_rows() -> list[dict]:
 
 
 def korthikanti_models() -> list[dict]:
-    """Their Figure 1 from the ``gpt`` block: the activations of the first pipeline rank of each model of
-    :data:`memlib.reference.KORTHIKANTI_MODELS`, with tensor parallelism alone (``none``) and with sequence
-    parallelism and selective recompute (``sp_selective``), in exact bytes beside the printed GiB.
+    """Their Figure 1 from the ``gpt`` family's dense layer (:func:`korthikanti_gpt_block`): the activations
+    of the first pipeline rank of each model of :data:`memlib.reference.KORTHIKANTI_MODELS`, with tensor
+    parallelism alone (``none``) and with sequence parallelism and selective recompute (``sp_selective``), in
+    exact bytes (an integer where whole) beside the printed GiB.
 
     The first rank holds the layers of the micro-batches in flight at its peak: memlib's schedule gives
     the chunk-micro-batches (:func:`memlib.schedule.in_flight`: p under 1F1B, p V + p - 1 under the
@@ -401,7 +366,14 @@ def korthikanti_models() -> list[dict]:
         row: dict = {"name": name, "config": c, "layers": layers}
         for key, (sp_on, policy) in {"none": (False, "none"), "sp_selective": (True, "selective")}.items():
             n = layers * Fraction(int(korthikanti_gpt_block(sp_on, policy).xreplace(vals)))
-            row[key] = {"bytes": n, "printed": c["gib"][key], "equal": n / 2**30 == Fraction(c["gib"][key])}
+            row[key] = {"bytes": int(n) if n.denominator == 1 else n, "printed": c["gib"][key],
+                        "equal": n / 2**30 == Fraction(c["gib"][key])}
         row["all_equal"] = row["none"]["equal"] and row["sp_selective"]["equal"]
         out.append(row)
     return out
+
+
+def korthikanti_22b() -> dict:
+    """Their 22B model (Figure 1; one pipeline stage, so its L layers of one micro-batch): its row of
+    :func:`korthikanti_models`."""
+    return next(r for r in korthikanti_models() if r["name"] == "22B")

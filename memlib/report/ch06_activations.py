@@ -240,17 +240,18 @@ def table10(est: Estimate) -> str:
 
 def korthikanti_table() -> str:
     rows = [[r["name"], f"$sbh\\left({tex(r['coefficient'])}\\right)$", f"$sbh\\left({tex(r['printed'])}\\right)$",
-             "equal" if r["equal"] else "**differs**"] for r in pact.korthikanti_rows()]
-    return md_table(["technique", "memlib, from the GPT ledger", "Korthikanti et al.", "comparison"], rows, "llll")
+             "equal" if r["equal"] else "**differs**"] for r in pact.korthikanti_gpt_rows()]
+    return md_table(["technique", "memlib, from the gpt family's layer", "Korthikanti et al.", "comparison"], rows,
+                    "llll")
 
 
 def korthikanti_values() -> dict[str, str]:
     """Korthikanti et al.'s 22B model (the second worked problem) and the verdict on their Table 2."""
     k = pact.korthikanti_22b()
     c = k["config"]
-    rows = pact.formula_summary(pact.korthikanti_rows())
+    rows = pact.formula_summary(pact.korthikanti_gpt_rows())
     return {"k_rows": "every row" if rows["all_equal"] else "not every row",
-            "p2_name": c["name"], "p2_h": fmt_count(c["h"]), "p2_a": fmt_count(c["a"]), "p2_l": fmt_count(c["L"]),
+            "p2_name": k["name"], "p2_h": fmt_count(c["h"]), "p2_a": fmt_count(c["a"]), "p2_l": fmt_count(c["L"]),
             "p2_t": fmt_count(c["t"]), "p2_b": fmt_count(c["b"]), "p2_s": fmt_count(c["s"]),
             "p2_none_bytes": fmt_count(k["none"]["bytes"]), "p2_none_gib": fmt_bytes(k["none"]["bytes"], digits=4),
             "p2_none_printed": k["none"]["printed"], "p2_sel_bytes": fmt_count(k["sp_selective"]["bytes"]),
