@@ -87,3 +87,52 @@ def test_fragmentation_rounds_up_like_overheads():
     est = estimate("deepseek-v2-lite", t, ovh)
     tot = compiled_totals("deepseek-v2-lite", t, ovh)
     assert [s.total for s in est.stages] == [int(x) for x in tot.total[:, 0]]
+
+
+_SYMS = [sym("TP"), sym("EP"), sym("b"), sym("s")]
+_NAMES = {sym("TP"): "tp", sym("EP"): "ep", sym("b"): "micro_batch", sym("s"): "seq_len"}
+
+
+@st.composite
+def _expressions(draw, depth=3):
+    """Expressions of the kinds memlib compiles (sums, products, integer powers, ceilings, maxima,
+    piecewise cases) with constants up to 2^40: some of them pass 2^62 on the way, most do not."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        if draw(st.booleans()):
+            return draw(st.sampled_from(_SYMS))
+        return sp.Rational(draw(st.integers(-2**40, 2**40)), draw(st.sampled_from([1, 3, 7, 2**20 + 1])))
+    kind = draw(st.sampled_from(["add", "mul", "inv", "ceil", "max", "case"]))
+    a, c = draw(_expressions(depth - 1)), draw(_expressions(depth - 1))
+    if kind == "add":
+        return a + c
+    if kind == "mul":
+        return a * c
+    if kind == "inv":
+        return a / draw(st.sampled_from(_SYMS)) ** draw(st.integers(1, 2))
+    if kind == "ceil":
+        return sp.ceiling(a)
+    if kind == "max":
+        return sp.Max(a, c)
+    return sp.Piecewise((a, sp.StrictGreaterThan(draw(st.sampled_from(_SYMS)), 2)), (c, True))
+
+
+@settings(max_examples=300, deadline=None, derandomize=False, suppress_health_check=[HealthCheck.too_slow])
+@given(_expressions(), st.lists(st.tuples(st.integers(1, 64), st.integers(1, 256), st.integers(1, 16),
+                                          st.integers(1, 2**22)), min_size=1, max_size=6))
+def test_fast_int64_path_only_where_its_bound_holds(expr, rows):
+    """Whichever path :meth:`ExactFunction.operations` picks (plain int64 where the bound run on the rows'
+    largest knobs keeps every intermediate under 2^62, else the checked one), each row is int() of the
+    SymPy value: a bound that let an int64 wrap would show here as a wrong number."""
+    f = ExactFunction(expr)
+    env = {_NAMES[x]: np.array([r[i] for r in rows], dtype=np.int64) for i, x in enumerate(_SYMS)}
+    got = f(env, len(rows))
+    want = [int(expr.xreplace(dict(zip(_SYMS, r)))) for r in rows]
+    assert [int(x) for x in got] == want
+
+
+def test_the_bound_sends_a_large_product_to_the_checked_path():
+    from memlib.compiled import _CHECKED, _FAST
+    s = sym("s")
+    f = ExactFunction(s ** 3 * 10**6 / 7)
+    assert f.operations({"seq_len": np.array([2**20])}) is _CHECKED
+    assert f.operations({"seq_len": np.array([2**10])}) is _FAST
