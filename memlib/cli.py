@@ -716,5 +716,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+#: the commands whose process may end without the interpreter's teardown (nothing of theirs needs it); measure
+#: runs torch, whose exit handlers must run
+_QUICK_EXIT = ("params", "estimate", "formula", "plan")
+
+
+def run() -> None:
+    """The ``memlib`` console script and ``python -m memlib``: :func:`main`, its output flushed, then the
+    process ends.  A command of :data:`_QUICK_EXIT` skips the interpreter's teardown (freeing SymPy's caches
+    and a search's arrays one object at a time takes a tenth of a second or more of a one-second answer)."""
+    code = main()
+    quick = len(sys.argv) > 1 and sys.argv[1] in _QUICK_EXIT
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:          # the reader left (``memlib plan | head``): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stderr.flush()
+    if quick:
+        import os
+
+        os._exit(int(code or 0))
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

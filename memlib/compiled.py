@@ -95,6 +95,12 @@ def _add(a, b):
     return a + b
 
 
+def _big(x):
+    """A Python integer past int64's safe range as an object scalar array (NumPy would make it uint64, or
+    fail, and mixing uint64 with int64 gives floats)."""
+    return np.array(x, dtype=object) if type(x) is int and abs(x) >= _LIMIT else x
+
+
 #: denominators are reduced (by the gcd) only past this magnitude: small ones keep every product in int64
 _REDUCE_PAST = 2**16
 
@@ -105,6 +111,7 @@ def _reduce(n, d):
         return n // g, d // g
     if _mag(d) < _REDUCE_PAST:
         return n, d
+    n, d = _big(n), _big(d)
     g = np.gcd(n, d)
     g = np.where(g == 0, 1, g)
     return n // g, d // g
@@ -147,7 +154,7 @@ def _r_cmp(x, y):
 def _r_where(c, x, y):
     if isinstance(c, (bool, np.bool_)):
         return x if c else y
-    return np.where(c, x[0], y[0]), np.where(c, x[1], y[1])
+    return np.where(c, _big(x[0]), _big(y[0])), np.where(c, _big(x[1]), _big(y[1]))
 
 
 def _r_max(x, y):
@@ -277,7 +284,7 @@ class ExactFunction:
                               f"({', '.join(map(str, KNOBS.values()))})")
         self._fn = self._build(self.expr)
         self.__dict__.pop("_constants", None)
-        self._modes: dict[tuple, _Ops] = {}
+        self._modes: dict[tuple, tuple[int, int] | None] = {}
         used = set().union(*(set(f.knobs) for x, f in self.inputs.items() if x in syms))
         #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
         self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms or k in used)
@@ -377,19 +384,22 @@ class ExactFunction:
     def operations(self, env: Mapping[str, np.ndarray]) -> _Ops:
         """:data:`_FAST` where the bound run on these rows' largest knob values keeps every intermediate
         integer under 2^62, else :data:`_CHECKED` (kept per largest values)."""
+        return _FAST if self.bound(env) is not None else _CHECKED
+
+    def bound(self, env: Mapping[str, np.ndarray]) -> tuple[int, int] | None:
+        """Bounds of |numerator| and of the denominator of :meth:`rational` on rows ``env`` (None: some
+        intermediate integer could reach 2^62), from the bound run on the rows' largest knob values."""
         top = env.top(self.knobs) if isinstance(env, _Env) else \
             tuple(int(np.max(np.abs(env[k]))) if np.size(env[k]) else 0 for k in self.knobs)
-        ops = self._modes.get(top)
-        if ops is None:
+        if top not in self._modes:
             try:
-                self._fn(dict(zip(self.knobs, top)), _BOUND)
-                ops = _FAST
+                b = self._fn(dict(zip(self.knobs, top)), _BOUND)
             except _Overflow:
-                ops = _CHECKED
+                b = None
             if len(self._modes) > 256:
                 self._modes.clear()
-            self._modes[top] = ops
-        return ops
+            self._modes[top] = b
+        return self._modes[top]
 
     def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
         """Exact (numerator, denominator) on rows ``env`` (not reduced where no product could overflow)."""
@@ -424,7 +434,10 @@ def _truncate(n, d, size: int):
     """int(n / d) on ``size`` rows (toward zero, as :func:`int` truncates a SymPy rational)."""
     if isinstance(n, int) and isinstance(d, int):
         return np.full(size, int(sp.Rational(n, d)) if d != 1 else n, dtype=np.int64 if abs(n) < _LIMIT else object)
-    n = np.broadcast_to(n, (size,)) if not isinstance(n, np.ndarray) or n.shape != (size,) else n
+    if not isinstance(n, np.ndarray) or n.shape != (size,):
+        n = np.broadcast_to(_big(n), (size,))
+    if type(d) is int and abs(d) >= _LIMIT or n.dtype != object and isinstance(d, np.ndarray) and d.dtype == object:
+        n = n.astype(object)
     q = np.where(n < 0, -((-n) // d), n // d)
     if q.dtype == object and _mag(q) < _LIMIT:      # the sum passed int64 on the way, not the result
         q = q.astype(np.int64)
@@ -515,13 +528,30 @@ class ChunkProgram:
 
     def evaluate(self, env: Mapping, size: int, rational: Callable[[ExactFunction], tuple]) -> tuple:
         """(saved bytes per micro-batch, working set) on rows ``env``; ``rational(part)``: the part's exact
-        rationals on these rows (kept by the caller: parts recur across chunks)."""
+        rationals on these rows (kept by the caller: parts recur across chunks).  The sums run in plain int64
+        where the parts' bounds show that they cannot reach 2^62."""
+        ops = _CHECKED
+        try:
+            per, work = (0, 1), (0, 1)
+            for times, f in self.kept:
+                b = f.bound(env)
+                if b is None:
+                    raise _Overflow
+                per = _b_add(per, _b_mul((times, 1), b))
+            for f in self.dropped:
+                b = f.bound(env)
+                if b is None:
+                    raise _Overflow
+                work = _b_extreme(work, b)
+            ops = _FAST
+        except _Overflow:
+            pass
         per = (0, 1)
         for times, f in self.kept:
-            per = _r_add(per, _r_mul((times, 1), rational(f)))
+            per = ops.add(per, ops.mul((times, 1), rational(f)))
         work = (0, 1)
         for f in self.dropped:
-            work = _r_max(work, rational(f))
+            work = ops.max(work, rational(f))
         return _truncate(*per, size), _truncate(*work, size)
 
 

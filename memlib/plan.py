@@ -163,12 +163,18 @@ class Grid:
             return np.ones(len(self.peak), dtype=bool)
         return self.peak <= capacity
 
-    def ranking(self, capacity: int | None = None) -> np.ndarray:
+    def ranking(self, capacity: int | None = None, top: int | None = None) -> np.ndarray:
         """Indices of the rows that fit ``capacity`` (None: every row), best first: by the estimated step time,
-        then by peak memory (then by search order)."""
+        then by peak memory (then by search order); the first ``top`` only (None: all)."""
         idx = np.arange(len(self.rows)) if capacity is None else np.flatnonzero(self.fits(capacity))
+        if top is not None and 0 < top < len(idx):
+            # only rows whose step time is at most the top-th smallest can be among the first top (ties kept)
+            step = self.cost["step_s"][idx]
+            idx = idx[step <= np.partition(step, top - 1)[top - 1]]
+        elif top is not None and top <= 0:
+            return idx[:0]
         order = np.lexsort((idx, self.peak[idx].astype(np.float64), self.cost["step_s"][idx]))
-        return idx[order]
+        return idx[order] if top is None else idx[order][:top]
 
     def train(self, i: int) -> TrainingConfig:
         """Row ``i`` as a training configuration (its estimate has the row's peak)."""
@@ -487,12 +493,12 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
 def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None = 10, **options) -> PlanResult:
     """Every valid configuration of ``gpus`` GPUs (:func:`search`, ``options`` its keywords), those whose peak
     stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+        raise ConfigError(f"top={show(top)} must be a non-negative integer (or None: every configuration)")
     grid = search(model, gpus, **options)
     fits = grid.fits(capacity)
     result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()))
-    order = grid.ranking(capacity)
-    if top is not None:
-        order = order[:top]
+    order = grid.ranking(capacity, top)
     for i in order:
         result.configs.append(grid.config(int(i), capacity))
     return result

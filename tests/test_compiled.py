@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import sympy as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memlib.compiled import ExactFunction, Family, compiled_totals
@@ -119,6 +119,8 @@ def _expressions(draw, depth=3):
 @settings(max_examples=300, deadline=None, derandomize=False, suppress_health_check=[HealthCheck.too_slow])
 @given(_expressions(), st.lists(st.tuples(st.integers(1, 64), st.integers(1, 256), st.integers(1, 16),
                                           st.integers(1, 2**22)), min_size=1, max_size=6))
+@example(sp.Integer(9223372037880199860) / sym("TP"), [(1, 1, 1, 1)])          # a constant past int64:
+@example(sp.Integer(9223372037880199860) / (1048577 * sym("TP")), [(1, 1, 1, 1)])  # no uint64, no float
 def test_fast_int64_path_only_where_its_bound_holds(expr, rows):
     """Whichever path :meth:`ExactFunction.operations` picks (plain int64 where the bound run on the rows'
     largest knobs keeps every intermediate under 2^62, else the checked one), each row is int() of the
@@ -136,3 +138,19 @@ def test_the_bound_sends_a_large_product_to_the_checked_path():
     f = ExactFunction(s ** 3 * 10**6 / 7)
     assert f.operations({"seq_len": np.array([2**20])}) is _CHECKED
     assert f.operations({"seq_len": np.array([2**10])}) is _FAST
+
+
+def test_a_chunk_sums_its_parts_exactly_past_int64():
+    """A chunk's parts summed in int64 where their bounds allow it, else exactly: both give int(sum)."""
+    from memlib.compiled import ChunkProgram
+    s, tp = sym("s"), sym("TP")
+    parts = [s ** 3 * 10**6 / (7 * tp), sp.ceiling(s * 5 / (3 * tp)) + s / 11]
+    prog = ChunkProgram(kept=((3, ExactFunction(parts[0])), (2, ExactFunction(parts[1]))),
+                        dropped=(ExactFunction(parts[1]), ExactFunction(parts[0] / 5)))
+    for seq in ([2**20, 4096], [4096, 7]):
+        env = {"seq_len": np.array(seq), "tp": np.array([3, 1])}
+        per, work = prog.evaluate(env, 2, lambda f: f.rational(env))
+        for i, (x, t) in enumerate(zip(seq, (3, 1))):
+            v = {s: x, tp: t}
+            assert int(per[i]) == int(3 * parts[0].xreplace(v) + 2 * parts[1].xreplace(v))
+            assert int(work[i]) == int(max(parts[1].xreplace(v), parts[0].xreplace(v) / 5))

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig
 from memlib.memory import estimate
 from memlib.overhead import Overheads
-from memlib.plan import parse_fix, plan
+from memlib.plan import parse_fix, plan, search
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 10**9
@@ -121,3 +122,33 @@ def test_cli_table(capsys):
                  "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "searched" in out and "step s" in out and len(out.splitlines()) == 6
+
+
+def test_the_top_rows_are_the_head_of_the_whole_ranking():
+    """ranking(capacity, top) keeps only rows that can be among the first ``top`` (by step time, ties kept):
+    its answer is the first ``top`` rows of the whole ranking, ties on the step time included."""
+    grid = search("deepseek-v2-lite", 16, seq_len=2048, global_batch=64, recomputes=("none", "full"))
+    cap = int(np.percentile(grid.peak.astype(np.float64), 60))
+    whole = grid.ranking(cap)
+    for top in (1, 2, 5, 37, len(whole), len(whole) + 3):
+        assert list(grid.ranking(cap, top)) == list(whole[:top])
+    assert len(grid.ranking(cap, 0)) == 0
+    with pytest.raises(ConfigError, match="top=-1 must be a non-negative integer"):
+        plan("deepseek-v2-lite", 16, cap, top=-1)
+
+
+def test_the_process_ends_after_its_whole_output():
+    """``python -m memlib plan`` ends without the interpreter's teardown (memlib.cli.run): the JSON is still
+    whole when it is larger than a pipe's buffer, so is the table printed line by line, and bad input still exits 2 with its one line."""
+    # block-buffered output, as in a pipe without PYTHONUNBUFFERED: what is not flushed before the end is lost
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "memlib", "plan", "--model", "deepseek-v2-lite", "--gpus", "16",
+            "--gpu-memory", "80GB", "--global-batch", "64"]
+    r = subprocess.run(base + ["--top", "400", "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and len(r.stdout) > 2**16
+    data = json.loads(r.stdout)
+    assert len(data["configs"]) == 400
+    table = subprocess.run(base + ["--top", "400"], capture_output=True, text=True, env=env)    # line by line
+    assert table.returncode == 0 and len(table.stdout.splitlines()) == 403 and table.stdout.endswith("\n")
+    bad = subprocess.run(base + ["--zero", "5"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "zero='5'" in bad.stderr
