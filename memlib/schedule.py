@@ -247,6 +247,8 @@ def moments(train: TrainingConfig, rank: int) -> list[Moment]:
     if sch is Schedule.GPIPE:          # monotone: the last forward and the first backward hold all M
         return [Moment((train.num_microbatches,), (0,))]
     # the replay depends on the schedule, PP, V, the micro-batches it runs and the rank only: kept
+    if sch is Schedule.DUALPIPE:      # ranks r and p - 1 - r run the same steps (DualPipe's h = min(r, p-1-r))
+        rank = min(rank, train.pp - 1 - rank)
     key = (sch, train.pp, train.vpp, replay_microbatches(train), rank)
     if key not in _MOMENTS:
         if len(_MOMENTS) > 4096:
@@ -259,7 +261,18 @@ _MOMENTS: dict = {}
 
 
 def _moments(train: TrainingConfig, rank: int) -> list[Moment]:
-    seen = {mo for _, mo in timeline(train, rank)}
+    # the moments of :func:`timeline`, each distinct one built once
+    held = [0] * _chunks(train)
+    found = set()
+    for step in steps(train, rank):
+        for op in step:
+            if op.kind == "F":
+                held[op.chunk] += 1
+        found.add((tuple(held), tuple(sorted({op.chunk for op in step if op.kind != "W"}))))
+        for op in step:
+            if (op.kind == "B" and not op.deferred) or op.kind == "W":
+                held[op.chunk] -= 1
+    seen = {Moment(c, r) for c, r in found}
 
     def dominated(a: Moment, ra: frozenset, b: Moment, rb: frozenset) -> bool:
         return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and ra <= rb
