@@ -476,17 +476,18 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                 cost={k: np.zeros(0) for k in names})
     if not parts:
         return grid
-    costs = []
-    for r, peak, stage, gi in parts:
-        fam, pp, sch, v, rule, lay = groups[gi][:6]
-        costs.append(_cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch,
-                                 gpus, cost))
     grid.rows = np.concatenate([p[0] for p in parts])
     grid.group = np.concatenate([np.full(len(p[0]), p[3], dtype=np.int64) for p in parts])
     grid.peak = np.concatenate([p[1] for p in parts])
     grid.stage = np.concatenate([p[2] for p in parts])
-    grid.cost = {k: np.concatenate([np.broadcast_to(np.asarray(c[k], dtype=np.float64), (len(p[0]),))
-                                    for c, p in zip(costs, parts)]) for k in names}
+    grid.cost = {k: np.empty(len(grid.rows)) for k in names}
+    start = 0
+    for r, peak, stage, gi in parts:            # each group's terms written into its slice of the columns
+        fam, pp, sch, v, rule, lay = groups[gi][:6]
+        terms = _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch, gpus, cost)
+        for k in names:
+            grid.cost[k][start:start + len(r)] = terms[k]
+        start += len(r)
     return grid
 
 
