@@ -275,7 +275,8 @@ class ExactFunction:
 
     def __init__(self, expr, inputs: Mapping[sp.Symbol, "ExactFunction"] | None = None):
         self.expr = sp.sympify(expr)
-        #: symbols that stand for other compiled expressions (their exact rationals, not truncated)
+        #: symbols that stand for other compiled expressions (their exact rationals, not truncated), read from
+        #: the rows at evaluation: :meth:`with_inputs` feeds other functions to the same compiled expression
         self.inputs = dict(inputs or {})
         syms = self.expr.free_symbols
         unknown = syms - set(_BY_SYMBOL) - set(self.inputs)
@@ -284,10 +285,24 @@ class ExactFunction:
                               f"({', '.join(map(str, KNOBS.values()))})")
         self._fn = self._build(self.expr)
         self.__dict__.pop("_constants", None)
+        #: the knobs of the expression itself, without its inputs'
+        self._own = frozenset(k for k, x in KNOBS.items() if x in syms)
+        self._set_inputs(self.inputs)
+
+    def _set_inputs(self, inputs: Mapping[sp.Symbol, "ExactFunction"]) -> None:
+        self.inputs = dict(inputs)
         self._modes: dict[tuple, tuple[int, int] | None] = {}
-        used = set().union(*(set(f.knobs) for x, f in self.inputs.items() if x in syms))
+        used = set(self._own).union(*(set(f.knobs) for f in self.inputs.values()))
         #: the knobs (TrainingConfig field names) the expression depends on, in :data:`KNOBS` order
-        self.knobs: tuple[str, ...] = tuple(k for k, x in KNOBS.items() if x in syms or k in used)
+        self.knobs: tuple[str, ...] = tuple(k for k in KNOBS if k in used)
+
+    def with_inputs(self, inputs: Mapping[sp.Symbol, "ExactFunction"]) -> "ExactFunction":
+        """The same compiled expression fed other input functions (the same symbols): nothing is compiled."""
+        if set(inputs) != set(self.inputs):
+            raise ValueError(f"inputs {sorted(map(str, inputs))} are not {sorted(map(str, self.inputs))}")
+        new = copy.copy(self)
+        new._set_inputs(inputs)
+        return new
 
     # -- compilation ---------------------------------------------------------------------------
     def _constant(self, e) -> bool:
@@ -305,16 +320,7 @@ class ExactFunction:
             bound = (abs(const[0]), const[1])
             return lambda env, ops: bound if ops is _BOUND else const
         if isinstance(e, sp.Symbol) and e in self.inputs:
-            f = self.inputs[e]
-
-            def given(env, ops, f=f):
-                memo = getattr(env, "memo", None)
-                if memo is None or ops is _BOUND:
-                    return f._fn(env, ops)
-                if id(f) not in memo:
-                    memo[id(f)] = (f, f._fn(env, ops))     # the function is kept so that its id stays its own
-                return memo[id(f)][1]
-            return given
+            return lambda env, ops: env[e]        # the input's rationals (its bounds in the bound run)
         if isinstance(e, sp.Symbol):
             name = _BY_SYMBOL[e]
             return lambda env, ops: (env[name], 1)
@@ -391,25 +397,57 @@ class ExactFunction:
         intermediate integer could reach 2^62), from the bound run on the rows' largest knob values."""
         top = env.top(self.knobs) if isinstance(env, _Env) else \
             tuple(int(np.max(np.abs(env[k]))) if np.size(env[k]) else 0 for k in self.knobs)
-        if top not in self._modes:
+        return self._bound_at(dict(zip(self.knobs, top)))
+
+    def _bound_at(self, top: Mapping[str, int]) -> tuple[int, int] | None:
+        key = tuple(top[k] for k in self.knobs)
+        if key not in self._modes:
             try:
-                b = self._fn(dict(zip(self.knobs, top)), _BOUND)
+                benv = dict(top)
+                for x, f in self.inputs.items():
+                    benv[x] = f._bound_at(top)
+                    if benv[x] is None:
+                        raise _Overflow
+                b = self._fn(benv, _BOUND)
             except _Overflow:
                 b = None
             if len(self._modes) > 256:
                 self._modes.clear()
-            self._modes[top] = b
-        return self._modes[top]
+            self._modes[key] = b
+        return self._modes[key]
 
     def rational(self, env: Mapping[str, np.ndarray]) -> tuple:
         """Exact (numerator, denominator) on rows ``env`` (not reduced where no product could overflow)."""
-        return self._fn(env, self.operations(env))
+        ops = self.operations(env)
+        if not self.inputs:
+            return self._fn(env, ops)
+        view = _Overlay(env)
+        memo = getattr(env, "memo", None)
+        for x, f in self.inputs.items():
+            if memo is None:
+                view[x] = f.rational(env)
+            else:                   # kept for the rows: a stage's counts feed each of its state terms
+                if id(f) not in memo:
+                    memo[id(f)] = (f, f.rational(env))     # the function is kept so that its id stays its own
+                view[x] = memo[id(f)][1]
+        return self._fn(view, ops)
 
     def __call__(self, env: Mapping[str, np.ndarray], size: int | None = None):
         n, d = self.rational(env)
         if size is None:
             size = len(next(iter(env.values())))
         return _truncate(n, d, size)
+
+
+class _Overlay(dict):
+    """Rows with the rationals of a function's inputs added (keyed by their symbols)."""
+
+    def __init__(self, base: Mapping):
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, key):
+        return self.base[key]
 
 
 class _Env(dict):
@@ -640,8 +678,9 @@ class Family:
             z = int(zero)
             if z not in self._formulas:
                 edp = {sym("EDP"): counts[sym("EDP")]}
-                self._formulas[z] = states_formula(z, self.base.recipe).map(lambda e: e.xreplace(edp))
-            self._states[key] = {k: ExactFunction(x, self._counts[sig]) for k, x in self._formulas[z].items()}
+                terms = states_formula(z, self.base.recipe).map(lambda e: e.xreplace(edp))
+                self._formulas[z] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
+            self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[z].items()}
         return self._states[key]
 
     def pipeline(self, pp: int = 1, schedule: Schedule | str = "1f1b", vpp: int = 1,
