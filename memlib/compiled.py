@@ -409,6 +409,7 @@ class ExactFunction:
                     if benv[x] is None:
                         raise _Overflow
                 b = self._fn(benv, _BOUND)
+                _b_check(*b)
             except _Overflow:
                 b = None
             if len(self._modes) > 256:
