@@ -103,9 +103,10 @@ class Series:
 
 
 def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str = "GiB", totals: bool = True,
-                 digits: int = 1, width: float = 0.65, fontsize: float = 7) -> list[float]:
+                 digits: int = 1, width: float = 0.65, fontsize: float = 7, ticks: bool = True) -> list[float]:
     """Draw stacked bars (one per label), optionally with each bar's total above it; returns the
-    tops (floats, in ``unit``)."""
+    tops (floats, in ``unit``).  ``ticks=False`` leaves the x ticks to the caller (a label on every
+    bar would only be replaced)."""
     x = list(range(len(labels)))
     bottom = [0.0] * len(labels)
     exact = [0] * len(labels)
@@ -120,7 +121,8 @@ def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str 
         for xi, top, n in zip(x, bottom, exact):
             ax.annotate(fmt_bytes(n, unit, digits), (xi, top), ha="center", va="bottom", fontsize=fontsize,
                         xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(x, labels, fontsize=fontsize)
+    if ticks:
+        ax.set_xticks(x, labels, fontsize=fontsize)
     ax.set_ylabel(f"{unit} per device")
     return bottom
 
