@@ -116,7 +116,7 @@ def grid_figure(grid: dict):
             stages = grid[(z, p)].est.stages
             series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [s.bytes[k] for s in stages]) for k in TERMS]
             labels = [str(s.stage.index) for s in stages]
-            stacked_bars(ax, labels, series, totals=False, width=0.8, fontsize=6)
+            stacked_bars(ax, labels, series, totals=False, width=0.8, fontsize=6, ticks=False)
             capacity_line(ax, _capacity(), "")
             ax.set_xticks(range(0, len(labels), 5), labels[::5], fontsize=7)
             ax.set_ylabel("")
