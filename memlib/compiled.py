@@ -745,6 +745,45 @@ class Pipeline:
         ``micro_batch``, ``dp``, ``tp``, ``ep``, ``etp``, ``cp``; ``zero`` 0..3; ``num_microbatches``: M, or
         None for the schedule's default).  ``cache``: a dict kept by the caller for these very rows, so that
         pipelines over the same rows evaluate each chunk's and stage's program once."""
+        allocated = None
+        for r, row in enumerate(self._allocated(zero, num_microbatches, cache, knobs)):
+            if allocated is None:
+                allocated = np.zeros((len(self.stages), len(row)), dtype=np.int64)
+            if row.dtype == object and allocated.dtype != object:
+                allocated = allocated.astype(object)
+            allocated[r] = row
+        return Totals(allocated, self._total(allocated))
+
+    def peak(self, *, zero, num_microbatches=None, cache: dict | None = None, **knobs) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`evaluate`'s ``Totals.peak()`` (the peak total of each row and its first stage), without the
+        stages x rows arrays: the largest allocated bytes so far and their stage, kept stage by stage (the total
+        rises strictly with the allocated bytes, so both peak at the same first stage)."""
+        best = where = None
+        for r, row in enumerate(self._allocated(zero, num_microbatches, cache, knobs)):
+            if best is None:            # (each row is a new array: kept as it is)
+                best, where = row, np.zeros(len(row), dtype=np.int64)
+                continue
+            if row.dtype == object and best.dtype != object:
+                best = best.astype(object)
+            higher = row > best
+            best = np.where(higher, row, best) if best.dtype == object or row.dtype == object else \
+                np.maximum(best, row, out=best)
+            where[higher] = r
+        return self._total(best), where
+
+    def _total(self, allocated: np.ndarray) -> np.ndarray:
+        """Total bytes from allocated bytes: plus the CUDA context and the communication buffers, and the
+        fragmentation (rounded up), as :class:`~memlib.overhead.Overheads` does."""
+        ov = self.family.overhead
+        frag = ov.fragmentation
+        if allocated.dtype != object and _mag(allocated) * max(frag.numerator, 1) + int(ov.cuda_context) + \
+                int(ov.comm_buffers) >= _LIMIT:
+            allocated = allocated.astype(object)
+        return allocated + int(ov.cuda_context) + int(ov.comm_buffers) + \
+            (-((-allocated * frag.numerator) // frag.denominator))
+
+    def _allocated(self, zero, num_microbatches, cache: dict | None, knobs: Mapping):
+        """The allocated bytes of each stage in turn, an array over the rows."""
         env = {k: np.asarray(knobs[k], dtype=np.int64) for k in KNOBS}
         n = len(env["dp"])
         if cache is None:               # within this call: each knob subset's distinct rows found once
@@ -761,7 +800,6 @@ class Pipeline:
         reps = self.replay(ms)
         # (the counts are not used: np.unique without them imports numpy.ma, about 12 ms in a fresh process)
         zs = tuple(int(z) for z in np.unique(zero, return_counts=True)[0])
-        allocated = np.zeros((len(self.stages), n), dtype=np.int64)
 
         # the model states depend on the knobs of their programs and on ZeRO only: evaluated once per distinct
         # row of those (a search's rows differ mostly in b and M, which they do not depend on)
@@ -830,18 +868,7 @@ class Pipeline:
                         v = v + np.maximum(w, 0)
                     best = v if best is None else np.maximum(best, v)
                 act = best if act is None else np.where(u_reps == rv, best, act)
-            row = _add(states, act[inverse])
-            if row.dtype == object and allocated.dtype != object:
-                allocated = allocated.astype(object)
-            allocated[r] = row
-        ov = fam.overhead
-        frag = ov.fragmentation
-        if allocated.dtype != object and _mag(allocated) * max(frag.numerator, 1) + int(ov.cuda_context) + \
-                int(ov.comm_buffers) >= _LIMIT:
-            allocated = allocated.astype(object)
-        total = allocated + int(ov.cuda_context) + int(ov.comm_buffers) + \
-            (-((-allocated * frag.numerator) // frag.denominator))
-        return Totals(allocated, total)
+            yield _add(states, act[inverse])
 
     def evaluate_configs(self, trains: Sequence[TrainingConfig]) -> Totals:
         """:meth:`evaluate` on training configurations (their knobs; each must match this pipeline)."""

@@ -461,10 +461,9 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
             continue
         pipe = fam.pipeline(pp, sch, v, lay)
         cache = caches.setdefault((id(fam), pp, sch if sch in (Schedule.INTERLEAVED, Schedule.DUALPIPE) else None), {})
-        tot = pipe.evaluate(dp=r[:, 0], tp=r[:, 1], cp=r[:, 2], ep=r[:, 3], etp=r[:, 4], zero=r[:, 5],
-                            micro_batch=r[:, 6], num_microbatches=r[:, 7], seq_len=np.full(len(r), seq_len),
-                            cache=cache)
-        peak, stage = tot.peak()
+        peak, stage = pipe.peak(dp=r[:, 0], tp=r[:, 1], cp=r[:, 2], ep=r[:, 3], etp=r[:, 4], zero=r[:, 5],
+                                micro_batch=r[:, 6], num_microbatches=r[:, 7], seq_len=np.full(len(r), seq_len),
+                                cache=cache)
         parts.append((r, peak, stage, gi))
     if bar is not None:
         bar.close()

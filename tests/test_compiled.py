@@ -36,6 +36,11 @@ def test_vectorised_equals_estimate_to_the_byte(case, preset, other_zero, other_
     pipe = fam.pipeline(base.pp, base.schedule, base.vpp, base.layout)
     tot = pipe.evaluate_configs(trains)
     peak, stage = tot.peak()
+    # the search's path: the running peak, stage by stage, without the stages x rows arrays
+    knobs = {k: [getattr(t, k) for t in trains] for k in ("dp", "tp", "ep", "etp", "cp", "micro_batch", "seq_len")}
+    run_peak, run_stage = pipe.peak(zero=[int(t.zero) for t in trains],
+                                    num_microbatches=[t.num_microbatches for t in trains], **knobs)
+    assert list(map(int, run_peak)) == list(map(int, peak)) and list(map(int, run_stage)) == list(map(int, stage))
     for i, t in enumerate(trains):
         est = estimate(m, t, ovh)
         assert [s.allocated for s in est.stages] == [int(x) for x in tot.allocated[:, i]]
