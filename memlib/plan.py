@@ -336,12 +336,11 @@ def _layouts(layers: int, stages: int, rules: Sequence[str]) -> list[tuple[str, 
 
 
 def _progress(total: int, enabled: bool):
+    """A progress bar over the search's groups on stderr (tqdm, a dependency: imported only when one is shown)."""
     if not enabled:
         return None
-    try:
-        from tqdm import tqdm  # optional: only if it is installed
-    except ImportError:
-        return None
+    from tqdm import tqdm
+
     return tqdm(total=total, file=sys.stderr, unit="group", leave=False)
 
 

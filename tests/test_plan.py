@@ -152,3 +152,39 @@ def test_the_process_ends_after_its_whole_output():
     assert table.returncode == 0 and len(table.stdout.splitlines()) == 403 and table.stdout.endswith("\n")
     bad = subprocess.run(base + ["--zero", "5"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "zero='5'" in bad.stderr
+
+
+def _on_a_terminal(args: list[str]) -> tuple[int, str]:
+    """``python -m memlib ARGS`` with its stderr on a pseudo-terminal: (exit code, what reached the terminal)."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    import fcntl
+    import struct
+    import termios
+
+    main_fd, tty_fd = pty.openpty()
+    fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))    # 24 x 100 (a new pty is 0 x 0)
+    proc = subprocess.Popen([sys.executable, "-m", "memlib", *args], stdout=subprocess.DEVNULL, stderr=tty_fd,
+                            env=env)
+    os.close(tty_fd)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:         # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main_fd)
+    return proc.wait(), seen.decode(errors="replace")
+
+
+def test_a_progress_bar_on_a_terminal_only():
+    """The search shows tqdm's bar over its groups on stderr when stderr is a terminal, and none with --json."""
+    args = ["plan", "--model", "deepseek-v2-lite", "--gpus", "16", "--gpu-memory", "80GB", "--global-batch", "64"]
+    code, err = _on_a_terminal(args)
+    assert code == 0 and "group" in err and "%" in err
+    code, err = _on_a_terminal(args + ["--json"])
+    assert code == 0 and "group" not in err
