@@ -15,10 +15,13 @@ very same expressions, once:
   the partition, so configurations are grouped by them); its stages' moments come from the schedule replay
   (:func:`memlib.schedule.moments`), per number of micro-batches M.
 * every expression is compiled by :class:`ExactFunction` into NumPy operations on exact rationals (numerator and
-  denominator int64 arrays, reduced by their gcd; an operation that could pass 2^62 switches to Python
-  integers): ceilings, maxima, piecewise cases and the final truncation ``int()`` are those of the exact
-  evaluation, so a vectorised result equals :func:`~memlib.memory.estimate`'s to the byte
-  (tests/test_compiled.py checks it on random configurations of every kind).
+  denominator int64 arrays): ceilings, maxima, piecewise cases and the final truncation ``int()`` are those of
+  the exact evaluation, so a vectorised result equals :func:`~memlib.memory.estimate`'s to the byte
+  (tests/test_compiled.py checks it on random configurations of every kind).  The same compiled expression
+  runs three ways: a *bound* run on the rows' largest knob values (Python integers) finds whether any
+  intermediate integer could reach 2^62; if none can, the *fast* run uses plain int64 operations and
+  reduces nothing; else the *checked* run looks at each product's magnitude, reduces denominators by their
+  gcd and switches to Python integers where int64 could overflow.
 
 The knobs are DP, TP, EP, ETP, CP, b, s (symbols of the expressions), M (the replay) and the ZeRO stage.
 
@@ -38,6 +41,7 @@ from math import gcd
 from typing import Callable, Mapping, Sequence
 
 import copy
+import operator
 
 import numpy as np
 import sympy as sp
@@ -157,14 +161,15 @@ def _r_where(c, x, y):
     return np.where(c, _big(x[0]), _big(y[0])), np.where(c, _big(x[1]), _big(y[1]))
 
 
-def _r_max(x, y):
-    a, b = _r_cmp(x, y)
-    return _r_where(a >= b, x, y)
+def _picker(cmp, keep_first):
+    """max (``operator.ge``) or min (``operator.le``) of two rationals compared by ``cmp``."""
+    def pick(x, y):
+        a, b = cmp(x, y)
+        return _r_where(keep_first(a, b), x, y)
+    return pick
 
 
-def _r_min(x, y):
-    a, b = _r_cmp(x, y)
-    return _r_where(a <= b, x, y)
+_r_max, _r_min = _picker(_r_cmp, operator.ge), _picker(_r_cmp, operator.le)
 
 
 def _floor_div(n, d):
@@ -199,14 +204,7 @@ def _f_cmp(x, y):
     return x[0] * y[1], y[0] * x[1]
 
 
-def _f_max(x, y):
-    a, b = _f_cmp(x, y)
-    return _r_where(a >= b, x, y)
-
-
-def _f_min(x, y):
-    a, b = _f_cmp(x, y)
-    return _r_where(a <= b, x, y)
+_f_max, _f_min = _picker(_f_cmp, operator.ge), _picker(_f_cmp, operator.le)
 
 
 class _Overflow(Exception):
