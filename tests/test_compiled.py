@@ -64,6 +64,21 @@ def test_deepseek_v3_configurations(kw):
     assert [s.total for s in est.stages] == [int(x) for x in tot.total[:, 0]]
 
 
+def test_a_pipeline_past_int64_stays_exact():
+    """DeepSeek-V3 with s = 2^20, b = 64 and M = 4096 under GPipe holds about 1,300 EiB a stage: past int64, so
+    the checked path with Python integers; still estimate()'s bytes to the byte, on both of the search's paths."""
+    t = TrainingConfig(dp=8, tp=2, pp=4, ep=8, seq_len=2**20, micro_batch=64, schedule="gpipe",
+                       num_microbatches=4096)
+    est = estimate("deepseek-v3", t)
+    tot = compiled_totals("deepseek-v3", t)
+    assert max(s.total for s in est.stages) > 2**63
+    assert [s.total for s in est.stages] == [int(x) for x in tot.total[:, 0]]
+    pipe = Family("deepseek-v3", t).pipeline(4, "gpipe")
+    peak, stage = pipe.peak(zero=[t.zero], num_microbatches=[4096], dp=[8], tp=[2], ep=[8], etp=[1], cp=[1],
+                            micro_batch=[64], seq_len=[2**20])
+    assert (int(peak[0]), int(stage[0])) == (est.peak.total, est.peak.stage.index)
+
+
 def test_exact_function_rounds_like_int():
     tp, b = sym("TP"), sym("b")
     f = ExactFunction(sp.ceiling(7 * b / tp) + sp.Rational(5, 3) * b / tp + sp.Max(b, 3 * tp - 4)
