@@ -81,15 +81,21 @@ def _differences(r: dict) -> list:
 # ------------------------------------------------------------------------------------------------
 # random configs, one worker process
 # ------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def random_batch(mcore):
-    from memlib.measure_megatron import measure_many, random_request
+def _measured_batch(generator: str, n: int, what: str):
+    """(seed, requests, results): ``n`` requests drawn by ``memlib.measure_megatron.<generator>`` from this run's
+    seed, measured in one worker process."""
+    from memlib import measure_megatron
 
     seed = _seed()
-    print(f"\nMEMLIB_MCORE_SEED={seed} ({N_CONFIGS} random configs)")
+    print(f"\nMEMLIB_MCORE_SEED={seed} ({n} {what})")
     rng = random.Random(seed)
-    reqs = [random_request(rng, i) for i in range(N_CONFIGS)]
-    return seed, reqs, measure_many(reqs)
+    reqs = [getattr(measure_megatron, generator)(rng, i) for i in range(n)]
+    return seed, reqs, measure_megatron.measure_many(reqs)
+
+
+@pytest.fixture(scope="module")
+def random_batch(mcore):
+    return _measured_batch("random_request", N_CONFIGS, "random configs")
 
 
 def test_random_configs_exact(random_batch):
@@ -176,13 +182,7 @@ N_FAMILY_CONFIGS = int(os.environ.get("MEMLIB_MCORE_FAMILY_CONFIGS", "24"))
 
 @pytest.fixture(scope="module")
 def family_batch(mcore):
-    from memlib.measure_megatron import measure_many, random_family_request
-
-    seed = _seed()
-    print(f"\nMEMLIB_MCORE_SEED={seed} ({N_FAMILY_CONFIGS} random family configs)")
-    rng = random.Random(seed)
-    reqs = [random_family_request(rng, i) for i in range(N_FAMILY_CONFIGS)]
-    return seed, reqs, measure_many(reqs)
+    return _measured_batch("random_family_request", N_FAMILY_CONFIGS, "random family configs")
 
 
 def test_family_random_configs_exact(family_batch):
