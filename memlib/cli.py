@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -710,10 +711,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memlib: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `memlib estimate | head`: the reader left; not an error of ours
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_left()
         return 0
+
+
+def _reader_left() -> None:
+    """stdout's reader has gone: later writes (and the flush at exit) go to /dev/null, not to a broken pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 #: the commands whose process may end without the interpreter's teardown (nothing of theirs needs it); measure
@@ -730,13 +734,9 @@ def run() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:          # the reader left (``memlib plan | head``): not an error of ours
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_left()
     sys.stderr.flush()
     if quick:
-        import os
-
         os._exit(int(code or 0))
     sys.exit(code)
 

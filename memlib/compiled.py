@@ -37,6 +37,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import gcd
 from typing import Callable, Mapping, Sequence
 
@@ -724,11 +725,9 @@ class Pipeline:
             return ms
         return np.where(ms < 0, -1, np.minimum(ms, self._saturation))
 
-    @property
+    @cached_property
     def _saturation(self) -> int:
-        if "_sat" not in self.__dict__:
-            self.__dict__["_sat"] = replay_microbatches(self.train, saturate=True)
-        return self.__dict__["_sat"]
+        return replay_microbatches(self.train, saturate=True)
 
     def moments(self, rank: int, m: int | None) -> list[Moment]:
         """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only

@@ -221,23 +221,26 @@ def _chunks(train: TrainingConfig) -> int:
     return len(train.schedule.rank_chunks(0, train.pp, train.vpp))
 
 
-def timeline(train: TrainingConfig, rank: int, m: int | None = None) -> list[tuple[Step, Moment]]:
-    """Each step of ``rank`` with its moment: the micro-batches held per chunk after the step's
-    forwards allocated and before its backwards released, and the chunks computing."""
+def _held(train: TrainingConfig, rank: int, m: int | None = None) -> Iterator[tuple[Step, tuple, tuple]]:
+    """Each step of ``rank`` with the micro-batches held per chunk after its forwards allocated and before
+    its backwards released, and the chunks computing (as tuples: :func:`timeline` makes them moments)."""
     held = [0] * _chunks(train)
-    out = []
     for step in steps(train, rank, m):
         for op in step:
             if op.kind == "F":
                 held[op.chunk] += 1
-        running = tuple(sorted({op.chunk for op in step if op.kind in ("F", "B")}))
-        out.append((step, Moment(tuple(held), running)))
+        yield step, tuple(held), tuple(sorted({op.chunk for op in step if op.kind in ("F", "B")}))
         for op in step:
             if (op.kind == "B" and not op.deferred) or op.kind == "W":
                 held[op.chunk] -= 1
     if any(held):  # pragma: no cover - every schedule releases what it allocated
         raise AssertionError(f"replay of rank {rank} ends holding {held}")
-    return out
+
+
+def timeline(train: TrainingConfig, rank: int, m: int | None = None) -> list[tuple[Step, Moment]]:
+    """Each step of ``rank`` with its moment: the micro-batches held per chunk after the step's
+    forwards allocated and before its backwards released, and the chunks computing."""
+    return [(step, Moment(counts, running)) for step, counts, running in _held(train, rank, m)]
 
 
 def moments(train: TrainingConfig, rank: int) -> list[Moment]:
@@ -262,17 +265,7 @@ _MOMENTS: dict = {}
 
 def _moments(train: TrainingConfig, rank: int) -> list[Moment]:
     # the moments of :func:`timeline`, each distinct one built once
-    held = [0] * _chunks(train)
-    found = set()
-    for step in steps(train, rank):
-        for op in step:
-            if op.kind == "F":
-                held[op.chunk] += 1
-        found.add((tuple(held), tuple(sorted({op.chunk for op in step if op.kind != "W"}))))
-        for op in step:
-            if (op.kind == "B" and not op.deferred) or op.kind == "W":
-                held[op.chunk] -= 1
-    seen = {Moment(c, r) for c, r in found}
+    seen = {Moment(c, r) for c, r in {(c, r) for _, c, r in _held(train, rank)}}
 
     def dominated(a: Moment, ra: frozenset, b: Moment, rb: frozenset) -> bool:
         return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and ra <= rb
