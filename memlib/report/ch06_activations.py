@@ -241,7 +241,7 @@ def table10(est: Estimate) -> str:
 def korthikanti_table() -> str:
     rows = [[r["name"], f"$sbh\\left({tex(r['coefficient'])}\\right)$", f"$sbh\\left({tex(r['printed'])}\\right)$",
              "equal" if r["equal"] else "**differs**"] for r in pact.korthikanti_gpt_rows()]
-    return md_table(["technique", "memlib, from the gpt family's layer", "Korthikanti et al.", "comparison"], rows,
+    return md_table(["technique", "memlib (gpt family's layer)", "Korthikanti et al.", "check"], rows,
                     "llll")
 
 
