@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,15 +74,29 @@ def test_gpipe_beside_1f1b_lists_gpipes_own_peaks():
             idx = np.flatnonzero(grid.group == gi)
             for i in (idx[0], idx[-1], idx[rng.randrange(len(idx))]):
                 _check_row(grid, int(i))
-        peaks[order] = sorted((grid.labels("schedule")[i], grid.train(i).label(), int(grid.peak[i]))
-                              for i in range(grid.searched))
+        peaks[order] = _by_configuration(grid)
     assert peaks[("1f1b", "gpipe")] == peaks[("gpipe", "1f1b")]
 
 
+def _by_configuration(grid) -> dict:
+    """Each searched row's (peak, stage), keyed by its configuration (the group's family, PP, schedule, V,
+    layout rule and the row's knobs)."""
+    out = {}
+    for gi, (fam, pp, sch, v, rule, _) in enumerate(grid.groups):
+        idx = np.flatnonzero(grid.group == gi)
+        head = (fam.train.recompute, fam.train.precision, fam.train.profile, pp, sch.value, v, rule)
+        for i, row in zip(idx.tolist(), grid.rows[idx].tolist()):
+            out[head + tuple(row)] = (int(grid.peak[i]), int(grid.stage[i]))
+    return out
+
+
 def test_every_listed_gpipe_row_of_the_cli_search_is_exact():
-    r = plan("mixtral-8x7b", 64, 80 * 10**9, schedules=("1f1b", "gpipe"), top=200)
+    """Every configuration of a small search listed (no capacity, no top), each against estimate(): GPipe's
+    rows with more micro-batches than stages among them (1F1B's replay holds at most p of them)."""
+    r = plan("mixtral-8x7b", 16, 10**15, schedules=("1f1b", "gpipe"), global_batch=32, recomputes=("full",),
+             zeros=(1,), layout_rules=("default",), fix={"tp": 2}, top=None)
     gpipe = [c for c in r.configs if c["config"]["schedule"] == "gpipe"]
-    assert gpipe
+    assert len(r.configs) == r.searched and any(c["config"]["num_microbatches"] > c["config"]["pp"] for c in gpipe)
     _check_listed(r, "mixtral-8x7b")
 
 
@@ -103,7 +116,7 @@ def _options(draw):
     )
 
 
-@settings(max_examples=12, deadline=None, derandomize=False,
+@settings(max_examples=8, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.sampled_from(MODELS), st.sampled_from((8, 16, 32)), st.lists(_options(), min_size=2, max_size=2),
        st.randoms(use_true_random=False))
@@ -112,21 +125,8 @@ def test_every_listed_peak_equals_estimate_over_option_lists(model, gpus, search
     stages and profiles): every listed row, and rows of every group the search went through, equal
     estimate()'s peak and peak stage."""
     for options in searches:
-        r = plan(model, gpus, 10**15, top=25, **options)
+        r = plan(model, gpus, 10**15, top=15, **options)
         _check_listed(r, model)
         grid = search(model, gpus, **options)
         assert grid.searched == r.searched
-        _check_groups(grid, rng, per_group=2, groups=40)
-
-
-@pytest.mark.parametrize("first,second", [(("1f1b",), ("gpipe",)), (("gpipe",), ("1f1b",)),
-                                          (("interleaved",), ("1f1b", "gpipe"))])
-def test_a_warm_cache_from_an_earlier_search_changes_nothing(first, second):
-    """The same search after another one (the library's caches warm) lists what it lists in a fresh
-    order: the groups' peaks do not depend on what ran before."""
-    opts = dict(global_batch=64, recomputes=("none", "selective"), zeros=(1,))
-    alone = search("deepseek-v2-lite", 16, schedules=second, **opts)
-    search("deepseek-v2-lite", 16, schedules=first, **opts)
-    again = search("deepseek-v2-lite", 16, schedules=second, **opts)
-    assert np.array_equal(alone.peak.astype(object), again.peak.astype(object))
-    _check_groups(again, random.Random(1), per_group=2)
+        _check_groups(grid, rng, per_group=2, groups=25)
