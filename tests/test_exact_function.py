@@ -1,4 +1,4 @@
-"""memlib.core.breakdown.exact_function (what estimate() evaluates its kept terms with) against SymPy's own exact
+"""memlib.core.exact.exact_function (what estimate() evaluates its kept terms with) against SymPy's own exact
 substitution, and memlib.search.compiled's distinct-row finder against a sort: random expressions and values."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from memlib.core.breakdown import NotCompilable, exact_function
+from memlib.core.exact import NotCompilable, exact_function
 from memlib.search.compiled import _unique_rows
 
 b, s, TP, CP = sp.symbols("b s TP CP", positive=True, integer=True)

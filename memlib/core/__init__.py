@@ -2,6 +2,7 @@
 
 :mod:`~memlib.core.units` formats and parses byte counts (GiB and GB kept apart),
 :mod:`~memlib.core.symbols` defines every symbol once, :mod:`~memlib.core.breakdown` is the ordered set
-of named SymPy terms every result is, and compiles those terms into exact integer arithmetic.
+of named SymPy terms every result is, and :mod:`~memlib.core.exact` compiles such terms into exact
+Python arithmetic.
 Nothing here knows about models or devices.
 """

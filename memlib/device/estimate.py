@@ -35,7 +35,8 @@ import sympy as sp
 
 from ..ledgers.base import Policy, Saved, element_bytes, entry_bytes, parse_policy, training_values
 from ..ledgers.paper import act_profile
-from ..core.breakdown import Breakdown, NotCompilable, exact_function, exact_int
+from ..core.breakdown import Breakdown, exact_int
+from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..config.strategies import AttnBackend
 from .overhead import Overheads
@@ -391,7 +392,7 @@ class Estimate:
         ``evaluate=False``: the sharded counts' ceilings are left as SymPy builds them from the formula,
         unsimplified.  Their values are the same (a ceiling of the same rational), found without SymPy's
         simplification of a ceiling over a sum, which takes about 10 ms a stage: the form to compile
-        (:func:`memlib.core.breakdown.exact_function`, :class:`memlib.search.compiled.ExactFunction`), not to print."""
+        (:func:`memlib.core.exact.exact_function`, :class:`memlib.search.compiled.ExactFunction`), not to print."""
         mv = self.partition.model_values
         counts = self.stage_counts(st)
         z = self.train.zero if zero is None else zero
