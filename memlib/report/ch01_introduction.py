@@ -12,7 +12,6 @@ import importlib.util
 import pkgutil
 from pathlib import Path
 
-from .. import PACKAGES
 from ..config import PAPER_TRAINING, ConfigError
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
@@ -105,6 +104,16 @@ def _docstring_summary(module: str) -> str:
     return first.replace("``", "`")
 
 
+def _packages() -> tuple[str, ...]:
+    """:data:`memlib.PACKAGES`, read from the package's source (the facade imports everything; a chapter module
+    imports only what comes before it)."""
+    spec = importlib.util.find_spec("memlib")
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(x, "id", None) for x in node.targets] == ["PACKAGES"]:
+            return ast.literal_eval(node.value)
+    raise LookupError("memlib.PACKAGES")
+
+
 def _submodules(package: str) -> str:
     """A package's modules by name, the chapter modules ``chNN_*`` as one range (— for a module or a package
     without submodules)."""
@@ -121,7 +130,7 @@ def library_table() -> str:
     """memlib's packages in the order data flows (:data:`memlib.PACKAGES`), each with its modules and the first
     paragraph of its docstring (read from the source, not imported)."""
     rows = [[str(i), f"`memlib.{name}`", _submodules(name), _docstring_summary(name)]
-            for i, name in enumerate(PACKAGES, 1)]
+            for i, name in enumerate(_packages(), 1)]
     return md_table(["step", "package", "modules", "what it holds"], rows, "clll")
 
 
