@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from memlib.ledgers.base import POLICIES
-from memlib.ledgers.paper import ACT_PROFILES
+from memlib.ledgers import ACT_PROFILES
 from memlib.model.states import RECIPES
 
 PROFILES = sorted(ACT_PROFILES)

@@ -16,7 +16,8 @@ from memlib.ledgers.base import (
     DTYPE_BYTES, MODULES, POLICIES, Policy, entry_bytes, ledger_bytes, parse_policy, saved, training_values,
 )
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.ledgers.paper import ACT_PROFILES, act_profile, paper_layer
+from memlib.ledgers import ACT_PROFILES, act_profile
+from memlib.ledgers.paper import paper_layer
 from memlib.device.estimate import estimate
 from memlib.model.params import values as model_values
 from memlib.model.states import recipe
@@ -342,7 +343,7 @@ def test_selective_drops_exactly_the_attention_core(v3):
 def test_module_unknown_to_the_profile_is_an_error(monkeypatch):
     from dataclasses import replace
 
-    import memlib.ledgers.paper as L
+    import memlib.ledgers as L
 
     monkeypatch.setitem(L.ACT_PROFILES, "paper", replace(L.ACT_PROFILES["paper"], modules=frozenset({"core_attn"})))
     with pytest.raises(ConfigError, match="module layernorm is not known to the paper profile"):

@@ -16,7 +16,7 @@ vectorised NumPy function for sweeps (floats, for figures only).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping
 
 import sympy as sp
 

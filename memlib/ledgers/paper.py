@@ -1,6 +1,7 @@
 """Activation ledgers: what each implementation saves for backward, per layer and around it.
 
-A *profile* is a ledger variant (see :mod:`memlib.ledgers.base` for the machinery):
+A *profile* is a ledger variant (see :mod:`memlib.ledgers.base` for the machinery; :mod:`memlib.ledgers`
+names every profile):
 
 ``paper``
     arXiv 2502.07846 §5, term by term: MLA 4bsh + 2bs(d_c'+d_c) + 4bs(d_h+d_h^R)n_h + 2bs d_h n_h
@@ -8,7 +9,7 @@ A *profile* is a ledger variant (see :mod:`memlib.ledgers.base` for the machiner
     + N_s(3bsh + 8bsh_E) under SP, with E_token = bsN_r/N.  Dense layers, the embedding, the head
     and the MTP modules, which the paper does not analyse, follow the same conventions.
 ``megatron``
-    Megatron-Core (:mod:`memlib.ledgers.megatron`, registered when this module is imported).
+    Megatron-Core (:mod:`memlib.ledgers.megatron`).
 ``hf-eager``
     Hugging Face ``transformers`` in eager mode (:mod:`memlib.ledgers.hf`).
 
@@ -22,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .base import MODULES, ActProfile, Saved, renamed, saved as _S
-from ..config import ConfigError, ModelConfig, TrainingConfig, model_from_dict, show
+from ..config import ModelConfig, model_from_dict
 from ..core.symbols import sym
 
-__all__ = ["ActProfile", "ACT_PROFILES", "act_profile", "paper_layer", "gpt_structure", "MULTI_HEAD",
-           "common_embedding", "common_head", "megatron_layer", "megatron_head"]
+__all__ = ["PAPER_PROFILE", "paper_layer", "gpt_structure", "MULTI_HEAD", "common_embedding", "common_head"]
 
 b, s = sym("b"), sym("s")
 h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
@@ -241,29 +241,6 @@ PAPER_PROFILE = ActProfile(
     paper_layer, _paper_embedding, lambda m: common_head(), _paper_mtp)
 
 
-#: TrainingConfig fields that choose kernels; only a profile with ``bind`` reads them
-KERNEL_FIELDS = ("transformer_impl", "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion",
-                 "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_aux_loss")
-
-
-def act_profile(name: str, train: TrainingConfig | None = None) -> ActProfile:
-    """The activation profile called ``name``, bound to ``train``'s kernel choices if it has any."""
-    try:
-        p = ACT_PROFILES[name]
-    except KeyError:
-        raise ConfigError(f"profile={show(name)} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
-    if train is None:
-        return p
-    if p.bind is not None:
-        return p.bind(train)
-    default = TrainingConfig()
-    for f in KERNEL_FIELDS:
-        if getattr(train, f) != getattr(default, f):
-            raise ConfigError(f"{f}={getattr(train, f)} is a kernel choice of profile=megatron "
-                              f"(profile={name} has none)")
-    return p
-
-
 # ------------------------------------------------------------------------------------------------
 # Korthikanti et al. (arXiv 2205.05198): their dense GPT layer is the ``gpt`` family's
 # ------------------------------------------------------------------------------------------------
@@ -277,11 +254,3 @@ def gpt_structure() -> ModelConfig:
 
 #: Korthikanti et al.'s multi-head attention in the ``gpt`` family's symbols: n_kv = n_h heads of h / n_h
 MULTI_HEAD = {sym("n_kv"): n_h, sym("d_head"): h / n_h}
-
-
-# the other implementations' ledgers live in their own modules; the registry names every profile here
-from .hf import HF_EAGER_PROFILE  # noqa: E402
-from .megatron import MEGATRON_PROFILE, megatron_head, megatron_layer  # noqa: E402
-
-#: every activation profile, by name
-ACT_PROFILES: dict[str, ActProfile] = {p.name: p for p in (PAPER_PROFILE, MEGATRON_PROFILE, HF_EAGER_PROFILE)}

@@ -845,7 +845,7 @@ def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
     """The ``megatron`` ledger of one device holding the whole model (PP = 1): bytes per region, per
     (region, block) and per entry, as :func:`memlib.device.estimate.estimate` adds them up."""
     from ..ledgers.base import ledger_bytes, parse_policy, training_values
-    from ..ledgers.paper import act_profile
+    from ..ledgers import act_profile
     from ..model.partition import Partition
 
     m = load_model(model)
@@ -918,7 +918,7 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
                           "needs the bias (--no-bias-swiglu-fusion)")
     if t.cross_entropy_loss_fusion and not t.cross_entropy_fusion_impl.keeps_fp32_softmax(True):
         raise ConfigError("cross_entropy_fusion_impl=te needs Transformer Engine (a GPU)")
-    from ..ledgers.paper import act_profile
+    from ..ledgers import act_profile
     from ..model.partition import Partition
 
     act_profile("megatron", t)          # the kernel rules (moe_act needs TE, FP8 needs TE, ...)

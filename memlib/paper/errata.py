@@ -19,7 +19,8 @@ from fractions import Fraction
 
 from ..ledgers.base import ledger_bytes, parse_policy, training_values
 from ..config import TrainingConfig
-from ..ledgers.paper import megatron_layer, paper_layer
+from ..ledgers.megatron import megatron_layer
+from ..ledgers.paper import paper_layer
 from ..device.estimate import Estimate
 from ..model.params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
 from ..model.partition import Partition, parallel_values

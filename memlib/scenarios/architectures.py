@@ -36,7 +36,7 @@ import sympy as sp
 from ..ledgers.base import Saved, entry_bytes, parse_policy
 from ..core.breakdown import exact_int
 from ..config import PAPER_TRAINING, PRESETS, ConfigError, ModelConfig, TrainingConfig, load_model, show
-from ..ledgers.paper import act_profile
+from ..ledgers import act_profile
 from ..device.estimate import estimate
 from ..paper import paper_training
 from ..model.params import activated_params, model_params, values as model_values
