@@ -12,7 +12,8 @@ import random
 
 import pytest
 
-from memlib.config import FAMILIES, PRESET_DIR, PRESETS, ConfigError, family_of, load_model, model_from_dict
+from memlib.config import FAMILIES, PRESETS, ConfigError, family_of, load_model, model_from_dict
+from memlib.config.model import PRESET_DIR
 from memlib.model.params import model_params, values
 
 #: Hugging Face architecture -> its configuration class in transformers

@@ -1,16 +1,20 @@
-"""Kernel choices of the ``megatron`` profile, as types with their behaviour.
+"""Strategies as types: the pipeline schedule, the ZeRO stage and the ``megatron`` profile's kernel choices.
 
-Each enum is one Megatron-LM command-line choice that changes which tensors are saved for backward;
+:class:`Schedule` and :class:`ZeroStage` carry their rules.  Each kernel enum is one Megatron-LM
+command-line choice that changes which tensors are saved for backward;
 the values are Megatron-LM's own spellings, so ``--transformer-impl local`` here means what it means
 there.  The activation ledger (:mod:`memlib.ledgers.megatron`) asks these types what they keep and
-never compares strings.  This module imports nothing from memlib: :mod:`memlib.config` validates
-:class:`~memlib.config.TrainingConfig` fields with it.
+never compares strings.  :class:`~memlib.config.training.TrainingConfig` validates its fields with
+these types.
 """
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum, StrEnum
 
-__all__ = ["TransformerImpl", "AttnBackend", "CrossEntropyFusionImpl", "LoadBalancing", "parse_choice"]
+from .checks import ConfigError
+
+__all__ = ["TransformerImpl", "AttnBackend", "CrossEntropyFusionImpl", "LoadBalancing", "parse_choice", "Schedule",
+           "ZeroStage", "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES"]
 
 
 class _Choice(str, Enum):
@@ -92,3 +96,78 @@ def parse_choice(cls: type[_Choice], value):
         return cls(value)
     except ValueError:
         raise ValueError(f"must be one of {cls.choices()}") from None
+
+
+#: --fp8-format and --fp8-recipe choices (Megatron-LM's megatron/training/arguments.py at d98e8a64dd)
+FP8_FORMATS = ("e4m3", "hybrid")
+FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+#: --offload-modules choices for an MLA model (Megatron-Core's TransformerConfig at d98e8a64dd)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                   "fused_group_mlp")
+
+
+class Schedule(StrEnum):
+    """A pipeline schedule: which model chunks a rank holds, and the rules it sets (the step order is
+    :mod:`memlib.device.schedule`'s replay).  The value is the CLI name."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    DUALPIPE = "dualpipe"
+
+    @property
+    def parameter_copies(self) -> int:
+        """Copies of every model stage over the pipeline ranks (DualPipe keeps two)."""
+        return 2 if self is Schedule.DUALPIPE else 1
+
+    def chunks(self, pp: int, vpp: int) -> int:
+        """Model chunks (stages) of the model: PP, or PP V virtual stages (interleaved)."""
+        return pp * vpp if self is Schedule.INTERLEAVED else pp
+
+    def rank_chunks(self, rank: int, pp: int, vpp: int) -> tuple[int, ...]:
+        """The model chunks rank ``rank`` holds, in the order the replay numbers them: one (GPipe, 1F1B);
+        V, virtual stages r, PP + r, ... (interleaved); two, the shallow stage min(r, PP - 1 - r) and
+        its mirror (DualPipe)."""
+        if self is Schedule.INTERLEAVED:
+            return tuple(c * pp + rank for c in range(vpp))
+        if self is Schedule.DUALPIPE:
+            h = min(rank, pp - 1 - rank)
+            return (h, pp - 1 - h)
+        return (rank,)
+
+    def check(self, train) -> None:
+        """The rules on chunks and micro-batches of ``train`` (a :class:`~memlib.config.training.TrainingConfig`;
+        one-line errors)."""
+        p, v, m = train.pp, train.vpp, train.num_microbatches
+        if self is Schedule.INTERLEAVED:
+            if v < 2:
+                raise ConfigError(f"schedule=interleaved needs vpp >= 2 model chunks per device (vpp={v})")
+            if m is not None and m % p:
+                raise ConfigError(f"num_microbatches={m} must be a multiple of pp={p} for schedule=interleaved")
+        elif v != 1:
+            raise ConfigError(f"vpp={v} needs schedule=interleaved (schedule={self})")
+        if self is Schedule.DUALPIPE:
+            if p % 2:
+                raise ConfigError(f"pp={p} must be even for schedule=dualpipe (two directions meet in the middle)")
+            if m is not None and (m < 2 * p or m % 2):
+                raise ConfigError(f"num_microbatches={m} must be even and at least 2*pp={2 * p} for schedule=dualpipe")
+        if self is Schedule.GPIPE and m is None:
+            raise ConfigError("schedule=gpipe keeps every micro-batch: give num_microbatches")
+
+
+class ZeroStage(IntEnum):
+    """ZeRO stages, ordered: a higher stage shards more (Rajbhandari et al., arXiv 1910.02054)."""
+
+    NONE = 0          #: nothing sharded
+    OS = 1            #: optimizer states sharded (ZeRO-1, Megatron's distributed optimizer)
+    OS_G = 2          #: + gradients (ZeRO-2)
+    OS_G_PARAMS = 3   #: + parameters (ZeRO-3, FSDP)
+
+    @property
+    def label(self) -> str:
+        return ("none", "os", "os+g", "os+g+params")[self.value]
+
+    def shards(self, state: str) -> bool:
+        """Whether this stage shards ``state`` (``optimizer_states``, ``gradients``, ``parameters``)."""
+        return self >= {"optimizer_states": ZeroStage.OS, "gradients": ZeroStage.OS_G,
+                        "parameters": ZeroStage.OS_G_PARAMS}[state]
