@@ -18,10 +18,10 @@ import pytest
 from memlib import cli
 from memlib.config import ConfigError, TrainingConfig
 from memlib.config.strategies import AttnBackend, LoadBalancing
-from memlib.megatron.flags import (
-    MegatronLayout, layout_stages, megatron_layout, moe_layer_pattern, pad_vocab, parse_layout,
-    parse_megatron_args, pattern_to_hf, precision_spec, read_flags,
-)
+from memlib.megatron.layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
+from memlib.megatron.listexpr import moe_layer_pattern, pattern_to_hf
+from memlib.megatron.flags import pad_vocab, parse_megatron_args, precision_spec
+from memlib.megatron.reader import read_flags
 from memlib.device.estimate import estimate
 from memlib.model.partition import Partition
 from memlib.model.states import recipe

@@ -67,7 +67,7 @@ def _count(name: str, minimum: int = 1):
 def _layout(text: str):
     """A comma list of layer counts, or a Megatron-LM layout string (``Et|(tt|)*30mL``)."""
     if any(c in text for c in "EtmL|"):
-        from ..megatron.flags import parse_layout
+        from ..megatron.layout import parse_layout
 
         try:
             return parse_layout(text, name="layout")
@@ -347,7 +347,7 @@ def _fraction(name: str, text: str | None):
 
 def _read_args_file(name: str) -> str:
     """The text of ``--megatron-args`` (a path, or ``-`` for standard input), bounded and UTF-8."""
-    from ..megatron.flags import MAX_ARGS_BYTES
+    from ..megatron.reader import MAX_ARGS_BYTES
 
     try:
         if name == "-":
@@ -374,7 +374,7 @@ def _train_kwargs(args) -> dict:
 
 def _cli_training(args, explicit: set[str]) -> TrainingConfig:
     """The training configuration of the options (a Megatron-LM layout string sets V and the schedule)."""
-    from ..megatron.flags import MegatronLayout, layout_stages
+    from ..megatron.layout import MegatronLayout, layout_stages
 
     kw = _train_kwargs(args)
     if not {"ep", "etp"} <= explicit and not load_model(args.model).has_moe:
