@@ -143,7 +143,8 @@ def test_tiny_model_exact_with_gradients_and_adamw(extra):
 
 
 def test_random_configs_exact(extra):
-    from memlib.measure.hf import compare, random_config
+    from memlib.measure.hf import compare
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     rng = random.Random(seed)
@@ -161,7 +162,8 @@ def test_random_configs_exact(extra):
 
 def test_estimate_reports_the_ledger_prediction(extra, tmp_path, capsys):
     """`memlib estimate --profile hf-eager` on one device gives the measured bytes as per_microbatch."""
-    from memlib.measure.hf import measure_activations, random_config
+    from memlib.measure.hf import measure_activations
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     m, b, s = random_config(random.Random(seed))

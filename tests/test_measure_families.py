@@ -18,7 +18,8 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig, load_model, model_from_dict
-from memlib.measure.hf import RANDOM_FAMILIES, predicted
+from memlib.measure.random_configs import HF_RANDOM_FAMILIES
+from memlib.measure.hf import predicted
 
 N_CONFIGS = int(os.environ.get("MEMLIB_MEASURE_FAMILY_CONFIGS", "5"))
 
@@ -134,9 +135,10 @@ def test_presets_estimate_under_hf_eager(preset):
 # ------------------------------------------------------------------------------------------------
 # against autograd
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", [f for f in RANDOM_FAMILIES if f != "deepseek"])
+@pytest.mark.parametrize("family", [f for f in HF_RANDOM_FAMILIES if f != "deepseek"])
 def test_random_configs_of_every_family_exact(extra, family):
-    from memlib.measure.hf import compare, random_config
+    from memlib.measure.hf import compare
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     rng = random.Random(f"{family}-{seed}")

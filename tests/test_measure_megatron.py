@@ -82,14 +82,15 @@ def _differences(r: dict) -> list:
 # random configs, one worker process
 # ------------------------------------------------------------------------------------------------
 def _measured_batch(generator: str, n: int, what: str):
-    """(seed, requests, results): ``n`` requests drawn by ``memlib.measure.megatron.<generator>`` from this run's
-    seed, measured in one worker process."""
+    """(seed, requests, results): ``n`` requests drawn by ``memlib.measure.random_configs.<generator>`` from this
+    run's seed, measured in one worker process."""
     from memlib.measure import megatron as measure_megatron
+    from memlib.measure import random_configs
 
     seed = _seed()
     print(f"\nMEMLIB_MCORE_SEED={seed} ({n} {what})")
     rng = random.Random(seed)
-    reqs = [getattr(measure_megatron, generator)(rng, i) for i in range(n)]
+    reqs = [getattr(random_configs, generator)(rng, i) for i in range(n)]
     return seed, reqs, measure_megatron.measure_many(reqs)
 
 
@@ -127,7 +128,7 @@ def test_random_configs_exact(random_batch):
 
 
 def test_random_configs_cover_what_they_must(random_batch):
-    from memlib.measure.megatron import CPU_RECOMPUTE
+    from memlib.measure.random_configs import CPU_RECOMPUTE
 
     seed, reqs, _ = random_batch
     if len(reqs) < len(CPU_RECOMPUTE):
@@ -201,13 +202,13 @@ def test_family_random_configs_exact(family_batch):
 
 
 def test_family_random_configs_cover_what_they_must(family_batch):
-    from memlib.measure.megatron import GQA_CPU_RECOMPUTE, RANDOM_FAMILIES
+    from memlib.measure.random_configs import GQA_CPU_RECOMPUTE, MCORE_RANDOM_FAMILIES
 
     seed, reqs, _ = family_batch
     if len(reqs) < 2 * len(GQA_CPU_RECOMPUTE):
         pytest.skip("fewer family configs than two per recompute policy")
     ms, ts = [r.model for r in reqs], [r.train for r in reqs]
-    assert {m.family for m in ms} == set(RANDOM_FAMILIES)
+    assert {m.family for m in ms} == set(MCORE_RANDOM_FAMILIES)
     assert {t.recompute for t in ts} == set(GQA_CPU_RECOMPUTE)
     assert {t.precision for t in ts} == {"megatron", "fp32"}
     assert {m.num_key_value_heads == m.num_attention_heads for m in ms} == {True, False}, f"MEMLIB_MCORE_SEED={seed}"

@@ -26,17 +26,15 @@ region and in total.
 """
 from __future__ import annotations
 
-import random
 import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
 
-from ..config import ConfigError, ModelConfig, load_model, show
+from ..config import ConfigError, ModelConfig, load_model
 
 __all__ = ["require", "hf_config", "param_check", "measure_activations", "compare", "predicted",
-           "random_config", "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key", "SavedTensors",
-           "HF_CONFIGS", "RANDOM_FAMILIES"]
+           "MISSING_EXTRA", "MEASURE_PROFILES", "region_of_key", "SavedTensors", "HF_CONFIGS"]
 
 MISSING_EXTRA = "measure needs the optional extra: pip install memlib[measure]"
 
@@ -570,94 +568,3 @@ def compare(model: ModelConfig | str, micro_batch: int, seq_len: int, profile: s
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# random small configs
-# ------------------------------------------------------------------------------------------------
-#: families :func:`random_config` draws, with their transformers class
-RANDOM_FAMILIES = {"deepseek": "DeepseekV3ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                   "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                   "qwen3_moe": "Qwen3MoeForCausalLM", "gpt2": "GPT2LMHeadModel", "gpt": None}
-
-
-def _random_gqa(rng: random.Random, family: str) -> dict:
-    """A random small config.json of a grouped-query family (h a multiple of 8 for grouped_mm)."""
-    n_kv = rng.choice([1, 2, 4])
-    n_h = n_kv * rng.choice([1, 2, 3])
-    d = {"model_type": family, "num_attention_heads": n_h, "num_key_value_heads": n_kv,
-         "num_hidden_layers": rng.randint(1, 3), "vocab_size": rng.randint(8, 64),
-         "tie_word_embeddings": rng.random() < 0.3, "hidden_size": 8 * n_h * rng.randint(1, 2),
-         "hidden_act": rng.choice(["silu", "silu", "gelu_new"])}
-    if rng.random() < 0.5 or family == "qwen3":
-        d["head_dim"] = rng.choice([2, 4, 6, 8])
-    if family in ("llama", "qwen3"):
-        d["intermediate_size"] = rng.randint(4, 40)
-    if family == "llama":
-        d["mlp_bias"] = rng.random() < 0.5
-    if family in ("llama", "qwen3", "qwen3_moe"):
-        d["attention_bias"] = rng.random() < 0.5
-    if family in ("mixtral", "qwen2_moe", "qwen3_moe"):
-        n = rng.randint(1, 8)
-        width = 8 * rng.randint(1, 3)          # grouped_mm needs 16-byte strides
-        d["num_experts_per_tok"] = rng.randint(1, n)
-        if family == "mixtral":
-            d.update(num_local_experts=n, intermediate_size=width)
-        else:
-            d.update(num_experts=n, moe_intermediate_size=width, norm_topk_prob=rng.random() < 0.5)
-    if family == "qwen2_moe":
-        d.update(shared_expert_intermediate_size=rng.randint(2, 30), qkv_bias=rng.random() < 0.7)
-    return d
-
-
-def random_config(rng: random.Random, family: str = "deepseek") -> tuple[ModelConfig, int, int]:
-    """A random small config of ``family`` (DeepSeek-V3-style by default), with a micro-batch size and a
-    sequence length."""
-    from ..config import model_from_dict
-
-    if family not in RANDOM_FAMILIES:
-        raise ConfigError(f"family={show(family)} must be one of {', '.join(RANDOM_FAMILIES)}")
-    if family == "deepseek":
-        return _random_deepseek(rng)
-    b = rng.choice([1, 1, 2, 3])
-    s = rng.choice([1, rng.randint(2, 12)])
-    if family in ("gpt2", "gpt"):
-        n_h = rng.randint(1, 4)
-        act = rng.choice(["gelu_new", "gelu_new", "gelu", "gelu_pytorch_tanh"])
-        h, layers, pos, vocab = n_h * rng.randint(1, 6), rng.randint(1, 3), rng.randint(s, 24), rng.randint(8, 64)
-        if family == "gpt2":
-            d = {"model_type": "gpt2", "n_embd": h, "n_head": n_h, "n_layer": layers, "n_positions": pos,
-                 "vocab_size": vocab, "n_inner": rng.choice([None, rng.randint(4, 40)]), "activation_function": act,
-                 "tie_word_embeddings": rng.random() < 0.8}
-        else:
-            d = {"model_type": "gpt", "hidden_size": h, "num_attention_heads": n_h, "num_hidden_layers": layers,
-                 "max_position_embeddings": pos, "vocab_size": vocab, "intermediate_size": rng.randint(4, 40),
-                 "hidden_act": act, "tie_word_embeddings": rng.random() < 0.8}
-        return model_from_dict(d, name=f"random-{family}"), b, s
-    return model_from_dict(_random_gqa(rng, family), name=f"random-{family}"), b, s
-
-
-def _random_deepseek(rng: random.Random) -> tuple[ModelConfig, int, int]:
-    from ..config import model_from_dict
-
-    n = rng.randint(2, 8)
-    d = {
-        "hidden_size": rng.choice([8, 16, 24, 32]),
-        "intermediate_size": rng.randint(4, 48),
-        "moe_intermediate_size": 8 * rng.randint(1, 3),   # grouped_mm needs 16-byte strides
-        "num_attention_heads": rng.randint(1, 4),
-        "qk_nope_head_dim": rng.randint(1, 12),
-        "qk_rope_head_dim": 2 * rng.randint(1, 4),
-        "v_head_dim": rng.randint(1, 12),
-        "q_lora_rank": rng.choice([None, rng.randint(2, 20)]),
-        "kv_lora_rank": rng.randint(2, 20),
-        "n_routed_experts": n,
-        "n_shared_experts": rng.randint(0, 2),
-        "num_experts_per_tok": rng.randint(1, n),
-        "num_hidden_layers": rng.randint(1, 3),
-        "first_k_dense_replace": 0,
-        "vocab_size": rng.randint(8, 64),
-        "model_type": "deepseek_v3",
-    }
-    d["first_k_dense_replace"] = rng.randint(0, d["num_hidden_layers"])
-    b = rng.choice([1, 1, 2, 3])
-    s = rng.choice([1, rng.randint(2, 12)])
-    return model_from_dict(d, name="random"), b, s

@@ -3,86 +3,28 @@
 Needs ``megatron-core`` 0.19.2 (``make venv`` installs it; by hand:
 ``pip install --no-deps --ignore-requires-python megatron-core==0.19.2``) beside the pinned CPU
 ``torch``.  Nothing is downloaded and no GPU is used: every model is built from a config with random
-weights, on the CPU, in one or several processes joined by ``gloo``.
+weights, on the CPU, in one or several processes joined by ``gloo``.  :func:`measure` builds
+Megatron-Core's ``GPTModel`` for a model of any family, runs one training forward pass under
+saved-tensor hooks and counts every storage saved for backward per region, site and tensor (with
+the CPU workarounds of :mod:`~memlib.measure.cpu_shims`); :func:`compare` puts a measurement beside
+the ``megatron`` profile's ledger (:mod:`memlib.ledgers.megatron`).
 
-What is measured
-    :func:`measure` builds Megatron-Core's ``GPTModel`` for a DeepSeek-style config (MLA with the
-    latent RMSNorms and YaRN RoPE, dense and MoE layers, shared experts, sigmoid or softmax routing
-    with expert bias and group-limited top-k, SwiGLU, RMSNorm, the MTP modules), wraps it in
-    ``Float16Module`` for bf16 as Megatron-LM does, and runs one training forward pass with the
-    inputs ``pretrain_gpt.py`` passes (token ids, position ids, the ``[b, 1, s, s]`` bool attention
-    mask and the fp32 loss mask the GPT dataset builds by default, labels) followed by the reduction
-    of ``pretrain_gpt.py``'s ``loss_func``, under :func:`torch.autograd.graph.saved_tensors_hooks`.
-    Every tensor saved for backward that is still held when the forward pass ends is counted once per
-    storage (views share storage; a storage that Megatron's output-discarding checkpoints have
-    released counts 0), parameters and buffers excluded, as :mod:`memlib.measure.hf` does for
-    ``transformers``.  Each storage is attributed to the region that first saved it (the inputs and
-    embedding, decoder layer ``i``, the final norm with the head and the loss, MTP module ``j``) and
-    to a *site* within it (``input_layernorm``, ``self_attention``, ``core_attention``, ``router``,
-    ...).  After backward it adds up the parameters and the ``main_grad`` buffers that Megatron's
-    ``DistributedDataParallel`` allocates.
-
-    The other families of :data:`memlib.config.FAMILIES` are built the same way from a
-    ``TransformerConfig``: grouped-query or multi-head attention (``num_query_groups``, ``kv_channels``),
-    RoPE or learned absolute positions, RMSNorm or LayerNorm, Qwen3's q/k RMSNorms (``qk_layernorm``),
-    q/k/v biases (``add_qkv_bias``) and output and MLP biases (``add_bias_linear``, one switch in
-    Megatron-Core), SwiGLU or the classic GeLU MLP, Mixtral/Qwen3-MoE routing (softmax over the top-k
-    logits) and Qwen2-MoE's (top-k of the softmax) with its shared expert behind a sigmoid gate
-    (``moe_shared_expert_gate``).  GPTModel's RoPE angles, one tensor for every layer, are counted with
-    the inputs.
-
-    Autograd Functions that keep tensors as plain ``ctx`` attributes would escape the hooks, so the
-    autograd graph is also walked at the end of the forward pass and every tensor held by a ``ctx``
-    attribute is reported (it must be none).
-
-What is worked around on the CPU (at run time, in the measuring process only; megatron-core's files
-are not edited)
-    * ``triton`` (imported unconditionally by ``moe/paged_stash.py``, used only by CUDA kernels):
-      a stand-in module, present while megatron-core is imported.
-    * ``torch.compile`` (Megatron's ``jit_fuser``) is set aside while megatron-core is imported, so
-      the functions it decorates run eagerly: inductor would compile C++ on the CPU.  On the paths
-      measured they either run inside an autograd ``Function`` that saves its tensors explicitly
-      (the fused SwiGLU, the native fused cross-entropy) or save nothing (bias-dropout-add with
-      dropout 0).  (:mod:`memlib.measure.step` counts each call as one fused region.)
-    * ``torch.cuda.current_device`` returns ``"cpu"`` (MLA's RoPE, the router, MTP and the
-      alltoall dispatcher allocate on it); CUDA streams and events are inert stand-ins (the alltoall
-      dispatcher's device-to-host stream); the CUDA RNG state functions and the RNG tracker use the
-      CPU generator.
-    * The alltoall dispatcher hands its split sizes to the all-to-all as host (numpy) arrays, but
-      converts only CUDA tensors: on the CPU the conversion is done for it (EP > 1).
-    * ``CheckpointWithoutOutput(fp8=False)`` takes ``False`` for fp8 in 0.19.2 (``fp8 is not None``)
-      and then needs Transformer Engine: the fp8 flag is read as ``bool(fp8)``.
-    * The zero-copy storage swap of that checkpoint is a C++ extension compiled on first use (it needs
-      a compiler and ``ninja``); a storage resize and copy does the same for backward.
-    * The local ``DotProductAttention`` does not accept MLA's ``k_channels``/``v_channels``: a
-      subclass takes them and sizes its output by the value head dimension.
-    * MLA without q LoRA (``q_lora_rank: null``) cannot be built from the local spec (it asks for
-      Transformer Engine's fused norm + linear for ``linear_q_proj``): the plain column-parallel
-      query projection that Hugging Face builds is used.
-    * Flags that need CUDA kernels are off: ``apply_rope_fusion``, ``gradient_accumulation_fusion``,
-      ``moe_permute_fusion``, ``moe_router_fusion``, ``persist_layer_norm``,
-      ``masked_softmax_fusion``.  (Apex's ``fused_weight_gradient_mlp_cuda``, which gradient accumulation
-      fusion calls, has a CPU stand-in, present while megatron-core is imported: one GEMM accumulating into
-      ``main_grad``.  :mod:`memlib.measure.step` turns the fusion on, as Megatron-LM does by default.)
-
-:func:`compare` puts a measurement beside the ``megatron`` profile's ledger
-(:mod:`memlib.ledgers.megatron`) per region, per site and per tensor.
+The derivation, with its sources (file:line), is in ``docs/derivations/measure_megatron.md``.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .cpu_shims import _init_distributed, _install_shims, _mla_dot_product_attention
 
 __all__ = ["MCORE_VERSION", "MISSING_MCORE", "require", "available", "Request", "measure", "measure_many",
-           "compare", "compare_many", "predicted", "random_request", "CPU_RECOMPUTE", "site_block", "entry_block",
-           "compare_result", "GQA_CPU_RECOMPUTE", "RANDOM_FAMILIES", "random_family_request"]
+           "compare", "compare_many", "predicted", "site_block", "entry_block", "compare_result"]
 
 #: the megatron-core version the ``megatron`` profile's local ledger is exact for
 MCORE_VERSION = "0.19.2"
@@ -175,207 +117,6 @@ class Request:
 # ------------------------------------------------------------------------------------------------
 # the measuring process: CPU shims, model construction, the forward pass under saved-tensor hooks
 # ------------------------------------------------------------------------------------------------
-_SHIMMED = False
-#: how a compiled (``jit_fuser``) function runs when set: ``hook(fn, *args, **kwargs)``; None runs it eagerly.
-#: :mod:`memlib.measure.step` counts it as one fused region.
-_FUSED_HOOK = None
-#: how ``CheckpointWithoutOutput``'s zero-copy storage swap runs when set: ``hook(dst, src)``; None copies.
-_SHARE_HOOK = None
-
-
-def _compiled(fn):
-    """What ``torch.compile(fn)`` is while megatron-core is imported: ``fn``, run eagerly (through
-    :data:`_FUSED_HOOK` when it is set)."""
-    import functools
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        hook = _FUSED_HOOK
-        return fn(*args, **kwargs) if hook is None else hook(fn, *args, **kwargs)
-
-    return run
-
-
-def _triton_stand_in():
-    """A module that lets ``import triton`` and ``@triton.jit`` succeed; nothing in it runs."""
-    import types
-
-    class _Anything:
-        def __init__(self, *a, **k):
-            pass
-
-        def __call__(self, *a, **k):
-            if len(a) == 1 and callable(a[0]) and not k:
-                return a[0]
-            return _Anything()
-
-        def __getattr__(self, name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _Anything()
-
-    def _getattr(name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything()
-
-    triton = types.ModuleType("triton")
-    triton.__path__ = []
-    triton.__version__ = "0.0.0"
-    triton.jit = lambda fn=None, **k: fn if fn is not None else (lambda f: f)
-    triton.autotune = triton.heuristics = lambda *a, **k: (lambda f: f)
-    triton.Config = _Anything
-    triton.cdiv = lambda a, b: -(-a // b)
-    language = types.ModuleType("triton.language")
-    language.__getattr__ = _getattr
-    triton.language = language
-    return {"triton": triton, "triton.language": language}
-
-
-def _wgrad_gemm_accum(total_input, grad_output, main_grad):
-    """``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_*``'s effect: ``main_grad += grad_output^T total_input``,
-    one GEMM accumulating into ``main_grad`` (counted as a fused region: it allocates nothing)."""
-
-    def gemm():
-        main_grad.add_(grad_output.t().to(main_grad.dtype) @ total_input.to(main_grad.dtype))
-
-    hook = _FUSED_HOOK
-    gemm() if hook is None else hook(gemm)
-
-
-def _grad_accum_fusion_stand_in():
-    """Apex's ``fused_weight_gradient_mlp_cuda`` (gradient accumulation fusion), on the CPU."""
-    import types
-
-    module = types.ModuleType("fused_weight_gradient_mlp_cuda")
-    module.wgrad_gemm_accum_fp32 = module.wgrad_gemm_accum_fp16 = _wgrad_gemm_accum
-    return {"fused_weight_gradient_mlp_cuda": module}
-
-
-def _install_shims() -> None:
-    """Import megatron-core and make it run on the CPU (see the module docstring)."""
-    global _SHIMMED
-    if _SHIMMED:
-        return
-    import contextlib
-    import warnings
-
-    import torch
-
-    warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex|absl|TE|deprecated|DEPRECATED).*")
-    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    stand_in = {**_triton_stand_in(), **_grad_accum_fusion_stand_in()}
-    saved_compile = torch.compile
-    sys.modules.update(stand_in)
-    torch.compile = lambda fn=None, **k: _compiled(fn) if fn is not None else _compiled
-    try:
-        import megatron.core  # noqa: F401
-        import megatron.core.models.gpt  # noqa: F401
-        import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401
-        import megatron.core.distributed  # noqa: F401
-    finally:
-        torch.compile = saved_compile
-        for name in stand_in:
-            sys.modules.pop(name, None)
-
-    class _Event:
-        def __init__(self, *a, **k):
-            pass
-
-        def record(self, *a, **k):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def wait(self, *a, **k):
-            pass
-
-        def query(self):
-            return True
-
-    class _Stream:
-        def __init__(self, *a, **k):
-            pass
-
-        def wait_stream(self, *a):
-            pass
-
-        def wait_event(self, *a):
-            pass
-
-        def record_event(self, *a):
-            return _Event()
-
-        def synchronize(self):
-            pass
-
-    stream = _Stream()
-    torch.cuda.current_device = lambda: "cpu"
-    torch.cuda.Stream, torch.cuda.Event = _Stream, _Event
-    torch.cuda.current_stream = lambda *a, **k: stream
-    torch.cuda.stream = lambda s: contextlib.nullcontext()
-    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
-    torch.cuda.manual_seed = lambda seed: None
-
-    from megatron.core.tensor_parallel import random as mrandom
-
-    mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
-    mrandom._set_cuda_rng_state = lambda *a, **k: None
-
-    def share_storage(dst, src):        # the C++ extension's effect: dst's storage holds src's data
-        if _SHARE_HOOK is not None:
-            return _SHARE_HOOK(dst, src)
-        dst.untyped_storage().resize_(src.untyped_storage().nbytes())
-        dst.untyped_storage().copy_(src.untyped_storage())
-
-    mrandom._get_share_storage = lambda: share_storage
-    original_init = mrandom.CheckpointWithoutOutput.__init__
-
-    def checkpoint_init(self, fp8=False):
-        original_init(self, fp8)
-        self.fp8 = bool(fp8)           # 0.19.2 reads `fp8 is not None`: False would mean fp8
-
-    mrandom.CheckpointWithoutOutput.__init__ = checkpoint_init
-
-    from megatron.core.transformer.moe import token_dispatcher
-
-    def to_host(tensor, as_numpy=False, record_stream=False):
-        # the alltoall dispatcher copies its split sizes to the host (as numpy arrays) for the all-to-all;
-        # megatron-core only does so for CUDA tensors, and gloo's all_to_all_single wants them as a sequence
-        if torch.is_tensor(tensor) and as_numpy:
-            return tensor.numpy()
-        return tensor
-
-    token_dispatcher.maybe_move_tensor_to_cpu = to_host
-    _SHIMMED = True
-
-
-def _init_distributed(world: int, rank: int, store: str | None) -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    if world == 1:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    else:
-        dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
-
-
-def _mla_dot_product_attention():
-    """The local ``DotProductAttention``, taking MLA's key and value head dimensions."""
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
-
-    class MLADotProductAttention(DotProductAttention):
-        def __init__(self, *args, k_channels=None, v_channels=None, **kw):
-            super().__init__(*args, **kw)
-            if v_channels is not None:
-                self.hidden_size_per_partition = v_channels * self.num_attention_heads_per_partition
-
-    return MLADotProductAttention
-
-
 def _transformer_config(req: dict):
     import torch
     import torch.nn.functional as F
@@ -1030,124 +771,6 @@ def compare(model: ModelConfig | str, train: TrainingConfig, *, seed: int = 0, s
     main_grad bytes; ``exact`` when every one agrees."""
     return compare_many([(model, train)], seed=seed, step=step)[0]
 
-
-
-# ------------------------------------------------------------------------------------------------
-# random small configs
-# ------------------------------------------------------------------------------------------------
-#: the recompute policies megatron-core runs on the CPU (moe_act needs Transformer Engine's grouped MLP)
-CPU_RECOMPUTE = ("none", "selective", "core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "shared_experts",
-                 "deepseek", "layernorm,moe", "core_attn,mla_up_proj,layernorm,mlp,moe,shared_experts",
-                 "full", "full-block:1", "full-block:2")
-
-
-def random_request(rng: random.Random, seed: int = 0) -> Request:
-    """A random small DeepSeek-style model with random megatron kernel choices and recompute policy.
-
-    Request ``seed`` (its position in a batch) cycles what must be covered: every recompute policy of
-    :data:`CPU_RECOMPUTE`, fp32 every fourth, no q LoRA two in five, MTP two in three."""
-    from ..config import model_from_dict
-
-    n_group = rng.choice([1, 1, 2, 4])
-    n = n_group * rng.randint(1, 4)
-    topk_group = rng.randint(1, n_group)
-    n_r = rng.randint(1, topk_group * (n // n_group))
-    layers = rng.randint(1, 3)
-    sigmoid = rng.random() < 0.7
-    d = {
-        "hidden_size": rng.choice([8, 16, 24, 32]),
-        "intermediate_size": rng.randint(4, 40),
-        "moe_intermediate_size": rng.randint(2, 24),
-        "num_attention_heads": rng.randint(1, 4),
-        "qk_nope_head_dim": rng.randint(1, 10),
-        "qk_rope_head_dim": 2 * rng.randint(1, 4),
-        "v_head_dim": rng.randint(1, 10),
-        "q_lora_rank": None if seed % 5 in (0, 3) else rng.randint(2, 20),
-        "kv_lora_rank": rng.randint(2, 20),
-        "n_routed_experts": n,
-        "n_shared_experts": rng.choice([0, 1, 2]),
-        "num_experts_per_tok": n_r,
-        "num_hidden_layers": layers,
-        "first_k_dense_replace": rng.randint(0, layers),
-        "moe_layer_freq": rng.choice([1, 1, 1, 2]),
-        "vocab_size": rng.randint(8, 64),
-        "num_nextn_predict_layers": 0 if seed % 3 == 2 else 1,
-        "n_group": n_group,
-        "topk_group": topk_group,
-        "scoring_func": "sigmoid" if sigmoid else "softmax",
-        "topk_method": "noaux_tc" if sigmoid and rng.random() < 0.8 else "greedy",
-        "tie_word_embeddings": rng.random() < 0.2,
-        "model_type": "deepseek_v3",
-    }
-    m = model_from_dict(d, name="random")
-    train = TrainingConfig(
-        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local",
-        precision="fp32" if seed % 4 == 3 else "megatron",
-        micro_batch=rng.choice([1, 1, 2, 3]), seq_len=rng.choice([1, rng.randint(2, 12), rng.randint(13, 24)]),
-        recompute=CPU_RECOMPUTE[seed % len(CPU_RECOMPUTE)], attention_softmax_in_fp32=rng.random() < 0.3,
-        bias_swiglu_fusion=rng.random() < 0.6, cross_entropy_loss_fusion=rng.random() < 0.3,
-        moe_aux_loss=rng.choice(["seq_aux_loss", "seq_aux_loss", "aux_loss", "none"]))
-    return Request(m, train, seed)
-
-
-#: the recompute policies of a grouped-query-attention model on the CPU (mla_up_proj is MLA's)
-GQA_CPU_RECOMPUTE = ("none", "selective", "core_attn", "layernorm", "mlp", "moe", "shared_experts", "layernorm,moe",
-                     "core_attn,layernorm,mlp,moe,shared_experts", "full", "full-block:1", "full-block:2")
-#: the families :func:`random_family_request` cycles through (besides DeepSeek's :func:`random_request`)
-RANDOM_FAMILIES = ("llama", "qwen3", "gpt", "mixtral", "qwen2_moe", "qwen3_moe")
-
-
-def random_family_request(rng: random.Random, seed: int = 0) -> Request:
-    """A random small model of one of :data:`RANDOM_FAMILIES` read from a Hugging Face-style config.json,
-    with random megatron kernel choices.  ``seed`` cycles the family and the recompute policy of
-    :data:`GQA_CPU_RECOMPUTE` (24 requests cover every family and every policy; 72 every pair), fp32
-    every fourth.
-
-    Grouped-query and multi-head attention (n_kv = n_h one time in three), biases where Megatron-Core can
-    place them (its add_bias_linear biases linear_proj and the MLP together: Llama's attention_bias and
-    mlp_bias are drawn equal, the GPT's too; the MoE families have no output or expert bias), tied and
-    untied embeddings."""
-    from ..config import model_from_dict
-
-    fam = RANDOM_FAMILIES[seed % len(RANDOM_FAMILIES)]
-    recompute = GQA_CPU_RECOMPUTE[(seed + seed // len(RANDOM_FAMILIES)) % len(GQA_CPU_RECOMPUTE)]
-    no_bias = "mlp" in recompute.split(",")        # see _check_request
-    n_kv = rng.randint(1, 3)
-    n_h = n_kv * (1 if rng.random() < 1 / 3 else rng.randint(2, 3))
-    d = {"num_attention_heads": n_h, "num_key_value_heads": n_kv, "num_hidden_layers": rng.randint(1, 2),
-         "vocab_size": rng.randint(8, 64), "tie_word_embeddings": rng.random() < 0.3}
-    if fam == "gpt":
-        d.update(model_type="gpt", hidden_size=n_h * rng.randint(1, 6), intermediate_size=rng.randint(4, 40),
-                 max_position_embeddings=rng.randint(24, 40))
-        bias = rng.random() < 0.8 and not no_bias
-        d.update(attention_bias=bias, mlp_bias=bias)
-    else:
-        d.update(architectures=[{"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
-                                 "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[fam]],
-                 hidden_size=rng.choice([8, 16, 24, 32]), head_dim=2 * rng.randint(1, 5))
-        if fam == "llama":
-            bias = rng.random() < 0.4 and not no_bias
-            d.update(intermediate_size=rng.randint(4, 40), attention_bias=bias, mlp_bias=bias)
-        elif fam == "qwen3":
-            d.update(intermediate_size=rng.randint(4, 40))
-        else:
-            n = rng.randint(1, 8)
-            d.update(num_experts_per_tok=rng.randint(1, n))
-            d["num_local_experts" if fam == "mixtral" else "num_experts"] = n
-            d["intermediate_size" if fam == "mixtral" else "moe_intermediate_size"] = rng.randint(2, 24)
-            if fam == "qwen2_moe":
-                d.update(shared_expert_intermediate_size=rng.randint(2, 24), qkv_bias=rng.random() < 0.7)
-    m = model_from_dict(d, name="random-" + fam)
-    train = TrainingConfig(
-        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local",
-        precision="fp32" if seed % 4 == 3 else "megatron",
-        micro_batch=rng.choice([1, 1, 2, 3]), seq_len=rng.choice([1, rng.randint(2, 12), rng.randint(13, 24)]),
-        recompute=recompute,
-        attention_softmax_in_fp32=rng.random() < 0.3,
-        bias_swiglu_fusion=rng.random() < 0.6 and (m.mlp == "swiglu" or m.mlp_bias),
-        cross_entropy_loss_fusion=rng.random() < 0.3,
-        moe_aux_loss=rng.choice(["seq_aux_loss", "aux_loss", "aux_loss", "none"]))
-    return Request(m, train, seed)
 
 
 def _worker(argv: list[str], run=None) -> int:

@@ -1,421 +1,30 @@
 """Ground truth for the transient peak: the allocation timeline of a whole Megatron-Core training step on the CPU.
 
-Needs ``torch`` and megatron-core 0.19.2, like :mod:`memlib.measure.megatron`, whose model builder, CPU
-stand-ins and worker process it reuses.  Nothing here predicts anything: it measures, so that a model
-of ``torch.cuda.max_memory_allocated()`` can be checked against it to the byte without a GPU.
+:func:`measure_peak` runs Megatron-Core's own training step (forward and backward over the pipeline
+schedule's micro-batches, gradient reduction, the optimizer step) on the CPU in a worker process, with
+every storage recorded by :mod:`~memlib.measure.tracker` as the CUDA caching allocator would count it,
+and returns the peak of each phase with what was alive at it, by category (:class:`PeakResult`,
+:func:`format_text`).  ``memlib measure --framework megatron-core --peak`` runs it (:func:`cli`).
 
-The tracker (:class:`AllocationTracker`)
-    A :class:`torch.utils._python_dispatch.TorchDispatchMode` that sees the outputs of every ATen op run
-    while it is active (forward, backward in the autograd engine, the optimizer), and counts each new
-    *storage* once, as a block of the CUDA caching allocator would be counted by ``memory_allocated``:
-
-    * a block is the request rounded up to a multiple of 512 bytes, at least 512 (``round_size`` with
-      ``kMinBlockSize = 512`` in ``c10/cuda/CUDACachingAllocator.cpp``); a 0-byte request allocates
-      nothing.  ``allocated_bytes`` grows by the *block's* size (``alloc_found_block``), which is the
-      rounded request whenever the block found is split.  A small-pool block (≤ 1 MiB) is always split
-      when at least 512 bytes remain, so below 1 MiB the rounded request is exact.  A large-pool block is
-      split only when more than 1 MiB remains (``should_split``), so a request above 1 MiB may be
-      counted with up to 1 MiB of unsplit tail, depending on which free block the allocator finds
-      (not with ``expandable_segments:True``, which splits at 512 bytes): that tail depends on the
-      allocator's history and is not modelled here (every block here is the rounded request);
-    * views share their base's storage and count nothing; in-place and ``out=`` ops allocate nothing
-      (unless they resize their output); a storage is freed when its last reference goes (a
-      :func:`weakref.finalize` on the storage, which PyTorch keeps alive exactly as long as its C++
-      ``StorageImpl``), including the tensors autograd saved for backward and releases during it;
-    * ``UntypedStorage.resize_`` (Megatron's output-discarding checkpoint frees its outputs that way)
-      frees the old block and allocates the new one;
-    * tensors that exist when the tracker starts are counted once, in its *baseline*.
-
-    The unit is the op: the live total is read after each op's outputs exist and before anything else
-    is freed, which is when the caching allocator's own peak is reached for that op.  A kernel's
-    internal workspace (cuBLAS, cub's temporary storage for sort and top-k) is not an op output and is
-    not seen; nor is memory allocated outside PyTorch's allocator (NCCL, the CUDA context).
-
-    A *fused region* (:meth:`AllocationTracker.fused`) stands for a compiled function (Megatron's
-    ``jit_fuser``, ``torch.compile`` on a GPU, run eagerly here): the intermediates it allocates and frees
-    inside count nothing; what survives it (its outputs, and what autograd saved) is allocated when it
-    returns.
-
-The training step (:func:`measure_peak`)
-    Megatron-Core's ``GPTModel`` for a DeepSeek-style config, built by :mod:`memlib.measure.megatron`
-    (``Float16Module`` for bf16), wrapped in its ``DistributedDataParallel`` (a contiguous grad buffer,
-    with or without the distributed optimizer), with ``get_megatron_optimizer`` (Adam; the distributed
-    optimizer or not), on gloo with one process.  Each iteration is Megatron-LM's ``train_step``
-    (``megatron/training/training.py``): ``zero_grad_buffer()`` and ``optimizer.zero_grad()``, then M
-    micro-batches through ``get_forward_backward_func()`` (no pipelining at PP = 1: forward then backward
-    of each micro-batch, gradients accumulated in the grad buffer, ``finalize_model_grads`` at the end),
-    then ``optimizer.step()``.  ``pretrain_gpt.py``'s ``forward_step`` and ``loss_func`` are reproduced.
-    Two iterations run (Adam's state is created at the first step); the tracker records the bytes
-    before and after each, the peak of every phase (zero_grad, each micro-batch's forward and backward,
-    finalize, optimizer), the overall maximum, what is alive at each of those peaks (by kind, micro-batch
-    and region), and a timeline of the live bytes per module boundary.
-
-What is worked around on the CPU, beyond :mod:`memlib.measure.megatron`'s stand-ins (at run time, in the
-measuring process only)
-    * ``device="cuda"`` in factory calls (the schedule's token counter, the optimizer's found-inf flag and
-      scales, ``clip_grads``' norms), ``Tensor.cuda()`` and ``Tensor.type()`` (the optimizers check for
-      ``torch.cuda.BFloat16Tensor``) are answered for the CPU by a :class:`~torch.overrides.TorchFunctionMode`
-      (:class:`_CudaAsCpu`).
-    * The zero-copy storage swap of ``CheckpointWithoutOutput`` (a C++ extension; the activation
-      measurement copies instead) is counted as the swap it is: the recomputed output's block is
-      shared, not allocated twice.
-    * torch's Adam stands in for Transformer Engine's ``FusedAdam`` (megatron-core falls back to
-      ``torch.optim.AdamW`` without TE and Apex, ``megatron/core/optimizer/__init__.py``): ``fused``
-      (default: one in-place kernel per step, as ``FusedAdam``) or ``foreach`` (what megatron-core runs on
-      a GPU without TE and Apex: it allocates whole-list temporaries).  torch's Adam keeps a 0-d
-      ``step`` tensor per parameter (a 512-byte block each on a GPU with ``fused``); they are reported
-      apart, as ``optimizer_step_counters``.
+The derivation, with its sources (file:line), is in ``docs/derivations/measure_step.md``.
 """
 from __future__ import annotations
 
 import gc
 import json
 import sys
-import weakref
 from dataclasses import asdict, dataclass, field
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
+from .cpu_shims import _cuda_as_cpu_mode
 from .megatron import Request
+from .tracker import AllocationTracker
 
-__all__ = ["BLOCK", "block_bytes", "AllocationTracker", "PeakRequest", "Value", "PhasePeak", "Moment", "PeakResult",
+__all__ = ["PeakRequest", "Value", "PhasePeak", "Moment", "PeakResult",
            "measure_peak", "measure_peak_many", "result_of", "format_text", "region_of", "OPTIMIZER_IMPLS"]
 
-#: ``kMinBlockSize`` of the CUDA caching allocator: every block is a multiple of it
-BLOCK = 512
 #: torch's Adam standing in for Transformer Engine's FusedAdam
 OPTIMIZER_IMPLS = ("fused", "foreach")
-
-
-def block_bytes(nbytes: int) -> int:
-    """The bytes ``memory_allocated`` counts for a request of ``nbytes`` (``round_size``; 0 allocates nothing)."""
-    if nbytes <= 0:
-        return 0
-    return max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
-
-
-# ------------------------------------------------------------------------------------------------
-# the tracker
-# ------------------------------------------------------------------------------------------------
-class Block:
-    """One allocation: a storage's block from ``born`` (a clock tick) to ``died`` (None while alive)."""
-
-    __slots__ = ("bytes", "nbytes", "born", "died", "op", "label", "window", "dtype", "shape", "kind", "owners",
-                 "pending")
-
-    def __init__(self, nbytes, born, op, label, window, dtype, shape):
-        self.bytes = block_bytes(nbytes)
-        self.nbytes = nbytes
-        self.born, self.died = born, None
-        self.op, self.label, self.window = op, label, window
-        self.dtype, self.shape = dtype, shape
-        self.kind = None        # set by the caller: "saved", "weight_grad", ...
-        self.owners = 1         # storages sharing this block (a zero-copy storage swap)
-        self.pending = False    # allocated inside a fused region, not counted (yet)
-
-    def alive_at(self, tick: int) -> bool:
-        return self.born <= tick and (self.died is None or self.died > tick)
-
-
-class _Window:
-    __slots__ = ("name", "start", "end", "peak", "tick", "label", "start_tick")
-
-    def __init__(self, name, current, tick, label):
-        self.name, self.start, self.end, self.start_tick = name, current, None, tick
-        self.peak, self.tick, self.label = current, tick, label
-
-
-def AllocationTracker(*, count_existing: bool = True, timeline: bool = True):  # noqa: N802
-    """A new tracker (the class is built on first use, so that importing memlib does not import torch):
-    ``count_existing`` counts the tensors alive when it starts as its baseline; ``timeline`` keeps the live
-    bytes after every op."""
-    return _tracker_class()(count_existing=count_existing, timeline=timeline)
-
-
-_TRACKER_CLASS = None
-
-
-def _tracker_class():
-    global _TRACKER_CLASS
-    if _TRACKER_CLASS is not None:
-        return _TRACKER_CLASS
-    import torch
-    from torch.utils._pytree import tree_leaves
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _AllocationTracker(TorchDispatchMode):
-        """Every storage allocated and freed while active, counted as CUDA caching-allocator blocks.
-
-        ``current`` and ``peak`` are ``memory_allocated`` and ``max_memory_allocated``; ``blocks`` holds
-        every block with the ticks it was born and died; :meth:`alive_at` lists what was alive at a tick;
-        :meth:`window` opens a named interval whose own peak (and the tick of it) is kept, as
-        ``reset_peak_memory_stats`` then ``max_memory_allocated`` would give; ``label`` is attached to
-        what is allocated and to the timeline (one sample per op: ``timeline`` and ``labels``)."""
-
-        def __init__(self, *, count_existing: bool = True, timeline: bool = True):
-            super().__init__()
-            self.count_existing = count_existing
-            self.keep_timeline = timeline
-            self.blocks: list[Block] = []
-            self.live: dict[int, Block] = {}         # StorageImpl address -> its block
-            self.current = self.peak = 0
-            self.tick = self.peak_tick = 0
-            self.baseline = 0
-            self.label = ""
-            self.ops = 0
-            self.windows: list[_Window] = []
-            self._window: _Window | None = None
-            self.timeline: list[tuple[int, int, int]] = []  # (current after the op, label id, window index)
-            self.labels: list[str] = []
-            self._label_ids: dict[str, int] = {}
-            self._finalizers: list = []
-            self._fused: list[list[Block]] = []
-            self._paused = 0
-            self._resize = None
-
-        # ---- entering and leaving -----------------------------------------------------------
-        def __enter__(self):
-            if self.count_existing:
-                gc.collect()
-                seen = set()
-                for obj in gc.get_objects():
-                    if issubclass(type(obj), torch.Tensor) and obj.device.type != "meta":
-                        try:
-                            s = obj.untyped_storage()
-                        except (RuntimeError, NotImplementedError):
-                            continue
-                        if s._cdata not in seen and s._cdata not in self.live:
-                            seen.add(s._cdata)
-                            self._new(s, obj.dtype, obj.shape, "baseline", baseline=True)
-                self.baseline = self.current
-                self.peak = self.current
-            tracker = self
-            original = torch.UntypedStorage.resize_
-
-            def resize_(storage, size):
-                out = original(storage, size)
-                if not tracker._paused:
-                    tracker._resized(storage, "UntypedStorage.resize_")
-                return out
-
-            self._resize = original
-            torch.UntypedStorage.resize_ = resize_
-            return super().__enter__()
-
-        def __exit__(self, *exc):
-            torch.UntypedStorage.resize_ = self._resize
-            for f in self._finalizers:
-                f.detach()
-            self._finalizers.clear()
-            if self._window is not None:
-                self._window.end = self.current
-            return super().__exit__(*exc)
-
-        # ---- the dispatch hook ----------------------------------------------------------------
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if self._paused:
-                return out
-            self.ops += 1
-            op = func.__name__ if hasattr(func, "__name__") else str(func)
-            for x in tree_leaves(out):
-                if isinstance(x, torch.Tensor):
-                    self.see(x, op)
-            if self.keep_timeline:
-                self.timeline.append((self.current, self._label_id(), len(self.windows) - 1))
-            return out
-
-        def see(self, x, op: str = "") -> Block | None:
-            """Count ``x``'s storage if it is new (or has been resized); its block."""
-            if x.device.type == "meta":
-                return None
-            try:
-                s = x.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                return None
-            block = self.live.get(s._cdata)
-            if block is None:
-                return self._new(s, x.dtype, x.shape, op)
-            if block.nbytes != s.nbytes() and block.owners == 1:
-                return self._resized(s, op, x)
-            return block
-
-        # ---- bookkeeping ------------------------------------------------------------------------
-        def _label_id(self) -> int:
-            i = self._label_ids.get(self.label)
-            if i is None:
-                i = self._label_ids[self.label] = len(self.labels)
-                self.labels.append(self.label)
-            return i
-
-        def _new(self, s, dtype, shape, op, baseline=False):
-            self.tick += 1
-            block = Block(s.nbytes(), self.tick, op, "baseline" if baseline else self.label,
-                          self._window.name if self._window else "", str(dtype).replace("torch.", ""),
-                          tuple(shape))
-            self.blocks.append(block)
-            self.live[s._cdata] = block
-            self._finalizers.append(weakref.finalize(s, self._storage_died, s._cdata))
-            if self._fused and not baseline:
-                block.pending = True
-                self._fused[-1].append(block)
-            else:
-                self._add(block.bytes)
-            return block
-
-        def _add(self, n):
-            self.current += n
-            if self.current > self.peak:
-                self.peak, self.peak_tick = self.current, self.tick
-            w = self._window
-            if w is not None and self.current > w.peak:
-                w.peak, w.tick, w.label = self.current, self.tick, self.label
-
-        def _release(self, block):
-            self.tick += 1
-            block.died = self.tick
-            if not block.pending:
-                self.current -= block.bytes
-
-        def _storage_died(self, key):
-            block = self.live.pop(key, None)
-            if block is None:
-                return
-            block.owners -= 1
-            if block.owners == 0:
-                self._release(block)
-
-        def _resized(self, s, op, x=None):
-            """A storage that changed size: its old block is freed, a new one allocated (CUDA's resize)."""
-            key = s._cdata
-            old = self.live.get(key)
-            if old is None:
-                if s.nbytes():
-                    self._new(s, x.dtype if x is not None else torch.uint8, x.shape if x is not None else (s.nbytes(),),
-                              op)
-                return self.live.get(key)
-            if old.nbytes == s.nbytes() and old.owners == 1:
-                return old
-            shape = old.shape
-            dtype = old.dtype
-            self.tick += 1
-            block = Block(s.nbytes(), self.tick, op, self.label, self._window.name if self._window else "",
-                          dtype, shape if x is None else tuple(x.shape))
-            self.blocks.append(block)
-            self.live[key] = block
-            self._add(block.bytes)              # CUDA's resize allocates the new block, copies, frees the old
-            old.owners -= 1
-            if old.owners == 0:
-                self._release(old)
-            return block
-
-        # ---- what callers use -------------------------------------------------------------------
-        def window(self, name: str) -> None:
-            """Close the current window and open ``name`` (its peak starts at what is allocated now)."""
-            if self._window is not None:
-                self._window.end = self.current
-            self._window = _Window(name, self.current, self.tick, self.label)
-            self.windows.append(self._window)
-
-        def reset_peak(self) -> None:
-            """``torch.cuda.reset_peak_memory_stats()``: the peak becomes what is allocated now."""
-            self.peak, self.peak_tick = self.current, self.tick
-
-        def alive_at(self, tick: int) -> list[Block]:
-            """The blocks alive (counted) at ``tick``."""
-            return [b for b in self.blocks if not b.pending and b.alive_at(tick)]
-
-        def block_of(self, x) -> Block | None:
-            """The block holding tensor ``x``'s storage (None if untracked)."""
-            return self.live.get(x.untyped_storage()._cdata)
-
-        def share(self, dst, src) -> None:
-            """``dst``'s storage now points at ``src``'s data (a zero-copy storage swap): ``dst``'s own block
-            is freed and ``src``'s lives until both storages are gone."""
-            sd, ss = dst.untyped_storage(), src.untyped_storage()
-            source = self.live.get(ss._cdata) or self.see(src, "share_storage")
-            old = self.live.get(sd._cdata)
-            if old is source:
-                return
-            if old is not None:
-                old.owners -= 1
-                if old.owners == 0:
-                    self._release(old)
-            else:
-                self._finalizers.append(weakref.finalize(sd, self._storage_died, sd._cdata))
-            source.owners += 1
-            self.live[sd._cdata] = source
-
-        def paused(self):
-            """A context in which nothing is counted (the tracker's own bookkeeping, the CPU stand-ins)."""
-            import contextlib
-
-            @contextlib.contextmanager
-            def cm():
-                self._paused += 1
-                try:
-                    yield
-                finally:
-                    self._paused -= 1
-
-            return cm()
-
-        def fused(self, fn, *args, **kwargs):
-            """Call ``fn`` as a fused (compiled) region: only what outlives it is allocated, when it returns."""
-            self._fused.append([])
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                inside = self._fused.pop()
-            for x in tree_leaves(out):
-                if isinstance(x, torch.Tensor):
-                    self.see(x, getattr(fn, "__name__", "fused"))
-            for block in inside:
-                if block.died is None and block.owners:
-                    block.pending = False
-                    self.tick += 1
-                    block.born = self.tick
-                    if self._fused:
-                        block.pending = True
-                        self._fused[-1].append(block)
-                    else:
-                        self._add(block.bytes)
-            return out
-
-    _TRACKER_CLASS = _AllocationTracker
-    return _TRACKER_CLASS
-
-
-# ------------------------------------------------------------------------------------------------
-# CUDA calls answered on the CPU
-# ------------------------------------------------------------------------------------------------
-def _cuda_as_cpu_mode(on_result=None):
-    """A TorchFunctionMode in which ``device="cuda"``, ``Tensor.cuda()`` and ``Tensor.to("cuda")`` mean the
-    CPU, and ``Tensor.type()`` names the CUDA type (the optimizers check for ``torch.cuda.BFloat16Tensor``);
-    ``on_result(result)`` sees what every call returns."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    def cuda(d) -> bool:
-        return (isinstance(d, str) and d.startswith("cuda")) or (isinstance(d, torch.device) and d.type == "cuda")
-
-    class _CudaAsCpu(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if func is torch.Tensor.cuda:
-                return args[0]
-            if func is torch.Tensor.type and len(args) == 1 and not kwargs:
-                name = func(*args)
-                return name if name.startswith("torch.cuda.") else "torch.cuda." + name.split(".", 1)[1]
-            if cuda(kwargs.get("device")):
-                kwargs["device"] = "cpu"
-            if func is torch.Tensor.to:
-                args = tuple("cpu" if cuda(a) else a for a in args)
-            out = func(*args, **kwargs)
-            if on_result is not None:
-                on_result(out)
-            return out
-
-    return _CudaAsCpu()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -487,6 +96,7 @@ def _measure_step(req: dict) -> dict:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from torch.utils._pytree import tree_leaves
 
+    from . import cpu_shims as shims
     from . import megatron as mm
 
     t, m = req["train"], req["model"]
@@ -555,7 +165,7 @@ def _measure_step(req: dict) -> dict:
         return out
 
     gc.disable()                                     # frees at deterministic moments (Megatron-LM's --manual-gc)
-    mm._FUSED_HOOK, mm._SHARE_HOOK = fused, share
+    shims._FUSED_HOOK, shims._SHARE_HOOK = fused, share
     restore.extend(_collectives_on_copies(tracker))
     torch.autograd.Function.apply = classmethod(apply)
     restore.append(lambda: setattr(torch.autograd.Function, "apply", function_apply))
@@ -672,7 +282,7 @@ def _measure_step(req: dict) -> dict:
             tracker.window("end")
             persistent = _persistent_blocks(tracker, model, core, opt)
     finally:
-        mm._FUSED_HOOK = mm._SHARE_HOOK = None
+        shims._FUSED_HOOK = shims._SHARE_HOOK = None
         for h in hooks:
             h.remove()
         for f in restore:

@@ -174,9 +174,10 @@ RANDOM_CONFIGS, RANDOM_SEED = 4, 0
 
 @lru_cache(maxsize=None)
 def random_check(n: int = RANDOM_CONFIGS, seed: int = RANDOM_SEED) -> dict:
-    """``n`` random small configurations (:func:`memlib.measure.hf.random_config`) drawn from ``seed``,
+    """``n`` random small configurations (:func:`memlib.measure.random_configs.random_config`) drawn from ``seed``,
     forward pass only: how many match the ``hf-eager`` ledger exactly."""
-    from ..measure.hf import compare, random_config
+    from ..measure.hf import compare
+    from ..measure.random_configs import random_config
 
     rng = random.Random(seed)
     exact = 0
