@@ -1,59 +1,13 @@
 """Persistent memory of one rank under Megatron-Core's DDP and distributed optimizer, exactly.
 
 What a Megatron-LM rank still holds after ``optimizer.step()`` (the ``mem-allocated-bytes`` its
-functional tests log, :data:`memlib.data.reference.MEGATRON_RUNS`) is, besides a little bookkeeping:
+functional tests log, :data:`memlib.data.reference.MEGATRON_RUNS`): the model states in DDP's padded
+contiguous buffers and the distributed optimizer's shards (:func:`model_state_memory`), and the
+framework's own buffers (:func:`framework_memory`), every tensor rounded as PyTorch's caching allocator
+rounds it (:data:`ALLOC_BLOCK`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
+the ``megatron`` profile.
 
-model states (:func:`model_state_memory`)
-    the DDP contiguous parameter buffer (bf16) and gradient buffer (``main_grad``, fp32 unless
-    ``--grad-reduce-in-bf16``), one pair per model chunk and per data-parallel group (dense
-    parameters over DP CP, routed experts over EDP), each padded: every parameter starts on a
-    multiple of 64 elements and every bucket ends on a multiple of lcm(DP, 128); then the
-    distributed optimizer's fp32 main-parameter shards and Adam's ``exp_avg`` / ``exp_avg_sq``,
-    one tensor per parameter that overlaps the rank's shard of a bucket.  Without the distributed
-    optimizer the parameters are separate tensors, the grad buffer is unpadded and the fp32 copies
-    and moments are whole.
-framework buffers (:func:`framework_memory`)
-    Transformer Engine's cuBLAS workspaces and its "dummy wgrad" tensors (the output layer's, [v/TP, h]
-    bf16, the largest: 1.73 GiB on the DeepSeek-V3 proxies), PyTorch's cuBLAS workspaces, the output
-    layer's sequence-parallel gather buffer, the YaRN RoPE caches of every MLA module, the router's
-    expert-bias buffers, the state the all-to-all token dispatcher keeps from the last micro-batch,
-    FP8 weight copies and transposes, Adam's overflow flag.
-
-Every tensor is counted as PyTorch's caching allocator counts it: its size rounded up to
-:data:`ALLOC_BLOCK` bytes (``kMinBlockSize``).  With ``expandable_segments:True`` that is exact;
-without it the allocator may hand out a block up to 1 MiB larger than asked (a free block it does
-not split), which depends on the allocation history and is left to the residual.
-
-The parameters come from memlib's own partition (:class:`memlib.model.partition.Partition`, the
-``megatron`` profile): :func:`chunk_params` groups its tensors into the parameters Megatron-Core
-registers (``linear_q_up_proj.weight`` = W^UQ and W^QR, one ``linear_fc1.weight<e>`` per local
-expert, ...) and checks that their sum is the partition's count.
-
-Against Megatron-LM's functional tests (tests/test_megatron_buffers.py): the model states are what
-memlib.model.states counts (every buffer of those runs is already aligned, so padding and rounding are 0);
-above them the logs hold 0.34-0.51 GiB on the small MLA/MoE tests (1.14 GiB with FP8) and 2.53-2.85 GiB
-on the DeepSeek-V3 proxies, of which the framework terms leave 20-135 MiB and 118-316 MiB unexplained.  The proxies' 2.5 GiB
-is mostly the output layer's dummy wgrad ([v/TP, h] bf16, 1.73 GiB), then TE's five cuBLAS workspaces
-(160 MiB), the sequence-parallel gather buffer and PyTorch's workspaces.
-
-Sources are cited as ``file:line`` at Megatron-LM commit :data:`MEGATRON_COMMIT` (github.com/NVIDIA/
-Megatron-LM; megatron-core 0.19.2 has the same rules) and Transformer Engine commit :data:`TE_COMMIT`
-(github.com/NVIDIA/TransformerEngine).
-
-Options that :class:`memlib.config.TrainingConfig` does not hold yet are keyword arguments, named
-after Megatron-LM's flags: ``distributed_optimizer`` (``--use-distributed-optimizer``),
-``grad_dtype_bytes`` (4; 2 with ``--grad-reduce-in-bf16``), ``overlap_grad_reduce``,
-``bucket_size`` (``--ddp-bucket-size``), ``pad_buckets_for_high_nccl_busbw``,
-``gradient_accumulation_fusion`` (off with ``--no-gradient-accumulation-fusion``), ``rope_fusion``
-(off with ``--no-rope-fusion``), ``fp8`` (``--fp8-format``) with ``fp8_recipe``,
-``moe_grouped_gemm``, ``token_dispatcher``, ``permute_fusion``, ``compute_capability`` (8 A100,
-9 H100, 10 B200/GB200), ``cublas_workspace_config`` (the ``CUBLAS_WORKSPACE_CONFIG`` environment
-variable) and ``expandable_segments`` (``PYTORCH_CUDA_ALLOC_CONF``).  :data:`memlib.data.reference.
-MEGATRON_RUN_SETUPS` sets them for the runs memlib checks against.
-
->>> layout = buffer_layout([100, 30], data_parallel_size=2)
->>> layout.param_ranges, layout.numel
-(((64, 164), (0, 30)), 256)
+The derivation, with its sources (file:line), is in ``docs/derivations/megatron_buffers.md``.
 """
 from __future__ import annotations
 

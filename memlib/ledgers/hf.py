@@ -1,84 +1,15 @@
 """The ``hf-eager`` activation ledger: what the pinned ``transformers`` saves for backward.
 
-One ledger per transformers model class (:data:`HF_CODE`): ``DeepseekV3ForCausalLM`` (memlib's
-``deepseek`` family), ``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ``MixtralForCausalLM``,
-``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM`` and ``GPT2LMHeadModel`` (also memlib's ``gpt``
-family, see below), of transformers 5.24.0 on torch 2.13.0, in bf16, trained (``model.train()``,
-``labels`` given, so the loss is part of the forward pass), with ``attn_implementation="eager"``,
-every dropout probability 0 and the default experts kernel (``grouped_mm``, every routed
-token-expert pair in one grouped matrix multiply).  Each entry below is one tensor that autograd
-holds when the forward pass ends, counted once per storage (a view costs nothing beyond its base);
-parameters and buffers are not activations.  :mod:`memlib.measure.hf` checks the ledger against
-autograd, to the byte, on random small configs of every family.
+One ledger per transformers model class (:data:`HF_CODE`), of transformers 5.24.0 on torch 2.13.0, in
+bf16, trained, with ``attn_implementation="eager"``, every dropout probability 0 and the default experts
+kernel.  Each entry is one tensor that autograd holds when the forward pass ends, counted once per
+storage.  The ledger is assembled from block tables, one function per kind of transformers code (the
+attention of :data:`HF_CODE`, :data:`NORMS_HF`, :data:`DENSE_HF`, :data:`MOE_HF`,
+:data:`ACTIVATIONS_HF`); :mod:`memlib.measure.hf` checks it against autograd, to the byte, on random
+small configs of every family.  How it differs from the paper's ledger, tensor by tensor, is in the
+document below.
 
-The ledger is assembled from block tables, one function per kind of transformers code: the
-attention of the model class (:data:`HF_CODE`: MLA, Llama-style grouped-query attention, GPT-2's
-fused ``c_attn``), the norm (:data:`NORMS_HF`: RMSNorm, LayerNorm), the dense FFN
-(:data:`DENSE_HF`: SwiGLU, the GeLU MLP), the MoE block (:data:`MOE_HF`), the activation function
-(:data:`ACTIVATIONS_HF`) and the embedding (:data:`HF_CODE`: RoPE tables or learned positions).
-
-What makes it differ from the paper's ledger (:mod:`memlib.ledgers.paper`):
-
-* **RMSNorm** (``LlamaRMSNorm`` and its copies) upcasts its input to fp32 and keeps that copy (for
-  ``pow`` and the product), the fp32 ``rsqrt`` per row and the bf16 normalised value (for the
-  product with the weight); its output is kept by the projections that read it.  The bf16 input
-  itself, the residual stream, is kept by nobody: the paper's 2bsh "norm input" becomes
-  4bsh + 4bs (+ 2bsh normalised).  MLA's latent norms and Qwen3's per-head q/k norms (rows b s n_h
-  and b s n_kv, width d_head) do the same.
-* **LayerNorm** (GPT-2, ``nn.LayerNorm`` in bf16) keeps its bf16 input and the mean and reciprocal
-  standard deviation of each token, in bf16 on the CPU, where :mod:`memlib.measure.hf` checks it (the
-  CPU kernel keeps them in the input's dtype; CUDA's keeps them in fp32, 4 bytes more per token
-  and norm, which this ledger does not count).
-* **RoPE**: ``q * cos`` keeps only ``cos`` (q needs no gradient through cos), so no rotated copy
-  of q or k is kept; the cos and sin tables ([1, s, d] bf16 each, d = d_h^R for MLA and d_head
-  otherwise, computed once per forward) are kept.
-* **Queries and keys** (grouped-query attention): the RoPE'd query (b s n_h d_head) is kept by
-  QK^T, itself or as the contiguous copy the batched matmul makes; the key is ``repeat_kv``'s copy
-  over every query head (b s n_h d_head) when n_kv < n_h, else the RoPE'd key or its copy, the
-  same size.  The values likewise (b s n_h d_head).  One exception, a ``Piecewise``: with a single
-  key-value head (n_kv = 1) ``repeat_kv`` returns a stride-0 view, which the batched matmul keeps
-  as it is when b = 1, so only the unrepeated key and value (b s d_head each) stay alive.  MLA's concatenated query and its key built with
-  ``new_empty`` + ``copy_`` are kept, bs n_h (d_h + d_h^R) each.
-* **Softmax** runs in fp32 (``dtype=torch.float32``) in every model class but GPT-2: its fp32 output
-  is kept (for the softmax backward) and the bf16 copy that multiplies V.  GPT-2's softmax runs in
-  bf16 and its output is the one tensor both keep.  Dropout with p = 0 returns its input and keeps
-  no mask.
-* **GPT-2's fused c_attn**: q, k and v are views of one [b, s, 3h] output; the batched matmuls
-  keep those views (the whole output, 3bsh) when b = 1 or n_h = 1, and otherwise a contiguous copy
-  of each (bsh each): 3bsh either way.
-* **MLA's values**: V is a slice of the ``kv_b_proj`` output.  ``matmul`` folds [b, n_h, s, d_v] to
-  [b n_h, s, d_v], which is a view only if b = 1, s = 1 or n_h = 1; otherwise it copies, and
-  the bf16 copy (bs n_h d_v) is kept.  In the view case the whole ``kv_b_proj`` output
-  (bs n_h (d_h + d_v)) stays alive.  The ledger says so with a ``Piecewise``.
-* **Activation functions** keep their input (``silu``, ``gelu``, ``gelu_pytorch_tanh``: one kernel);
-  GPT-2's default ``gelu_new`` is written in Python, 0.5 x (1 + tanh(...)), and keeps three more
-  tensors of the same size (0.5 x, the tanh output, 1 + tanh).
-* **Routers**: DeepSeek-V3's (fp32 weight, as transformers keeps it): an fp32 copy of its input,
-  the sigmoid scores, the top-k indices (int64), the normaliser and the selected weights (fp32).
-  Mixtral's and Qwen's (bf16 weight): the fp32 softmax over the N experts, the top-k indices and,
-  when the top-k probabilities are renormalised (Mixtral always, Qwen with ``norm_topk_prob``),
-  the normaliser and the probabilities before the in-place division.  Mixtral hands the experts
-  fp32 routing weights, Qwen casts them to bf16.
-* **Routed experts** (``grouped_mm``): every one of the S = b s N_r token-expert pairs is
-  gathered into one sorted matrix, so each kept tensor has S rows whatever the routing: the
-  gathered input, the fused gate-up output, the activation's output, the product, the down output,
-  the routing weights, three int64 index vectors, and one int32 offset per expert.  Routing
-  decides which rows, not how many: the count is exact for any routing.
-* **Qwen2-MoE's shared expert**: its SwiGLU (width h_S), the sigmoid of its gate (one per token) and
-  its output (kept by the product with the gate).
-* **Head and loss**: the head keeps its input; the bf16 logits are not kept (``logits.float()``
-  keeps nothing), the loss keeps the fp32 log-softmax, the int64 shifted labels (for b = 1 the
-  padded labels, s + 1 of them, since the shifted slice is already contiguous) and a 4-byte fp32
-  normaliser (``total_weight``).
-* The embedding keeps the token ids (int64), and GPT-2's position embedding its position ids
-  (``arange(s)``, int64).
-
-memlib's ``gpt`` family (Megatron's classic GPT, model_type ``gpt``) has no transformers class of its
-own; its blocks are GPT-2's (LayerNorms with biases, biased attention and MLP, learned positions),
-so the ledger is GPT-2's code whenever a ``gpt`` config is one GPT-2 can express (``n_kv = n_h``,
-``head_dim = h / n_h``, every bias on), and a one-line error naming the field otherwise.
-
-:mod:`memlib.ledgers.paper` registers the profile (``ACT_PROFILES["hf-eager"]``).
+The derivation, with its sources (file:line), is in ``docs/derivations/ledgers_hf.md``.
 """
 from __future__ import annotations
 

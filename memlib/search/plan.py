@@ -1,61 +1,13 @@
 """``memlib plan``: every parallel configuration of N GPUs that fits, ranked by a stated cost model.
 
-**What is searched.**  For a model, N GPUs, a capacity and a global batch of B sequences of s tokens:
-every DP TP PP CP = N where TP divides the heads (and every width the profile splits), CP the sequence
-(and CP TP it, under sequence parallelism), PP at most the layers; EP a divisor of the routed experts and
-ETP one of 1 and TP (Megatron-Core's two usual choices) with EP ETP dividing DP TP CP; every ZeRO stage
-0-3; micro-batch sizes b dividing B / DP (up to ``max_micro_batch``), M = B / (DP b); each allowed
-recompute policy, precision, profile and schedule (GPipe, 1F1B, interleaved with V = 2.. chunks per rank,
-DualPipe with PP even), within each schedule's rules on M; the layout by the default rule (ceil(l / (PP V))
-layers per model stage, the remainder on the last) and by the balanced rule
-(:func:`memlib.model.partition.balanced_layout`).  The single-axis rules are the library's own (an
-:class:`~memlib.device.estimate.Estimate` is built for each value of TP, CP, EP and ETP alone); the cross rules are
-checked here, vectorised.
+For a model, N GPUs, a capacity and a global batch, :func:`search` enumerates every parallel
+configuration (DP TP PP CP EP ETP, ZeRO stage, micro-batch, recompute policy, precision, profile,
+schedule, layout rule) that the library's rules allow, computes each one's peak with
+:mod:`memlib.search.compiled` (:func:`memlib.device.estimate.estimate`'s ``peak.total``, to the byte) and
+keeps those that fit; :func:`plan` ranks them by an estimated step time built from named terms (the
+pipeline bubble, communication, recomputation), each stated so that a reader can re-rank.
 
-**Memory.**  Each configuration's peak is :func:`memlib.device.estimate.estimate`'s ``peak.total`` (allocated bytes
-plus the overhead preset), computed by :mod:`memlib.search.compiled` from the same expressions, to the byte.  A
-configuration fits when its peak stage's total is at most the capacity.
-
-**Cost: a stated model, not a throughput simulator.**  The fitting configurations are ranked by an estimated
-step time built from named terms, each given so that a reader can re-rank:
-
-``bubble``
-    the pipeline bubble over the ideal step (Narayanan et al. 2021, arXiv 2104.04473, §2.2):
-    (p - 1) / M for GPipe and 1F1B, (p - 1) / (V M) interleaved; DualPipe (DeepSeek-V3 report,
-    arXiv 2412.19437, Table 2) (p/2 - 1)(F&B + B - 3W) over M (F + B) with F = W = 1, B = 2 (a full
-    backward), F&B = F + B: 2 (p/2 - 1) / (3 M).
-``recompute``
-    the forward FLOPs recomputed over the step's 3 F (forward plus a backward of twice the forward,
-    Korthikanti et al. 2022, arXiv 2205.05198 §5): full recomputation adds F (1/3; ``full-block:K`` the
-    share K PP V / l of the layers); a module policy the matmul FLOPs of its modules: ``core_attn``
-    QK^T and AV, 2 s n_h (d_h + d_h^R + d_v) per token and layer; ``mla_up_proj`` 2 (d_c' n_h (d_h + d_h^R)
-    + d_c n_h (d_h + d_v)); ``mlp`` the dense FFN's 6 h h_F; ``moe`` the experts' 6 h h_E (N_r + N_s);
-    ``shared_experts`` 6 h h_E N_s; ``layernorm`` and ``moe_act`` are element-wise (0).  F per token is
-    2 P_act (activated parameters, :func:`memlib.model.params.activated_params`) plus the attention core.
-``tp_bytes``, ``ep_bytes``, ``cp_bytes``, ``dp_bytes``, ``pp_bytes``
-    per-GPU communication volume of one step.  TP with sequence parallelism: 8 all-gathers and
-    reduce-scatters per layer and micro-batch (4 forward, 4 backward) of b s h / CP elements, each
-    moving (TP - 1)/TP of it (Korthikanti et al. 2022 §4.2.2).  EP: dispatch and combine, forward and
-    backward, of the b s / (CP TP) tokens of each MoE layer, N_r copies of h elements, (EP - 1)/EP of them
-    leaving the rank.  CP: the keys and values of the whole sequence gathered forward and their gradients
-    reduce-scattered backward, per layer and micro-batch, b s n_h (d_h + d_h^R + d_v) / TP elements,
-    (CP - 1)/CP of them from other ranks (Megatron-Core's all-gather context parallelism).  DP: gradients reduced and parameters gathered, 2 (d - 1)/d Psi bytes for ZeRO 0-2
-    and 3 (d - 1)/d Psi for ZeRO-3 (Rajbhandari et al. 2020, arXiv 1910.02054, §7), over DP CP ranks for
-    the dense parameters and EDP for the experts, Psi the parameters a GPU holds (twice under DualPipe)
-    times the recipe's gradient bytes.  PP: each micro-batch's activations forward and their gradients
-    backward, b s h / (CP TP) elements, once per model chunk (V under the interleaved schedule).
-    Activations in 2 bytes.
-``compute_s``, ``comm_s``, ``step_s``
-    compute_s = 3 F B s / (N flops); comm_s = each volume over its link's bandwidth (TP, EP and CP over
-    NVLink while the group fits in a node of ``gpus_per_node``, otherwise the network; DP and PP over the
-    network); step_s = compute_s (1 + recompute)(1 + bubble) + comm_s, no overlap assumed.  The ranking
-    is by step_s, then by peak memory.  The constants are :class:`CostModel`'s (an H800 node of the
-    DeepSeek-V3 report: 8 GPUs on NVLink, 400 Gb/s InfiniBand per GPU).
-
->>> r = plan("deepseek-v3", 2048, 80 * 10**9, precisions=("deepseek-v3",), recomputes=("deepseek",),
-...          schedules=("dualpipe",), profiles=("megatron",), fix={"pp": 16, "tp": 1})
->>> r.configs[0]["config"]["pp"], r.configs[0]["config"]["schedule"]
-(16, 'dualpipe')
+The derivation, with its sources (file:line), is in ``docs/derivations/plan.md``.
 """
 from __future__ import annotations
 
