@@ -1,10 +1,10 @@
 """Activation ledgers: the tensors each layer saves for backward, one ledger per implementation, and their registry.
 
-:mod:`~memlib.ledgers.paper.base` holds the ledger type (``Saved``, ``Policy``, ``ActProfile``);
-:mod:`~memlib.ledgers.paper.paper` the paper's and Korthikanti's ledgers,
-:mod:`~memlib.ledgers.paper.hf` what the pinned ``transformers`` saves, :mod:`~memlib.ledgers.paper.megatron` what
-Megatron-Core saves per kernel choice.  The registry here names every profile (:data:`ACT_PROFILES`) and
-binds one to a training configuration's kernel choices (:func:`act_profile`).
+:mod:`~memlib.ledgers.base` holds the ledger type (``Saved``, ``Policy``, ``ActProfile``);
+:mod:`~memlib.ledgers.paper` the paper's and Korthikanti's ledgers, :mod:`~memlib.ledgers.hf` what the
+pinned ``transformers`` saves, :mod:`~memlib.ledgers.megatron` what Megatron-Core saves per kernel choice
+(its blocks in :mod:`~memlib.ledgers.megatron_blocks`).  The registry here names every profile
+(:data:`ACT_PROFILES`) and binds one to a training configuration's kernel choices (:func:`act_profile`).
 """
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def _transformer_config(req: dict):
         # Mixtral and Qwen3-MoE: softmax over the top-k logits (= the renormalised top-k of the softmax,
         # Qwen3-MoE's norm_topk_prob); Qwen2-MoE: the top-k of the softmax, not renormalised, and one shared
         # expert behind a sigmoid gate (--moe-shared-expert-gate)
-        from ..ledgers.megatron import router_softmax_first
+        from ..ledgers.megatron_blocks import router_softmax_first
 
         qwen2 = m["moe"] == "qwen2_moe"
         kw.update(

@@ -459,7 +459,7 @@ TE_SOURCES = ("flash_attention", "te_unfused_attention", "te_layernorm_linear", 
 def _source_of(note: str) -> str:
     """Where a Transformer Engine entry's bytes come from: a kernel of :data:`TE_SOURCES` (its source
     is cited in the note), or Megatron-Core's own code, ``measured`` on the CPU or ``read``."""
-    from ..ledgers.megatron import KERNEL_SOURCES
+    from ..ledgers.megatron_blocks import KERNEL_SOURCES
 
     for name in TE_SOURCES:
         if KERNEL_SOURCES[name] in note:
@@ -486,7 +486,8 @@ def megatron_layer_entries(model: ModelConfig | str = "deepseek-v3", kind: str =
     """Every entry of one ``megatron`` layer, local beside Transformer Engine: key, group, bytes on
     each path (None where the path keeps no such tensor) and, for Transformer Engine, ``source``:
     the kernel whose source gives it (a key of :data:`TE_SOURCES`), ``measured`` or ``read``."""
-    from ..ledgers.megatron import Kernels, megatron_layer
+    from ..ledgers.megatron_blocks import Kernels
+    from ..ledgers.megatron import megatron_layer
 
     m = load_model(model)
     gt = ground_truths(m, kind, b, s)
