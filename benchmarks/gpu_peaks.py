@@ -136,58 +136,69 @@ def _request(name: str, tiny: bool = False) -> dict:
 # ------------------------------------------------------------------------------------------------
 # the memory history, reduced
 # ------------------------------------------------------------------------------------------------
-def _where(frames) -> str:
-    """The innermost frame in Megatron-Core (else outside torch), as ``path:line (function)``."""
-    def short(f):
-        name = f.get("filename", "?")
-        for marker in ("megatron/", "torch/", "benchmarks/", "memlib/"):
-            i = name.rfind(marker)
-            if i >= 0:
-                name = name[i:]
-                break
-        return f"{name}:{f.get('line', '?')} ({f.get('name', '?')})"
+def _short(f) -> str:
+    name = f.get("filename", "?")
+    for marker in ("megatron/", "torch/", "benchmarks/", "memlib/"):
+        i = name.rfind(marker)
+        if i >= 0:
+            name = name[i:]
+            break
+    return f"{name}:{f.get('line', '?')} ({f.get('name', '?')})"
 
+
+def _where(frames, depth: int = 3) -> str:
+    """Where a block was allocated: the ``depth`` innermost frames in Megatron-Core, innermost first (else the
+    innermost frame outside torch), each as ``path:line (function)``."""
     frames = frames or []
-    for f in frames:
-        if "megatron/" in f.get("filename", ""):
-            return short(f)
+    mcore = [_short(f) for f in frames if "megatron/" in f.get("filename", "")][:depth]
+    if mcore:
+        return " < ".join(mcore)
     for f in frames:
         fn = f.get("filename", "")
         if "torch/" not in fn and fn.endswith(".py"):
-            return short(f)
-    return short(frames[0]) if frames else "?"
+            return _short(f)
+    return _short(frames[0]) if frames else "?"
 
 
-def reduce_trace(events: list[dict], baseline: int, top: int = 40) -> dict:
-    """The peak of a recorded history (``alloc`` and ``free_completed`` events over the live bytes at its
-    start, ``baseline``), the live blocks allocated during the history at that moment grouped by where they
-    were allocated, and the frames of the allocation that reached it."""
-    cur, peak, at = baseline, baseline, -1
+def _groups(blocks, top: int) -> dict:
+    groups: dict = {}
+    for e in blocks:
+        g = groups.setdefault(_where(e.get("frames")), [0, 0])
+        g[0] += e["size"]
+        g[1] += 1
+    rows = sorted(([k, v[0], v[1]] for k, v in groups.items()), key=lambda r: -r[1])
+    return {"groups": rows[:top], "other_groups": [len(rows[top:]), sum(r[1] for r in rows[top:])]}
+
+
+def reduce_trace(events: list[dict], baseline: int, start: int = 0, top: int = 60) -> dict:
+    """The peak of a recorded history from event ``start`` on (``alloc`` and ``free_completed`` events over
+    ``baseline``, the bytes allocated before the history began), the blocks alive at that moment grouped by
+    where they were allocated (blocks older than the history are not in it), the frames of the allocation
+    that reached it, and the blocks alive at the end, grouped the same way."""
+    cur, peak, at = baseline, None, -1
     for i, e in enumerate(events):
         a = e.get("action")
         if a == "alloc":
             cur += e["size"]
-            if cur > peak:
+            if i >= start and (peak is None or cur > peak):
                 peak, at = cur, i
         elif a == "free_completed":
             cur -= e["size"]
     live: dict = {}
-    for e in events[:at + 1]:
+    at_peak = None
+    for i, e in enumerate(events):
         a = e.get("action")
         if a == "alloc":
             live[e["addr"]] = e
         elif a == "free_completed":
             live.pop(e["addr"], None)
-    groups: dict = {}
-    for e in live.values():
-        g = groups.setdefault(_where(e.get("frames")), [0, 0])
-        g[0] += e["size"]
-        g[1] += 1
-    rows = sorted(([k, v[0], v[1]] for k, v in groups.items()), key=lambda r: -r[1])
-    return {"peak": peak, "baseline": baseline, "event": at, "events": len(events),
-            "live_since_start": sum(e["size"] for e in live.values()),
-            "groups": rows[:top], "other_groups": [len(rows[top:]), sum(r[1] for r in rows[top:])],
-            "peak_frames": [_where([f]) for f in (events[at].get("frames") or [])[:12]] if at >= 0 else []}
+        if i == at:
+            at_peak = list(live.values())
+    at_peak = at_peak or []
+    return {"peak": peak if peak is not None else baseline, "baseline": baseline, "start": start, "event": at,
+            "events": len(events), "live_in_history": sum(e["size"] for e in at_peak), **_groups(at_peak, top),
+            "peak_frames": [_short(f) for f in (events[at].get("frames") or [])[:12]] if at >= 0 else [],
+            "end": {"live_in_history": sum(e["size"] for e in live.values()), **_groups(live.values(), top)}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -267,6 +278,10 @@ def _run_case(name: str, device: str) -> dict:
     t, m, M = req["train"], req["model"], req["num_microbatches"]
     b, s, v = t["micro_batch"], t["seq_len"], m["vocab_size"]
     t0 = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize()
+        recorded_from = torch.cuda.memory_allocated()
+        torch.cuda.memory._record_memory_history(max_entries=4_000_000, context="alloc", stacks="python")
     model, cfg = mm._build(req, {"use_distributed_optimizer": True, "check_for_nan_in_grad": True})
     opt = _optimizer(torch, get_megatron_optimizer, OptimizerConfig, cfg, model, req)
     cfg.finalize_model_grads_func = finalize_model_grads
@@ -292,7 +307,21 @@ def _run_case(name: str, device: str) -> dict:
         num_tokens = loss_mask.sum().clone().detach().to(torch.int)
         return loss, num_tokens, {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])}
 
+    phases: list = []
+
+    def phase(name):
+        """Close the running phase (its peak and the bytes at its end) and open ``name``."""
+        if cuda:
+            torch.cuda.synchronize()
+            if phases:
+                phases[-1].update(peak=torch.cuda.max_memory_allocated(), end=torch.cuda.memory_allocated(),
+                                  reserved_peak=torch.cuda.max_memory_reserved())
+            torch.cuda.reset_peak_memory_stats()
+            if name is not None:
+                phases.append({"phase": name, "start": torch.cuda.memory_allocated()})
+
     def forward_step(data_iterator, model):            # pretrain_gpt.py's forward_step (get_batch: to the device)
+        phase(f"{state['it']}.mb{state['mb']}.forward")
         batch = next(data_iterator)
         if cuda:
             batch = {k: x.cuda(non_blocking=True) for k, x in batch.items()}
@@ -300,6 +329,19 @@ def _run_case(name: str, device: str) -> dict:
                        loss_mask=batch["loss_mask"])
         return output, _partial(loss_func, batch["loss_mask"])
 
+    import megatron.core.pipeline_parallel.schedules as schedules
+
+    state = {"it": 0, "mb": 0}
+    original_backward_step = schedules.backward_step
+
+    def backward_step(*args, **kwargs):
+        phase(f"{state['it']}.mb{state['mb']}.backward")
+        try:
+            return original_backward_step(*args, **kwargs)
+        finally:
+            state["mb"] += 1
+
+    schedules.backward_step = backward_step
     forward_backward = get_forward_backward_func()
     mem = torch.cuda if cuda else None
     gc.disable()
@@ -307,36 +349,46 @@ def _run_case(name: str, device: str) -> dict:
     if cuda:
         torch.cuda.synchronize()
     built = mem.memory_allocated() if cuda else 0
-    iters, trace = [], None
+    iters, trace, start2 = [], None, 0
     for it in (1, 2):
+        state["it"], state["mb"] = it, 0
         if cuda:
             torch.cuda.synchronize()
-            mem.reset_peak_memory_stats()
             if it == 2:
-                torch.cuda.memory._record_memory_history(max_entries=2_000_000, context="alloc", stacks="python")
+                start2 = len(torch.cuda.memory._snapshot()["device_traces"][0])
             before = mem.memory_allocated()
+        phase(f"{it}.zero_grad")
         t1 = time.perf_counter()
         model.zero_grad_buffer()
         opt.zero_grad()
         forward_backward(forward_step_func=forward_step, data_iterator=data, model=[model], num_microbatches=M,
                          seq_length=s, micro_batch_size=b, decoder_seq_length=s, forward_only=False)
-        fb_peak = mem.max_memory_allocated() if cuda else 0
+        phase(f"{it}.optimizer")
         ok, grad_norm, _ = opt.step()
+        phase(None)
         row = {"iteration": it, "update_ok": bool(ok), "grad_norm": float(grad_norm or 0.0)}
         if cuda:
             torch.cuda.synchronize()
+            mine = [p for p in phases if p["phase"].startswith(f"{it}.")]
             stats = mem.memory_stats()
-            row.update(before=before, max_allocated=mem.max_memory_allocated(),
-                       max_reserved=mem.max_memory_reserved(), after_step=mem.memory_allocated(),
-                       forward_backward_peak=fb_peak, requested_peak=stats.get("requested_bytes.all.peak"),
-                       alloc_retries=stats.get("num_alloc_retries"), ooms=stats.get("num_ooms"))
-            if it == 2:
-                snap = torch.cuda.memory._snapshot()
-                torch.cuda.memory._record_memory_history(enabled=None)
-                trace = reduce_trace(snap["device_traces"][0], before)
+            row.update(before=before, max_allocated=max(p["peak"] for p in mine),
+                       max_reserved=max(p["reserved_peak"] for p in mine), after_step=mem.memory_allocated(),
+                       forward_backward_peak=max(p["peak"] for p in mine if not p["phase"].endswith("optimizer")),
+                       phases=mine, alloc_retries=stats.get("num_alloc_retries"), ooms=stats.get("num_ooms"))
         row["seconds"] = round(time.perf_counter() - t1, 2)
         iters.append(row)
+        if cuda:
+            torch.cuda.synchronize()
+            held = mem.memory_allocated()
         gc.collect()
+        if cuda:
+            torch.cuda.synchronize()
+            row["freed_by_gc"] = held - mem.memory_allocated()
+    if cuda:
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        trace = reduce_trace(snap["device_traces"][0], recorded_from, start2)
+    schedules.backward_step = original_backward_step
     out = {"name": name, "iterations": iters, "built": built, "seconds": round(time.perf_counter() - t0, 1),
            "persistent": _persistent(model, opt), "request": req}
     if cuda:
