@@ -182,7 +182,8 @@ def _transformer_config(req: dict):
         num_layers=m["num_hidden_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["num_attention_heads"],
         hidden_dropout=0.0, attention_dropout=0.0,
         bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32, pipeline_dtype=None,
-        use_cpu_initialization=True, perform_initialization=True,
+        # on a GPU (benchmarks/gpu_peaks.py) the weights are created where they live, as Megatron-LM does
+        use_cpu_initialization=req.get("device", "cpu") == "cpu", perform_initialization=True,
         tensor_model_parallel_size=t["tp"], expert_model_parallel_size=t["ep"],
         expert_tensor_parallel_size=t["etp"], context_parallel_size=t["cp"], sequence_parallel=sp,
         apply_rope_fusion=False, gradient_accumulation_fusion=bool(req.get("gradient_accumulation_fusion")),
@@ -281,6 +282,8 @@ def _build(req: dict, ddp_options: dict | None = None):
     model = GPTModel(cfg, spec, vocab_size=m["vocab_size"], max_sequence_length=n_pos,
                      mtp_block_spec=mtp, position_embedding_type=positions,
                      share_embeddings_and_output_weights=m["tie_word_embeddings"])
+    if req.get("device", "cpu") == "cuda":
+        model.cuda(torch.cuda.current_device())     # megatron/training/training.py get_model: before Float16Module
     if cfg.bf16:
         model = Float16Module(cfg, model)
     ddp = DistributedDataParallelConfig(**{"grad_reduce_in_fp32": True, "use_distributed_optimizer": False,
