@@ -56,7 +56,7 @@ def test_the_module_table_lists_every_package_in_the_order_data_flows():
     assert [r.split("|")[2].strip() for r in rows] == [f"`memlib.{p}`" for p in memlib.PACKAGES]
     assert ":class:" not in table and ":mod:" not in table and "``" not in table
     ledgers = next(r for r in rows if "`memlib.ledgers`" in r)
-    assert "base, hf, megatron, paper" in ledgers and "Activation ledgers" in ledgers
+    assert "base, hf, megatron, megatron_blocks, paper" in ledgers and "Activation ledgers" in ledgers
     report = next(r for r in rows if "`memlib.report`" in r)
     assert "ch01_introduction … ch14_errata (one per chapter), book, figures" in report
     order = list(memlib.PACKAGES)
