@@ -6,7 +6,7 @@ spec (``--transformer-impl local``: no Transformer Engine or Apex on the machine
 Megatron's ``DistributedDataParallel`` with the distributed optimizer (fp32 gradient buffer), Adam, and
 two iterations of Megatron-LM's ``train_step`` (zero the buffers, M micro-batches through
 ``get_forward_backward_func()``, ``finalize_model_grads``, the optimizer step).  The model is built by
-:func:`memlib.measure_megatron._build`, the same builder the CPU measurement uses.
+:func:`memlib.measure.megatron._build`, the same builder the CPU measurement uses.
 
 Per case it records ``max_memory_allocated`` and ``max_memory_reserved`` of each iteration, the allocation
 after each optimizer step, and a memory history of the second (steady) iteration reduced to the live blocks
@@ -78,7 +78,7 @@ COMMON = dict(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, profile="megatron", precision
               transformer_impl="local", attention_backend="local", seq_len=SEQ_LEN)
 #: the loss-region case: logits [s, b, v] bf16
 LOSS_REGION = dict(seq_len=SEQ_LEN, micro_batch=2, vocab_size=129280)
-#: the framework the machine allows (memlib.peak.Framework fields)
+#: the framework the machine allows (memlib.device.peak.Framework fields)
 FRAMEWORK = dict(gradient_accumulation_fusion=False, rope_fusion=False, moe_grouped_gemm=False,
                  token_dispatcher="alltoall", permute_fusion=False, expandable_segments=True)
 
@@ -118,7 +118,7 @@ TINY = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_
 
 def _request(name: str, tiny: bool = False) -> dict:
     from memlib.config import TrainingConfig, model_from_dict
-    from memlib.measure_peak import PeakRequest
+    from memlib.measure.step import PeakRequest
 
     _, model, train, M = _case(name)
     cfg = dict(MODELS[model])
@@ -208,15 +208,15 @@ def _init(device: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from memlib import measure_megatron as mm
+    from memlib.measure import cpu_shims
 
     if device == "cuda":
         torch.cuda.set_device(0)
         dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
     else:
-        mm._install_shims()
-        mm._init_distributed(1, 0, None)
+        cpu_shims._install_shims()
+        cpu_shims._init_distributed(1, 0, None)
 
 
 def _persistent(model, opt) -> dict:
@@ -254,7 +254,7 @@ def _persistent(model, opt) -> dict:
 def run_case(name: str, device: str) -> dict:
     import contextlib
 
-    from memlib.measure_peak import _cuda_as_cpu_mode
+    from memlib.measure.cpu_shims import _cuda_as_cpu_mode
 
     with contextlib.nullcontext() if device == "cuda" else _cuda_as_cpu_mode():
         return _run_case(name, device)
@@ -271,8 +271,8 @@ def _run_case(name: str, device: str) -> dict:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from memlib import measure_megatron as mm
-    from memlib.measure_peak import _optimizer, _partial
+    from memlib.measure import megatron as mm
+    from memlib.measure.step import _optimizer, _partial
 
     req = _request(name, tiny=not cuda)
     t, m, M = req["train"], req["model"], req["num_microbatches"]
@@ -402,7 +402,7 @@ def _run_case(name: str, device: str) -> dict:
 def run_loss_region(device: str) -> dict:
     import contextlib
 
-    from memlib.measure_peak import _cuda_as_cpu_mode
+    from memlib.measure.cpu_shims import _cuda_as_cpu_mode
 
     with contextlib.nullcontext() if device == "cuda" else _cuda_as_cpu_mode():
         return _run_loss_region(device)
