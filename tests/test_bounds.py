@@ -112,7 +112,7 @@ def test_megatron_buffers_with_many_buckets_answer_in_seconds(model):
 def test_shard_numels_equals_the_pairwise_intersection():
     """The linear sweep gives what intersecting every parameter range with every rank's slice of every
     bucket gives (the definition), on random layouts."""
-    from memlib.megatron_buffers import buffer_layout, shard_numels
+    from memlib.device.megatron_buffers import buffer_layout, shard_numels
 
     rng = random.Random(20)
     for _ in range(300):

@@ -10,7 +10,7 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, model_from_dict
-from memlib.megatron_args import parse_megatron_args
+from memlib.megatron.flags import parse_megatron_args
 
 import tiny as T
 
@@ -108,7 +108,7 @@ def _plan_json(argv, capsys) -> dict:
 def test_a_precision_spec_with_commas_is_one_item(capsys):
     """``megatron:exp_avg=bf16,exp_avg_sq=bf16`` is one recipe (it was split into two items, the second
     dropped as invalid); beside another recipe in the list, both are searched."""
-    from memlib.plan import search
+    from memlib.search.plan import search
 
     spec = "megatron:exp_avg=bf16,exp_avg_sq=bf16"
     one = _plan_json(PLAN + ["--precision", spec, "--top", "0"], capsys)
@@ -140,7 +140,7 @@ def test_fix_inside_the_list_pins_it(capsys):
 # ------------------------------------------------------------------------------------------------
 def _families() -> dict[str, tuple[dict, list[str]]]:
     """A valid small config of every family and the integer fields memlib reads from it."""
-    from memlib.config import FAMILIES, _BOOL_FIELDS, _STR_FIELDS
+    from memlib.config.model import FAMILIES, _BOOL_FIELDS, _STR_FIELDS
 
     gqa = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
            "vocab_size": 50}
@@ -227,7 +227,7 @@ def test_the_known_moe_flags_are_megatron_lms(capsys):
 
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from memlib.megatron_args import MOE_FLAGS
+    from memlib.megatron.flags import MOE_FLAGS
 
     fields = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TransformerConfig)
               if f.name.startswith("moe_") and f.name not in ("moe_token_dropping", "moe_router_topk_limited_devices")}

@@ -1,7 +1,7 @@
 """``memlib plan`` lists no peak that ``memlib estimate`` disagrees with, whatever the options' lists hold.
 
 A search over several schedules, precisions, recompute policies, ZeRO stages and profiles evaluates its
-groups (family, PP, schedule, V, layout) with caches shared between them (memlib.compiled: the rows'
+groups (family, PP, schedule, V, layout) with caches shared between them (memlib.search.compiled: the rows'
 unique values and each chunk's bytes per row are kept while the groups run).  The regression (issue #20):
 GPipe and 1F1B shared the activation rows, so GPipe's rows were read with 1F1B's replay (at most p
 micro-batches where GPipe holds all M), and which schedule came first in ``--schedule`` decided the
@@ -17,8 +17,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlib.memory import estimate
-from memlib.plan import plan, search
+from memlib.device.estimate import estimate
+from memlib.search.plan import plan, search
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 PRECISIONS = ("megatron", "fp32", "paper", "deepseek-v3", "megatron:exp_avg=bf16,exp_avg_sq=bf16")
@@ -51,7 +51,7 @@ def _check_listed(result, model) -> None:
     keys = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "zero", "precision", "profile", "micro_batch", "seq_len",
             "recompute", "schedule", "num_microbatches", "vpp")
     from memlib.config import TrainingConfig
-    from memlib.overhead import Overheads
+    from memlib.device.overhead import Overheads
 
     for c in result.configs:
         cf = c["config"]
