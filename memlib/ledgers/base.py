@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 import sympy as sp
 
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..config import LIMITS, ConfigError, ModelConfig, TrainingConfig, parse_count, show
 from ..model.states import Recipe
 from ..core.symbols import sym
 
@@ -164,10 +164,12 @@ def parse_policy(text: str) -> Policy:
         return POLICIES[t]
     if t.startswith("full-block:"):
         k = t.split(":", 1)[1]
-        # ASCII digits only: str.isdigit accepts superscripts ("²") that int() refuses
-        if not (0 < len(k) <= 6 and all("0" <= c <= "9" for c in k)) or int(k) < 1:
-            raise ConfigError(f"recompute={show(text)}: full-block:K needs a positive integer K (at most 6 digits)")
-        return Policy(f"full-block:{int(k)}", full=True, block_layers=int(k))
+        try:
+            n = parse_count("K", k, bound=LIMITS["num_hidden_layers"])
+        except ConfigError:
+            raise ConfigError(f"recompute={show(text)}: full-block:K needs a positive integer K of ASCII digits, "
+                              f"at most {LIMITS['num_hidden_layers']:,}") from None
+        return Policy(f"full-block:{n}", full=True, block_layers=n)
     mods = [m.strip() for m in t.split(",") if m.strip()]
     unknown = [m for m in mods if m not in MODULES]
     if unknown or not mods:
