@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import ConfigError, show
+from ..config import ConfigError, parse_count, show
 from ..core.units import fmt_bytes
-from .options import _list, _size
+from .options import _list, _precisions, _size
 
 
 def _plan(args) -> int:
@@ -15,15 +15,14 @@ def _plan(args) -> int:
 
     zeros = []
     for z in _list("zero", args.zero):
-        if z not in ("0", "1", "2", "3"):
+        n = parse_count("zero", z, minimum=0)
+        if n not in (0, 1, 2, 3):
             raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
-        zeros.append(int(z))
-    if args.max_vpp < 2:
-        raise ConfigError(f"max_vpp={args.max_vpp} must be an integer >= 2")
+        zeros.append(n)
     capacity = _size("gpu_memory", args.gpu_memory)
     result = plan(args.model, args.gpus, capacity, seq_len=args.seq_len,
                   global_batch=args.global_batch or DEFAULT_GLOBAL_BATCH,
-                  profiles=_list("profile", args.profile), precisions=_list("precision", args.precision),
+                  profiles=_list("profile", args.profile), precisions=_precisions(args.precision),
                   recomputes=[x.replace("+", ",") for x in _list("recompute", args.recompute)],
                   schedules=_list("schedule", args.schedule), zeros=zeros,
                   layout_rules=_list("layout_rule", args.layout_rule), fix=parse_fix(args.fix),
