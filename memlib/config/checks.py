@@ -36,6 +36,7 @@ LIMITS: dict[str, int] = {
     "global_batch": 2**30,
     "max_vpp": 2**6,
     "top": 10_000,
+    "plan_stages": 2048,         # pipeline stages a search evaluates, summed over its pipelines
     # memory sizes (CLI: --gpu-memory, --cuda-context, --comm-buffers), bytes
     "bytes": 2**60,
 }

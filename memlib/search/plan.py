@@ -28,6 +28,7 @@ from ..device.overhead import Overheads
 from ..model.params import activated_params, by_block, model_params, values as model_values
 from ..model.partition import balanced_layout, default_layout
 from ..device.peak import Framework
+from ..device.schedule import replay_size
 from ..model.states import recipe
 
 __all__ = ["CostModel", "PlanResult", "Grid", "search", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
@@ -300,7 +301,9 @@ def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: 
             if sch is Schedule.DUALPIPE and (pp < 2 or pp % 2):
                 continue
             out.append((sch, 1))
-    return out
+    # a pipeline whose replay memlib refuses (LIMITS' replay: too many stages and chunks) is not searched
+    return [(sch, v) for sch, v in out
+            if replay_size(TrainingConfig(pp=pp, vpp=v, schedule=sch)) <= LIMITS["replay"]]
 
 
 def _layouts(layers: int, stages: int, rules: Sequence[str]) -> list[tuple[str, tuple | None]]:
@@ -430,6 +433,12 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
             for sch, v in _schedule_variants(schedules, pp, m.num_hidden_layers, max_vpp, fix):
                 for rule, lay in _layouts(m.num_hidden_layers, pp * v, layout_rules):
                     groups.append((fam, pp, sch, v, rule, lay, rows))
+    # the search's work grows with the pipeline stages it evaluates (each over its rows): bounded before it starts
+    stages = sum(g[1] for g in groups)
+    if stages > LIMITS["plan_stages"]:
+        raise ConfigError(f"gpus={gpus}: the search holds {len(groups):,} pipelines of {stages:,} stages in all, more "
+                          f"than {LIMITS['plan_stages']:,} that plan evaluates in seconds; pin pp (fix pp=N) or search "
+                          f"fewer schedules, layout rules, policies, precisions or profiles")
 
     bar = _progress(len(groups), progress)
     parts = []      # (rows, peak, stage, group index) of every searched row
