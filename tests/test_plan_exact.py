@@ -14,9 +14,10 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from memlib.config import ConfigError
 from memlib.device.estimate import estimate
 from memlib.search.plan import plan, search
 
@@ -104,8 +105,8 @@ def test_every_listed_gpipe_row_of_the_cli_search_is_exact():
 def _options(draw):
     return dict(
         schedules=tuple(draw(st.lists(st.sampled_from(SCHEDULES), min_size=2, max_size=4, unique=True))),
-        precisions=tuple(draw(st.lists(st.sampled_from(PRECISIONS), min_size=1, max_size=3, unique=True))),
-        recomputes=tuple(draw(st.lists(st.sampled_from(POLICIES), min_size=1, max_size=3, unique=True))),
+        precisions=tuple(draw(st.lists(st.sampled_from(PRECISIONS), min_size=1, max_size=2, unique=True))),
+        recomputes=tuple(draw(st.lists(st.sampled_from(POLICIES), min_size=1, max_size=2, unique=True))),
         zeros=tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True))),
         profiles=tuple(draw(st.lists(st.sampled_from(("megatron", "paper")), min_size=1, max_size=2, unique=True))),
         layout_rules=tuple(draw(st.lists(st.sampled_from(("default", "balanced")), min_size=1, max_size=2,
@@ -125,7 +126,11 @@ def test_every_listed_peak_equals_estimate_over_option_lists(model, gpus, search
     stages and profiles): every listed row, and rows of every group the search went through, equal
     estimate()'s peak and peak stage."""
     for options in searches:
-        r = plan(model, gpus, 10**15, top=15, **options)
+        try:
+            r = plan(model, gpus, 10**15, top=15, **options)
+        except ConfigError as exc:          # more pipeline stages than a search evaluates (LIMITS' plan_stages)
+            assume("stages in all" not in str(exc))
+            raise
         _check_listed(r, model)
         grid = search(model, gpus, **options)
         assert grid.searched == r.searched
