@@ -173,6 +173,10 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
         last_dropped = max(n for n, (x, e) in enumerate(seg.entries.values()) if not seg.kept(e) and not e.only_when)
         fc1 = seg.find("moe.routed.fc1_input")
         remoe = 3 * fc1[1] if fc1 and not seg.kept(seg.entry(fc1[0])) else 0
+        if remoe and seg.kind != "mtp":   # the re-run forward's frames hold residual-stream tensors, as
+            # forward_moe's do: the shared experts' output, and under full recomputation the residual after the
+            # attention (the checkpoint's input is a kept entry already); measured for decoder layers
+            remoe += (shared_experts + (1 if seg.policy.full else 0)) * H
         norm = seg.find("head.norm_input_fp32")
         renorm = 5 * norm[1] if norm and not seg.kept(seg.entry(norm[0])) else 0
         out["recompute"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_dropped)),

@@ -145,6 +145,13 @@ class Policy:
         return bool(e.modules & self.modules)
 
 
+#: the named recompute policies, weakest first.  A stronger one drops more, so the held activations never rise
+#: with it except by what its checkpoints keep that nothing else keeps: under the megatron profile core_attn
+#: recomputation keeps the dataset's [b, 1, s, s] attention mask for the re-run, one per micro-batch in flight
+#: (a large share of a tiny model's activations, where little else is dropped), by design.  The peak
+#: (``peak_allocated``) can rise with a stronger policy more: it re-runs a layer's forward while the backward's
+#: gradients are alive (the dropped entries saved again, the MoE's token copies, the frames' hidden states),
+#: measured on Megatron-Core (tests/test_peak_cpu.py, POLICY_PAIRS; the property in tests/test_peak.py)
 POLICIES = {
     "none": Policy("none"),
     "selective": Policy("selective", frozenset({"core_attn"})),
