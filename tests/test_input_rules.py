@@ -143,24 +143,7 @@ def _families() -> dict[str, tuple[dict, list[str]]]:
     """A valid small config of every family and the integer fields memlib reads from it."""
     from memlib.config.model import FAMILIES, _BOOL_FIELDS, _STR_FIELDS
 
-    gqa = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
-           "vocab_size": 50}
-    configs = {
-        "deepseek": {**T.TINY_HF, "moe_layer_freq": 1, "num_nextn_predict_layers": 1, "n_group": 2, "topk_group": 1},
-        "llama": {"architectures": ["LlamaForCausalLM"], **gqa, "intermediate_size": 96},
-        "qwen3": {"architectures": ["Qwen3ForCausalLM"], **gqa, "intermediate_size": 96, "head_dim": 8},
-        "mixtral": {"architectures": ["MixtralForCausalLM"], **gqa, "num_local_experts": 4,
-                    "intermediate_size": 32, "num_experts_per_tok": 2, "decoder_sparse_step": 1},
-        "qwen2_moe": {"architectures": ["Qwen2MoeForCausalLM"], **gqa, "num_experts": 4, "moe_intermediate_size": 16,
-                      "num_experts_per_tok": 2, "shared_expert_intermediate_size": 32, "intermediate_size": 96,
-                      "decoder_sparse_step": 1},
-        "qwen3_moe": {"architectures": ["Qwen3MoeForCausalLM"], **gqa, "num_experts": 4, "moe_intermediate_size": 16,
-                      "num_experts_per_tok": 2, "intermediate_size": 96, "decoder_sparse_step": 1, "head_dim": 8},
-        "gpt": {"architectures": ["GPTForCausalLM"], "hidden_size": 64, "num_attention_heads": 8,
-                "num_hidden_layers": 2, "vocab_size": 50, "max_position_embeddings": 128, "intermediate_size": 96},
-        "gpt2": {"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_head": 8, "n_layer": 2, "vocab_size": 50,
-                 "n_positions": 128, "n_inner": 96},
-    }
+    configs = T.FAMILY_CONFIGS
     out = {}
     for fam in FAMILIES:
         d = configs[fam.name]

@@ -73,8 +73,9 @@ def _config(name, mch, tch, M):
     return m, t
 
 
-@pytest.fixture(scope="module")
-def measured():
+def _measure(configs: list[tuple]) -> list:
+    """Each (name, model changes, training changes, M)'s training step measured, in one worker (skipped without
+    megatron-core, failing under CI instead)."""
     if _ci():
         assert available(), MISSING_MCORE
     elif not available():
@@ -82,10 +83,15 @@ def measured():
     from memlib.measure.step import PeakRequest, measure_peak_many
 
     reqs = []
-    for name, mch, tch, M, *_ in CASES:
+    for name, mch, tch, M in configs:
         m, t = _config(name, mch, tch, M)
         reqs.append(PeakRequest(m, t, 0, True, M, True, "fused"))
-    return dict(zip([c[0] for c in CASES], measure_peak_many(reqs)))
+    return measure_peak_many(reqs)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return dict(zip([c[0] for c in CASES], _measure([(n, mch, tch, M) for n, mch, tch, M, *_ in CASES])))
 
 
 def _alive_beyond_persistent(r) -> int:
@@ -259,18 +265,8 @@ POLICY_PAIRS = [
 
 @pytest.fixture(scope="module")
 def measured_pairs():
-    if _ci():
-        assert available(), MISSING_MCORE
-    elif not available():
-        pytest.skip(f"megatron-core {MCORE_VERSION} (and torch) not installed: the training step is not measured")
-    from memlib.measure.step import PeakRequest, measure_peak_many
-
-    reqs = []
-    for name, mch, tch, weak, strong in POLICY_PAIRS:
-        for policy in (weak, strong):
-            m, t = _config(name, mch, {**tch, "recompute": policy}, 1)
-            reqs.append(PeakRequest(m, t, 0, True, 1, True, "fused"))
-    res = measure_peak_many(reqs)
+    res = _measure([(name, mch, {**tch, "recompute": policy}, 1) for name, mch, tch, weak, strong in POLICY_PAIRS
+                    for policy in (weak, strong)])
     return {c[0]: (res[2 * i], res[2 * i + 1]) for i, c in enumerate(POLICY_PAIRS)}
 
 
