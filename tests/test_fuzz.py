@@ -313,7 +313,7 @@ PLAN_OPTIONS = {
               "dp=" + HUGE],
     "--max-micro-batch": ["1", "4", "16", "0", HUGE],
     "--max-vpp": ["2", "4", "64", "1", "65", HUGE],
-    "--top": ["0", "1", "10", "200", "10000", "10001", HUGE, "-1"],
+    "--top": ["0", "1", "10", "200", "2000", "2001", HUGE, "-1"],
     "--overhead": ["low", "high", "none", "medium"],
     "--unit": ["GiB", "GB", "TB"],
 }

@@ -31,11 +31,11 @@ LIMITS: dict[str, int] = {
     # plan: the global batch (B / (DP b) micro-batches stay within num_microbatches), the interleaved schedule's
     # chunks per rank searched, the configurations listed
     # the schedule replay (interleaved, DualPipe): every rank's steps, weighted by the chunks they write
-    # (memlib.device.schedule.replay_size; about a second and a half of work)
-    "replay": 2**24,
+    # (memlib.device.schedule.replay_size; about three seconds of work: PP 128 with V 2 is replayed)
+    "replay": 2**25,
     "global_batch": 2**30,
     "max_vpp": 2**6,
-    "top": 10_000,
+    "top": 2_000,
     "plan_stages": 2048,         # pipeline stages a search evaluates, summed over its pipelines
     # memory sizes (CLI: --gpu-memory, --cuda-context, --comm-buffers), bytes
     "bytes": 2**60,
