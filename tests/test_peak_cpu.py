@@ -194,6 +194,18 @@ def test_full_recompute_saves_the_dropped_part_again():
     assert c["recompute"]["recompute_working_set"] == 50 and c["recompute"]["forward_transients"] == 60 + 10
 
 
+def test_an_earlier_recomputed_layer_has_its_own_backward_moment():
+    """full-block:1: the first layer is recomputed, the last is not; the first layer's attention backward holds its
+    recompute working set and its checkpoint's output gradient after the last layer was released, more than the
+    last layer's (measured: the block pair's peak is the first layer's, POLICY_PAIRS)."""
+    segs = [_seg("layer.0", "moe", _layer(), FULL), _seg("layer.1", "moe", _layer()),
+            _seg("head", "head", [("head.loss_softmax", 50, dict(keep_full=True))])]
+    c = candidates(segs, H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=True)["backward_attention"]
+    # released: the last layer's 183 kept and the head's 50; alive: 4 P, v's gradient, the residual gradient and
+    # the checkpoint's output gradient; recomputed up to the probabilities, less them and v: the norm output 10
+    assert (c["backward_released"], c["backward_gradients"], c["recompute_working_set"]) == (-233, 427, 10)
+
+
 # ------------------------------------------------------------------------------------------------
 # the Transformer Engine rules (read from the sources, not measured), hand-worked on the same chunk
 # ------------------------------------------------------------------------------------------------
