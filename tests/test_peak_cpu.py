@@ -286,9 +286,9 @@ def measured_pairs():
 def test_a_stronger_policy_peaks_higher_where_measured_so(measured_pairs, pair):
     """Where memlib's peak under a stronger policy exceeds a weaker one's, the measured steps' maxima do too,
     by about as much: the stronger policy re-runs a layer's forward (its dropped entries saved again, the MoE's
-    copies of the dispatched tokens, the layer's recomputed output) while the backward's gradients are alive;
-    the weaker one's backward moments stay below its forward's (measured: its maximum is in the forward or in
-    an attention backward memlib has).  The weaker policy is not under-counted; this is the peak, not a bug."""
+    copies of the dispatched tokens, the frames' hidden states) while the backward's gradients are alive.  Each
+    side is checked: the stronger one's re-run was 2.5-3 H short (issue #20), and the weaker full-block:1 lacked
+    its first layer's attention backward (only the chunk's last layer had one), where its measured peak is."""
     from memlib.device.estimate import estimate
     from memlib.device.overhead import overheads
 
@@ -301,10 +301,10 @@ def test_a_stronger_policy_peaks_higher_where_measured_so(measured_pairs, pair):
         meas.append(_alive_beyond_persistent(r))
     d_pred, d_meas = pred[1] - pred[0], meas[1] - meas[0]
     assert d_pred > 0 and d_meas > 0, (name, d_pred, d_meas)
-    # each side within 3.5 % (the loss's scalars, block rounding, the re-run router's temporaries and, under
+    # each side within 2.5 % (the loss's scalars, block rounding, the re-run router's temporaries and, under
     # deepseek, the hidden states its layernorm checkpoints keep, counted twice at forward_moe)
     for p, x in zip(pred, meas):
-        assert abs(p - x) <= 0.035 * x, (name, pred, meas)
+        assert abs(p - x) <= 0.025 * x, (name, pred, meas)
     # the stronger policy's recompute re-runs the forward's residual-stream tensors (issue #20: 2.5 to 3 H short)
     assert abs(d_pred - d_meas) <= 0.03 * meas[1], (name, d_pred, d_meas, pred, meas)
 
