@@ -18,8 +18,10 @@ from pathlib import Path
 import sympy as sp
 
 from ..core.symbols import sym
+from ..search.plan import DEFAULT_GLOBAL_BATCH
 
-__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL"]
+__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL",
+           "DEEPSEEK_V3_TRAINING"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
@@ -95,6 +97,13 @@ MEGATRON_BYTES_PER_PARAM = {
 }
 
 #: what DeepSeek states (model cards and reports), in billions as printed
+#: DeepSeek-V3's pre-training as its report states it (arXiv 2412.19437): "each trillion tokens requires only 180K
+#: H800 GPU hours, i.e., 3.7 days on our cluster with 2048 H800 GPUs" (§1; Table 1: 2664K GPU hours of
+#: pre-training); sequences of 4K tokens, a batch of 15360 sequences after the first 469B tokens (§4.2; plan's
+#: DEFAULT_GLOBAL_BATCH)
+DEEPSEEK_V3_TRAINING = {"gpu_hours_per_trillion_tokens": 180_000, "gpus": 2048, "seq_len": 4096,
+                        "global_batch": DEFAULT_GLOBAL_BATCH, "source": "arXiv 2412.19437 §1, Table 1, §4.2"}
+
 DEEPSEEK_OFFICIAL = {
     "deepseek-v3": {"total": "671", "activated": "37", "mtp": "11.5", "checkpoint": "685",
                     "activated_weights_doc": "36.7"},

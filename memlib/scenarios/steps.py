@@ -28,7 +28,8 @@ from ..search.cost import EFFICIENCY, CostModel
 from ..search.plan import step_cost
 from .measured import simumax_model
 
-__all__ = ["Row", "predict", "calibrate", "Validation", "validation", "tie_band", "THRESHOLD", "GPU"]
+__all__ = ["Row", "predict", "calibrate", "Validation", "validation", "tie_band", "THRESHOLD", "GPU", "ModelFit",
+           "by_model"]
 
 #: the pairs counted: measured throughputs at least this far apart (closer ones are within the runs' noise)
 THRESHOLD = 0.02
@@ -173,3 +174,32 @@ def tie_band(v: Validation | None = None) -> float:
     errs = [abs(math.exp(abs(math.log((a.predicted_tps / b.predicted_tps) / (a.measured_tps / b.measured_tps)))) - 1)
             for a, b, _ in v.pairs(0.0)]
     return float(np.median(errs))
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """The validation's figures for one model's runs."""
+
+    model: str
+    layers: int
+    runs: int
+    right: int                #: its pairs (measured throughputs >= THRESHOLD apart) in the measured order
+    pairs: int
+    spearman: float
+    low: float                #: the smallest and largest predicted/measured step
+    high: float
+    spread: float             #: the largest within-group spread of predicted/measured
+
+
+def by_model(v: Validation | None = None) -> list[ModelFit]:
+    """:class:`ModelFit` per model, in the table's order."""
+    v = v or validation()
+    rho, spread = v.spearman(), v.spread()
+    out = []
+    for model in rho:
+        rows = [r for r in v.rows if r.run["model"] == model]
+        counted = [ok for a, b, ok in v.pairs(THRESHOLD) if a.run["model"] == model]
+        out.append(ModelFit(model, rows[0].run["layers"], len(rows), sum(counted), len(counted), rho[model],
+                            min(r.ratio for r in rows), max(r.ratio for r in rows),
+                            max(x for k, x in spread.items() if k[0] == model)))
+    return out

@@ -20,7 +20,7 @@ from ..ledgers.base import parse_policy
 from ..model.params import by_block, layer_params, values as model_values
 
 __all__ = ["GPU", "GPUS", "GPU_SOURCES", "Collective", "NCCL", "NCCL_SOURCE", "NETWORK_ETA", "EFFICIENCY",
-           "TIE_BAND", "CostModel", "RankWork", "rank_work", "spans_nodes", "collective_s", "step_terms",
+           "TIE_BAND", "TERMS", "CostModel", "RankWork", "rank_work", "spans_nodes", "collective_s", "step_terms",
            "COST_TERMS", "layer_flops"]
 
 
@@ -266,6 +266,20 @@ def rank_work(m: ModelConfig, stage, schedule: Schedule, recompute: str, s: int,
 # ------------------------------------------------------------------------------------------------
 # the step
 # ------------------------------------------------------------------------------------------------
+#: the terms that add up to ``step_s``, each in words
+TERMS: dict[str, str] = {
+    "compute_s": "the slowest pipeline rank's training FLOPs (the forward, twice it backward, what is recomputed) at "
+                 "the GPU's dense BF16 peak times the efficiency",
+    "tp_s": "tensor (sequence) parallelism's all-gathers and reduce-scatters, ten per layer, not overlapped",
+    "ep_s": "expert parallelism's four all-to-alls per MoE layer, beyond what DualPipe or the MoE overlap hides",
+    "cp_s": "context parallelism's exchange of keys and values, beyond what the attention hides",
+    "pp_s": "the pipeline's sends of activations forward and their gradients backward",
+    "bubble_s": "the schedule's idle time: its bubble fraction of the ranks' mean micro-batch time",
+    "dp_s": "the gradients' reduction and the parameters' gather over the data-parallel ranks (ZeRO 2 and 3: every "
+            "micro-batch)",
+    "optimizer_s": "the optimizer step, its states read and written over HBM",
+}
+
 COST_TERMS = ("compute_s", "tp_s", "ep_s", "cp_s", "pp_s", "bubble", "bubble_s", "dp_s", "optimizer_s", "step_s",
               "recompute", "tp_bytes", "ep_bytes", "cp_bytes", "pp_bytes", "dp_bytes")
 
@@ -281,10 +295,12 @@ def _bubble(schedule: Schedule, p: int, v: int, m) -> np.ndarray:
 
 def step_terms(rows: Mapping[str, np.ndarray], works: Sequence[RankWork], params: Sequence[tuple], *,
                m: ModelConfig, pp: int, schedule: Schedule, vpp: int, seq_len: int, sp: bool, precision,
-               cost: CostModel, overlap_grad_reduce: bool = False, moe_a2a_overlap: bool = False) -> dict:
+               cost: CostModel, overlap_grad_reduce: bool = False, moe_a2a_overlap: bool = False,
+               ranks: Sequence[int] | None = None) -> dict:
     """The step's terms (:data:`COST_TERMS`, arrays) for rows of one pipeline: ``rows`` the knobs ``dp``, ``tp``, ``cp``,
-    ``ep``, ``etp``, ``zero``, ``b``, ``M`` (arrays); ``works`` each rank's :class:`RankWork`; ``params`` each rank's
-    (dense, expert) parameters as a device holds them before ZeRO (arrays over the rows); ``precision`` the recipe."""
+    ``ep``, ``etp``, ``zero``, ``b``, ``M`` (arrays); ``works`` each distinct rank's :class:`RankWork`, ``params`` its
+    (dense, expert) parameters as a device holds them before ZeRO (arrays over the rows), ``ranks`` how many pipeline
+    ranks it stands for (None: one each); ``precision`` the recipe."""
     dp, tp, cp, ep, etp, z, b, M = (np.asarray(rows[k], dtype=np.float64)
                                     for k in ("dp", "tp", "cp", "ep", "etp", "zero", "b", "M"))
     g, a, h = cost.gpu, cost.act_bytes, m.hidden_size
@@ -308,7 +324,7 @@ def step_terms(rows: Mapping[str, np.ndarray], works: Sequence[RankWork], params
     bw_pp, in_pp = _on_link(g, world / pp, np.full_like(dp, pp))
     hide_ep = schedule is Schedule.DUALPIPE or moe_a2a_overlap
 
-    ranks = []
+    ranks_t = []
     for w in works:
         compute = (3 * w.forward + w.recompute) * tok / rate
         tp_s = np.where(tp > 1, w.tp_collectives * tp_one, 0.0)
@@ -323,14 +339,16 @@ def step_terms(rows: Mapping[str, np.ndarray], works: Sequence[RankWork], params
             cp_s = w.layers * 2 * _all_to_all_s(qkvo, cp, tp, g)
         cp_s = np.where(cp > 1, cp_s, 0.0)
         pp_s = 2 * w.chunks * collective_s("p2p", tok * h * a, np.full_like(dp, pp), bw_pp, in_pp)
-        ranks.append(np.stack([compute + tp_s + ep_s + cp_s + pp_s, compute, tp_s, ep_s, cp_s, pp_s]))
-    per = np.stack(ranks)                                           # (ranks, terms, rows)
+        ranks_t.append(np.stack([compute + tp_s + ep_s + cp_s + pp_s, compute, tp_s, ep_s, cp_s, pp_s]))
+    per = np.stack(ranks_t)                                         # (distinct ranks, terms, rows)
     slow = np.argmax(per[:, 0], axis=0)
     cols = np.arange(per.shape[2])
     at = per[slow, :, cols].T                                       # the slowest rank's terms
     bubble = _bubble(schedule, pp, vpp, M)
+    weight = np.ones(len(works)) if ranks is None else np.asarray(ranks, dtype=np.float64)
+    mean = np.tensordot(weight / weight.sum(), per[:, 0], axes=1)
     out = {"compute_s": M * at[1], "tp_s": M * at[2], "ep_s": M * at[3], "cp_s": M * at[4], "pp_s": M * at[5],
-           "bubble": bubble, "bubble_s": bubble * M * per[:, 0].mean(axis=0)}
+           "bubble": bubble, "bubble_s": bubble * M * mean}
 
     # data parallelism (the dense gradients over DP CP, the experts' over EDP) and the optimizer step: the rank with
     # the most of them

@@ -12,12 +12,12 @@ The derivation, with its sources (file:line), is in ``docs/derivations/plan.md``
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .compiled import Family
+from .compiled import Family, stage_signature
 from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
 from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
@@ -26,7 +26,7 @@ from ..device.peak import COMPUTE_CAPABILITY, Framework
 from ..model.states import P_e, P_ne, recipe
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
-__all__ = ["CostModel", "step_cost", "Space", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
+__all__ = ["CostModel", "step_cost", "Space", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
            "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
@@ -37,29 +37,31 @@ FIXABLE = ("dp", "tp", "pp", "ep", "etp", "cp", "zero", "b", "vpp")
 LAYOUT_RULES = ("default", "balanced")
 
 
+#: the practical space's rules: field of :class:`Space` -> (what it keeps, its source)
+SPACE_RULES: dict[str, tuple[str, str]] = {
+    "tp_in_node": ("TP at most the GPUs of a node (gpus_per_node)",
+                   "Narayanan et al. 2021 (arXiv 2104.04473) §3.3, takeaway 1: tensor parallelism up to the GPUs of a "
+                   "server, pipeline parallelism across servers"),
+    "min_cp_tokens": ("at least min_cp_tokens tokens per CP rank (s / CP)",
+                      "Megatron-LM docs/user-guide/parallelism-guide.md: context parallelism for long sequences (8K+ "
+                      "tokens); features/context_parallel.md: 8K tokens over CP 2, 4K per GPU"),
+    "etp1_fine_grained": ("ETP 1 for fine-grained experts (narrower than the hidden size, h_E < h)",
+                          "Megatron-LM megatron/core/transformer/moe/README.md: --expert-tensor-parallel-size "
+                          "recommended 1 for fine-grained MoE models (MoE Parallel Folding: better GEMM efficiency, "
+                          "less communication)"),
+    "megatron_zero": ("the megatron profile's ZeRO 0 and 1: Megatron-Core's DDP and distributed optimizer, whose "
+                      "buffers that profile models (memlib.device.peak)",
+                      "Megatron-LM megatron/training/arguments.py: --use-distributed-optimizer; ZeRO 2 and 3 only "
+                      "through Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads | "
+                      "optim_grads_params)"),
+}
+
+
 @dataclass(frozen=True)
 class Space:
-    """The practical search space's rules, each on by default and switchable off (:data:`FULL` turns every one off;
-    a knob fixed by ``fix``, or ZeRO stages asked for by ``zeros``, bypass the rule on it).
-
-    ``tp_in_node``
-        TP at most the GPUs of a node (the cost model's ``gpus_per_node``): tensor parallelism's collectives run on
-        every layer and are priced on NVLink only inside a node (Narayanan et al. 2021, arXiv 2104.04473, §3.3,
-        takeaway 1: tensor parallelism up to the GPUs of a server, pipeline parallelism across servers).
-    ``min_cp_tokens``
-        at least this many tokens per CP rank (s / CP; 1: no rule): context parallelism is for long sequences
-        (Megatron-LM docs/user-guide/parallelism-guide.md: CP "for long sequences (8K+ tokens)"; its
-        features/context_parallel.md example: 8K tokens over CP 2, 4K per GPU).
-    ``etp1_fine_grained``
-        ETP 1 for fine-grained experts (an expert narrower than the hidden size, h_E < h): Megatron-LM
-        megatron/core/transformer/moe/README.md, ``--expert-tensor-parallel-size``: "Recommended to set to 1 for
-        fine-grained MoE models" (and "MoE Parallel Folding": ETP 1 for better GEMM efficiency, less communication).
-    ``megatron_zero``
-        the ``megatron`` profile searches ZeRO 0 and 1, Megatron-Core's DDP and distributed optimizer
-        (``--use-distributed-optimizer``), whose buffers that profile models (memlib.device.peak); ZeRO 2 and 3 exist
-        in Megatron-LM only through Megatron-FSDP (``--use-megatron-fsdp --data-parallel-sharding-strategy
-        optim_grads | optim_grads_params``, megatron/training/arguments.py), searched when asked.
-    """
+    """The practical search space: each rule of :data:`SPACE_RULES` on (True, or the least tokens per CP rank), or
+    off (False, 1); :data:`FULL` has none.  A knob fixed by ``fix``, or ZeRO stages asked for by ``zeros``, bypass
+    the rule on it."""
 
     tp_in_node: bool = True
     min_cp_tokens: int = 4096
@@ -134,6 +136,18 @@ class Grid:
         else:
             per = [getattr(g[0].train, name) for g in self.groups]
         return np.array(per, dtype=object)[self.group] if per else np.zeros(0, dtype=object)
+
+    def priced(self, cost: CostModel) -> "Grid":
+        """The same rows and peaks with the cost terms of another :class:`~memlib.search.cost.CostModel` (another
+        GPU: its peaks are the same bytes)."""
+        out = replace(self, cost_model=cost, cost={k: np.empty(self.searched) for k in COST_TERMS})
+        for gi in np.unique(self.group):
+            idx = np.flatnonzero(self.group == gi)
+            fam, pp, sch, v, rule, lay = self.groups[int(gi)]
+            terms = _group_cost(fam, fam.pipeline(pp, sch, v, lay), self.rows[idx], self.seq_len, cost)
+            for k in COST_TERMS:
+                out.cost[k][idx] = terms[k]
+        return out
 
     def fits(self, capacity: int) -> np.ndarray:
         """Which rows' peak stage fits ``capacity`` bytes (exact integers)."""
@@ -479,8 +493,11 @@ def _group_cost(fam: Family, pipe, r: np.ndarray, seq_len: int, cost: CostModel)
     if key not in _WORKS:
         if len(_WORKS) > 4096:
             _WORKS.clear()
-        _WORKS[key] = [rank_work(fam.model, st, pipe.train.schedule, t.recompute, seq_len, key[2])
-                       for st in pipe.stages]
+        distinct: dict = {}                 # ranks of the same layers do the same work: one each
+        for st in pipe.stages:
+            distinct.setdefault(stage_signature(fam.model, st), []).append(st)
+        _WORKS[key] = [(rank_work(fam.model, sts[0], pipe.train.schedule, t.recompute, seq_len, key[2]), sts[0],
+                        len(sts)) for sts in distinct.values()]
     knobs = {"tp": r[:, 1], "ep": r[:, 3], "etp": r[:, 4]}
     keys, inverse = np.unique(np.stack([knobs["tp"], knobs["ep"], knobs["etp"]], axis=1), axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -489,10 +506,10 @@ def _group_cost(fam: Family, pipe, r: np.ndarray, seq_len: int, cost: CostModel)
            "cp": np.ones(n, dtype=np.int64), "micro_batch": np.ones(n, dtype=np.int64),
            "seq_len": np.full(n, seq_len, dtype=np.int64)}
     params = []
-    for st in pipe.stages:
+    for _, st, _ in _WORKS[key]:
         progs = fam.counts_program(st)
         params.append(tuple(np.asarray(progs[x](env, n), dtype=np.float64)[inverse] for x in (P_ne, P_e)))
     rows = dict(zip(("dp", "tp", "cp", "ep", "etp", "zero", "b", "M"), r.T))
-    return step_terms(rows, _WORKS[key], params, m=fam.model, pp=pipe.train.pp, schedule=pipe.train.schedule,
+    return step_terms(rows, [w for w, _, _ in _WORKS[key]], params, ranks=[k for _, _, k in _WORKS[key]], m=fam.model, pp=pipe.train.pp, schedule=pipe.train.schedule,
                       vpp=pipe.train.vpp, seq_len=seq_len, sp=t.sp, precision=fam.base.recipe, cost=cost,
                       overlap_grad_reduce=t.overlap_grad_reduce, moe_a2a_overlap=t.moe_a2a_overlap)
