@@ -1,11 +1,12 @@
-"""``memlib plan``: every parallel configuration of N GPUs that fits, ranked by a stated cost model.
+"""``memlib plan``: every parallel configuration of N GPUs that fits, ranked by a predicted step time.
 
 For a model, N GPUs, a capacity and a global batch, :func:`search` enumerates every parallel
 configuration (DP TP PP CP EP ETP, ZeRO stage, micro-batch, recompute policy, precision, profile,
-schedule, layout rule) that the library's rules allow, computes each one's peak with
-:mod:`memlib.search.compiled` (:func:`memlib.device.estimate.estimate`'s ``peak.total``, to the byte) and
-keeps those that fit; :func:`plan` ranks them by an estimated step time built from named terms (the
-pipeline bubble, communication, recomputation), each stated so that a reader can re-rank.
+schedule, layout rule) that the library's rules allow in a :class:`Space` (by default the practical one,
+:data:`SPACE_RULES`), computes each one's peak with :mod:`memlib.search.compiled`
+(:func:`memlib.device.estimate.estimate`'s ``peak.total``, to the byte) and its predicted step with
+:mod:`memlib.search.cost` (named terms: computation, each parallelism's exposed communication, the bubble, the
+data-parallel synchronisation, the optimizer step); :func:`plan` ranks those that fit.
 
 The derivation, with its sources (file:line), is in ``docs/derivations/plan.md``.
 """
@@ -23,7 +24,7 @@ from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
 from ..model.partition import balanced_layout, default_layout
 from ..device.peak import COMPUTE_CAPABILITY, Framework
-from ..model.states import P_e, P_ne, recipe
+from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
 __all__ = ["CostModel", "step_cost", "Space", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
