@@ -8,10 +8,11 @@ from fractions import Fraction
 
 from ..config import ModelConfig
 from ..data.reference import DEEPSEEK_V3_TRAINING
+from ..device.overhead import DEVICE_PRODUCT_GB
 from ..scenarios import fits as sf
 from ..scenarios import steps as st
-from ..scenarios.deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
-from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TERMS, TIE_BAND
+from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
+from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
 from ..search.plan import PRACTICAL, SPACE_RULES
 from .figures import CATEGORY_COLORS, OKABE_ITO, capacity_line, in_units, new_figure
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, model_name
@@ -23,12 +24,17 @@ UNIT = "GiB"
 #: the tensor-parallel sizes the region figure draws (one line each), in these colours
 _TP_COLORS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"])
 RECIPE_KEYS = ("rank", "fitting", "tied_word", "peak", "step", "implied", "over", "gpu", "cap", "label", "best",
-               "best_step", "largest_term", "largest_diff", "ep_bytes", "ep_hidden", "gpu_hours", "batch", "seq",
-               "gpus")
+               "best_step", "largest_term", "largest_diff", "ep_bytes", "ep_hidden", "ep_1f1b", "gpu_hours", "batch",
+               "seq", "gpus")
 #: the chapter's main card and the larger ones it sets against it
 MAIN, LARGER = "H100", ("H200", "B200")
 _TERM_NAMES = {"compute_s": "compute", "tp_s": "TP", "ep_s": "EP", "cp_s": "CP", "pp_s": "PP", "bubble_s": "bubble",
                "dp_s": "DP", "optimizer_s": "optimizer"}
+#: the same terms in words
+_TERM_WORDS = {"compute_s": "the computation", "tp_s": "tensor parallelism's collectives",
+               "ep_s": "the experts' all-to-alls", "cp_s": "context parallelism's exchange",
+               "pp_s": "the pipeline's sends", "bubble_s": "the pipeline bubble",
+               "dp_s": "the data-parallel synchronisation", "optimizer_s": "the optimizer step"}
 
 
 def _words(xs) -> str:
@@ -67,7 +73,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "gpus_main": fmt_count(main.gpus), "gpus_small": fmt_count(sf.GPU_COUNTS[-1]),
         "searched": fmt_count(main.searched), "card": MAIN,
         "global_batch": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).global_batch),
-        "seq_len": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).seq_len), "cap": fmt_bytes(main.card.capacity, "GB", 0),
+        "seq_len": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).seq_len), "cap": f"{DEVICE_PRODUCT_GB[MAIN]} GB",
         "fit": fmt_count(main.fitting), "best": _config(main.best) if main.best else "nothing",
         "best_step": _s(main.best_step_s), "best_peak": fmt_bytes(main.best_peak, UNIT) if main.best else "—",
         "tied": fmt_count(main.tied), "tie_band": _pct(TIE_BAND),
@@ -82,7 +88,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "ratio_low": fmt_decimal(Fraction(min(r.ratio for r in v.rows)), 2),
         "ratio_high": fmt_decimal(Fraction(max(r.ratio for r in v.rows)), 2),
         "network_eta": fmt_decimal(Fraction(NETWORK_ETA), 2),
-        "large": LARGER[0], "large_cap": fmt_bytes(mem.large.card.capacity, "GB", 0),
+        "large": LARGER[0], "large_cap": f"{DEVICE_PRODUCT_GB[LARGER[0]]} GB",
         "large_fit": fmt_count(mem.large.fitting), "more_fit": fmt_count(mem.more_fit),
         "large_step": _s(mem.large.best_step_s), "memory_gain": _pct(mem.memory_gain),
         "small_fit": fmt_count(small.small.fitting), "small_large_fit": fmt_count(small.large.fitting),
@@ -103,10 +109,11 @@ def recipe_values(model: ModelConfig | str) -> dict[str, str]:
     return {"rank": fmt_count(k.rank), "fitting": fmt_count(k.fitting), "tied_word": "is" if k.tied else "is not",
             "peak": fmt_bytes(k.peak, UNIT), "step": _s(k.step_s), "implied": _s(r.implied_s, 1),
             "over": fmt_decimal(Fraction(r.over_report), 2), "gpu": RECIPE_GPU,
-            "cap": fmt_bytes(RECIPE_CAPACITY, "GB", 0), "label": _config(deepseek_recipe(model)),
+            "cap": f"{DEVICE_PRODUCT_GB[RECIPE_GPU]} GB", "label": _config(deepseek_recipe(model)),
             "best": _config(r.best_train), "best_step": _s(r.best["step_s"]),
-            "largest_term": TERMS[r.largest_term()], "largest_diff": TERMS[r.largest_difference()],
+            "largest_term": _TERM_WORDS[r.largest_term()], "largest_diff": _TERM_WORDS[r.largest_difference()],
             "ep_bytes": fmt_bytes(int(r.recipe["ep_bytes"]), "GB", 0), "ep_hidden": _s(r.recipe["ep_s"]),
+            "ep_1f1b": _s(r.one_f_one_b["ep_s"]),
             "gpu_hours": fmt_count(DEEPSEEK_V3_TRAINING["gpu_hours_per_trillion_tokens"]),
             "batch": fmt_count(DEEPSEEK_V3_TRAINING["global_batch"]), "seq": fmt_count(DEEPSEEK_V3_TRAINING["seq_len"]),
             "gpus": fmt_count(DEEPSEEK_V3_TRAINING["gpus"])}

@@ -23,7 +23,7 @@ from ..data.reference import DEEPSEEK_V3_TRAINING
 from ..device.overhead import DEVICE_MEMORY
 from ..paper import is_paper_model
 from ..search.cost import GPUS, TERMS, TIE_BAND, CostModel
-from ..search.plan import PRACTICAL, Grid, search
+from ..search.plan import PRACTICAL, Grid, search, step_cost
 from .deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
 
 __all__ = ["SPACE", "RECIPE_SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "card", "grid", "Fit", "fits",
@@ -327,6 +327,7 @@ class RecipeStep:
     best: dict              #: the fastest fitting configuration's terms
     best_train: TrainingConfig
     implied_s: float
+    one_f_one_b: dict       #: its terms under 1F1B (the same ranks, no DualPipe overlap)
 
     @property
     def over_report(self) -> float:
@@ -350,4 +351,6 @@ def recipe_step(model: ModelConfig | str) -> RecipeStep | None:
     r = recipe_rank(g, deepseek_recipe(model), RECIPE_CAPACITY)
     if r.index is None:
         return None
-    return RecipeStep(r, terms(g, r.index), terms(g, r.best), g.train(r.best), implied_step())
+    train = g.train(r.index)
+    plain = step_cost(g.model, train.with_(schedule="1f1b"), g.cost_model, g.overhead)
+    return RecipeStep(r, terms(g, r.index), terms(g, r.best), g.train(r.best), implied_step(), plain)
