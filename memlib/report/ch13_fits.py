@@ -50,6 +50,13 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else fmt_decimal(Fraction(x) * 100, 0) + " %"
 
 
+def _shortens(gain: float | None) -> str:
+    """How the memory changes the fastest step, in words."""
+    if gain is None or round(gain * 100) == 0:
+        return "leaves the fastest step as it is (to the percent)"
+    return f"shortens the fastest step by {_pct(gain)}"
+
+
 def _config(t) -> str:
     """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1, DualPipe, none``."""
     sched = t.schedule.value + (f" V{t.vpp}" if t.vpp > 1 else "")
@@ -91,6 +98,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "large": LARGER[0], "large_cap": f"{DEVICE_PRODUCT_GB[LARGER[0]]} GB",
         "large_fit": fmt_count(mem.large.fitting), "more_fit": fmt_count(mem.more_fit),
         "large_step": _s(mem.large.best_step_s), "memory_gain": _pct(mem.memory_gain),
+        "memory_shortens": _shortens(mem.memory_gain), "small_memory_shortens": _shortens(small.memory_gain),
         "small_fit": fmt_count(small.small.fitting), "small_large_fit": fmt_count(small.large.fitting),
         "small_step": _s(small.small.best_step_s), "small_memory_gain": _pct(small.memory_gain),
         "fastest_gpu": LARGER[-1], "fastest_gpu_step": _s(_fit(fl, sf.GPU_COUNTS[0], LARGER[-1]).best_step_s),
