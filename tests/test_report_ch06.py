@@ -136,6 +136,7 @@ def test_a_dense_model_routes_no_token():
     """A model without routed experts (Llama-3-8B): the routed-token comparison has nothing to compare, and says so
     instead of dividing by zero."""
     cmp = pa.routed_count_comparison(estimate("llama-3-8b", paper_training("llama-3-8b")))
-    assert cmp["paper"]["tokens"] == cmp["held"]["tokens"] == 0 == cmp["held"]["layer_routed"]
+    assert cmp["paper"]["tokens"] == cmp["held"]["tokens"] == 0
+    assert cmp["held"]["layer_routed"] == cmp["paper"]["layer_routed"]
     v = ch.routed_count_values(cmp)
     assert v["rc_ratio"] == "—" and "no token" in v["rc_claim"]
