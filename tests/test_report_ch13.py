@@ -22,7 +22,7 @@ def test_fits_table_has_one_row_per_gpu_count_and_card():
     fl = sf.fits("deepseek-v3")
     assert len(rows) == len(sf.GPU_COUNTS) * len(sf.cards()) == len(fl)
     for row, f in zip(rows, fl):
-        assert row[0] == f"{f.gpus:,}" and row[1] == f.card.label and row[4] == f"{f.fitting:,}"
+        assert row[0] == f"{f.gpus:,}" and row[1] == f.card.name and row[4] == f"{f.fitting:,}"
         assert row[6] == (fmt_bytes(f.best_peak, "GiB", 2, with_unit=False) if f.best else "—")
         assert row[8] == f"{f.tied:,}"
 

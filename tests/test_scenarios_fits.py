@@ -25,7 +25,7 @@ def test_cards_are_the_gpus_with_a_capacity_and_a_price():
     cs = sf.cards()
     assert {c.name for c in cs} == set(GPUS) & set(DEVICE_MEMORY)
     assert [c.capacity for c in cs] == sorted(c.capacity for c in cs)
-    assert all(c.capacity == DEVICE_MEMORY[c.name] and c.cost.gpu == GPUS[c.name] for c in cs)
+    assert all(c.capacity == DEVICE_MEMORY[c.name] and CostModel.of(c.name).gpu == GPUS[c.name] for c in cs)
 
 
 def test_a_grid_priced_on_another_gpu_is_that_gpu_s_search(small):

@@ -156,7 +156,7 @@ def validation_table() -> str:
 def fits_table(model: ModelConfig | str) -> str:
     rows = []
     for f in sf.fits(model):
-        rows.append([fmt_count(f.gpus), f.card.label, fmt_bytes(f.card.capacity, UNIT, 1, with_unit=False),
+        rows.append([fmt_count(f.gpus), f.card.name, fmt_bytes(f.card.capacity, UNIT, 1, with_unit=False),
                      fmt_count(f.searched), fmt_count(f.fitting), _config(f.best) if f.best else "nothing fits",
                      fmt_bytes(f.best_peak, UNIT, 2, with_unit=False) if f.best else "—", _s(f.best_step_s),
                      fmt_count(f.tied)])
@@ -253,7 +253,7 @@ def pareto_figure(model: ModelConfig | str):
         tied = sf.fastest(g, card.capacity)
         ax.plot(g.cost["step_s"][tied], in_units(g.peak[tied], UNIT), marker="*", ms=8, ls="none",
                 color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
-    capacity_line(ax, card.capacity, f"{card.label}: {fmt_bytes(card.capacity, 'GB', 0)}")
+    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, 'GB', 0)}")
     ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)

@@ -52,14 +52,6 @@ class Card:
     name: str
     capacity: int
 
-    @property
-    def label(self) -> str:
-        return self.name
-
-    @property
-    def cost(self) -> CostModel:
-        return CostModel.of(self.name)
-
 
 def cards() -> list[Card]:
     """The GPUs both :data:`~memlib.device.overhead.DEVICE_MEMORY` and :data:`~memlib.search.cost.GPUS` know, smallest
