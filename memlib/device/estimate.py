@@ -38,7 +38,7 @@ from ..ledgers import act_profile
 from ..core.breakdown import Breakdown, exact_int
 from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
-from ..config.strategies import AttnBackend
+from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, Runtime
 from .overhead import Overheads
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
@@ -608,8 +608,14 @@ class Estimate:
         copies = moe_copies(te=te, grouped_gemm=fw.moe_grouped_gemm, dispatcher=fw.token_dispatcher,
                             permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
                             local_experts=max(1, (m.n_routed_experts or 0) // t.ep))
+        # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
+        # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
+        compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA
+                       and t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl is CrossEntropyFusionImpl.NATIVE)
+        workspace = logits // self.recipe.activations * 4 if compiled_ce else 0
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
-                          shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies)
+                          shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies,
+                          ce_workspace=workspace)
 
     @cached_property
     def peaks(self) -> list[StagePeak]:

@@ -20,8 +20,8 @@ from ..ledgers.base import Policy, Saved
 __all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies"]
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
-TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
-         "forward_transients", "backward_released")
+TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "cross_entropy_workspace",
+         "offload_reload", "forward_transients", "backward_released")
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,15 @@ def _terms(**kw) -> dict[str, int]:
 
 
 def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, first: bool, last: bool,
-               shared_experts: bool, fused_softmax: bool = False,
-               moe_copies: int = 3) -> dict[str, dict[str, int]]:
+               shared_experts: bool, fused_softmax: bool = False, moe_copies: int = 3,
+               ce_workspace: int = 0) -> dict[str, dict[str, int]]:
     """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
     as named terms beyond the micro-batch's held activations (see the module docstring).
+
+    ``ce_workspace``: the fp32 buffer of the logits' size that Inductor's compiled native cross-entropy
+    allocates beside the saved softmax on the loss chunk (0 elsewhere): in the forward ``exp(x - max)``
+    before it is written back into the softmax, in the backward a clone of the softmax; both moments hold
+    the same bytes (``forward_end``).
 
     ``fused_softmax``: the ``s x s`` probabilities come from Transformer Engine's unfused attention with its
     fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
@@ -106,14 +111,20 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     D = mtp_depth if last else 0
     layers = [i for i, s in enumerate(segments) if s.kind in ("dense", "moe", "mtp")]
 
-    def keeps(seg: Segment, local: str) -> bool:      # a checkpoint keeps that hidden state already
-        f = seg.find(local)
-        return bool(f) and seg.kept(seg.entry(f[0]))
+    def keeps(seg: Segment, *local: str) -> bool:     # a kept entry (a checkpoint, a norm) is that tensor already
+        for name in local:
+            f = seg.find(name)
+            if f and seg.kept(seg.entry(f[0])):
+                return True
+        return False
 
-    chunk_input = 0 if layers and keeps(segments[layers[0]], "attention.layer_input") else H
+    # the chunk's input is its first layer's input, which a checkpoint or a norm that keeps its input holds
+    chunk_input = 0 if layers and keeps(segments[layers[0]], "attention.layer_input", "attention.norm_input") else H
     mtp_hidden = [s for s in segments if s.kind == "mtp"]
-    final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input")) else H
-    out["forward_end"] = _terms(cross_entropy_logits=L, forward_transients=chunk_input + final_hidden) if last \
+    final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input", "mtp.hnorm.norm_input",
+                                                       "mtp.hnorm_input")) else H
+    out["forward_end"] = _terms(cross_entropy_logits=L, cross_entropy_workspace=ce_workspace,
+                                forward_transients=chunk_input + final_hidden) if last \
         else _terms(forward_transients=chunk_input)
     if not layers:
         return out
