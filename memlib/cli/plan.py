@@ -18,7 +18,7 @@ _PLAIN = (("dp", "--dp"), ("tp", "--tp"), ("pp", "--pp"), ("ep", "--ep"), ("etp"
           ("transformer_impl", "--transformer-impl"), ("attention_backend", "--attention-backend"),
           ("cross_entropy_fusion_impl", "--cross-entropy-fusion-impl"),
           ("moe_aux_loss", "--moe-router-load-balancing-type"), ("fp8_recipe", "--fp8-recipe"),
-          ("routing_imbalance", "--routing-imbalance"))
+          ("routing_imbalance", "--routing-imbalance"), ("runtime", "--runtime"))
 #: its switches: field -> (the option, the value that gives it)
 _SWITCHES = {"sp": ("--no-sp", False), "attention_softmax_in_fp32": ("--attention-softmax-in-fp32", True),
              "bias_swiglu_fusion": ("--no-bias-swiglu-fusion", False),
@@ -26,6 +26,10 @@ _SWITCHES = {"sp": ("--no-sp", False), "attention_softmax_in_fp32": ("--attentio
              "moe_a2a_overlap": ("--overlap-moe-expert-parallel-comm", True),
              "overlap_grad_reduce": ("--overlap-grad-reduce", True),
              "overlap_param_gather": ("--overlap-param-gather", True)}
+#: the framework's switches estimate takes (each off by its option)
+_FRAMEWORK_SWITCHES = {"gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+                       "rope_fusion": "--no-rope-fusion", "moe_grouped_gemm": "--no-moe-grouped-gemm",
+                       "permute_fusion": "--no-moe-permute-fusion"}
 #: fields that follow from the others (checked by estimate itself)
 _DERIVED = ("edp", "world_size")
 
@@ -52,11 +56,17 @@ def estimate_args(model: str, config: dict, gpu: str | None = None) -> list[str]
     if config["offload_modules"]:
         args += ["--offload-modules", ",".join(config["offload_modules"])]
     seen.add("offload_modules")
-    cc = config["framework"]["compute_capability"]
+    fw = dict(config["framework"])
+    cc = fw["compute_capability"]
     names = [g for g in ((gpu,) if gpu else ()) + tuple(COMPUTE_CAPABILITY) if COMPUTE_CAPABILITY.get(g) == cc]
-    built = Framework(compute_capability=cc).values()
-    if not names or config["framework"] != built:
-        raise ConfigError(f"framework={show(config['framework'], 200)}: estimate builds {built} from --gpu")
+    for key, opt in _FRAMEWORK_SWITCHES.items():
+        if fw[key] is False:
+            args.append(opt)
+    if fw["token_dispatcher"] != Framework().token_dispatcher:
+        args += ["--moe-token-dispatcher-type", fw["token_dispatcher"]]
+    built = {**Framework(compute_capability=cc).values(), **{k: fw[k] for k in (*_FRAMEWORK_SWITCHES, "token_dispatcher")}}
+    if not names or fw != built:
+        raise ConfigError(f"framework={show(fw, 200)}: estimate builds {built} from its options")
     args += ["--gpu", names[0]]
     ov = config["overhead"]
     args += ["--cuda-context", str(ov["cuda_context"]), "--comm-buffers", str(ov["comm_buffers"]),
