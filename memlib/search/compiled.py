@@ -471,8 +471,7 @@ class Family:
         key = (sig, int(zero))
         if key not in self._states:
             counts = self.base.stage_counts(stage)
-            if sig not in self._counts:
-                self._counts[sig] = {x: ExactFunction(counts[x]) for x in (P_ne, P_e)}
+            self.counts_program(stage)
             z = int(zero)
             if z not in self._formulas:
                 edp = {sym("EDP"): counts[sym("EDP")]}
@@ -480,6 +479,15 @@ class Family:
                 self._formulas[z] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
             self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[z].items()}
         return self._states[key]
+
+    def counts_program(self, stage: Stage) -> dict[sp.Symbol, ExactFunction]:
+        """P_ne and P_e of a stage's device (:meth:`~memlib.device.estimate.Estimate.stage_counts`), compiled once per
+        stage signature."""
+        sig = stage_signature(self.model, stage)
+        if sig not in self._counts:
+            counts = self.base.stage_counts(stage)
+            self._counts[sig] = {x: ExactFunction(counts[x]) for x in (P_ne, P_e)}
+        return self._counts[sig]
 
     def pipeline(self, pp: int = 1, schedule: Schedule | str = "1f1b", vpp: int = 1,
                  layout: Sequence[int] | None = None) -> "Pipeline":
