@@ -5,7 +5,7 @@ import argparse
 import re
 
 from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig,
-                      show)
+                      parse_count, show)
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.states import RECIPES
 from ..core.units import parse_number
@@ -22,20 +22,9 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(_QUOTED.sub(lambda mo: show(mo.group(1)), one_line))
 
 
-_DIGITS = 20   # an integer option has at most this many digits (the LIMITS are far below 10^20)
-
-
 def _integer(name: str, text: str, minimum: int = 1) -> int:
-    """An integer option, read without converting an unbounded string: plain ASCII digits (an
-    optional minus sign, so that a negative value is named as such), at most 20 of them."""
-    t = text.strip()
-    body = t[1:] if t.startswith("-") else t
-    if body and len(body) > _DIGITS and all("0" <= c <= "9" for c in body):
-        raise ConfigError(f"{name}={show(text)} has {len(body)} digits, more than any size memlib accepts")
-    if not body or len(body) > _DIGITS or not all("0" <= c <= "9" for c in body):
-        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"{name}={show(text)} must be {rule}")
-    return int(t)
+    """An integer option: :func:`memlib.config.parse_count`, the one parser of every integer memlib reads."""
+    return parse_count(name, text, minimum=minimum)
 
 
 def _count(name: str, minimum: int = 1):
@@ -190,10 +179,11 @@ def _parser() -> argparse.ArgumentParser:
                          "not held to the practical space's rule")
     pl.add_argument("--max-micro-batch", type=_count("max_micro_batch"), default=16,
                     help="largest micro-batch size searched (default 16)")
-    pl.add_argument("--max-vpp", type=_count("max_vpp"), default=4,
+    pl.add_argument("--max-vpp", type=_count("max_vpp", 2), default=4,
                     help="most model chunks per rank for the interleaved schedule (default 4)")
     pl.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
-    pl.add_argument("--top", type=_count("top"), default=10, help="configurations listed (default 10)")
+    pl.add_argument("--top", type=_count("top", 0), default=10,
+                    help=f"configurations listed (default 10, at most {LIMITS['top']:,})")
     pl.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -6,9 +6,9 @@ import json
 import sys
 from fractions import Fraction
 
-from ..config import ConfigError, show
+from ..config import ConfigError, parse_count, show
 from ..core.units import fmt_bytes
-from .options import _fraction, _list, _size
+from .options import _fraction, _list, _precisions, _size
 
 #: a plan configuration's fields that ``memlib estimate`` takes as they are, by option
 _PLAIN = (("dp", "--dp"), ("tp", "--tp"), ("pp", "--pp"), ("ep", "--ep"), ("etp", "--etp"), ("cp", "--cp"),
@@ -110,16 +110,15 @@ def _plan(args) -> int:
     if args.zero is not None:
         zeros = []
         for z in _list("zero", args.zero):
-            if z not in ("0", "1", "2", "3"):
+            n = parse_count("zero", z, minimum=0)
+            if n not in (0, 1, 2, 3):
                 raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
-            zeros.append(int(z))
-    if args.max_vpp < 2:
-        raise ConfigError(f"max_vpp={args.max_vpp} must be an integer >= 2")
+            zeros.append(n)
     cost = _cost_model(args)
     capacity = _size("gpu_memory", args.gpu_memory) if args.gpu_memory is not None else DEVICE_MEMORY[cost.gpu.name]
     result = plan(args.model, args.gpus, capacity, seq_len=args.seq_len,
                   global_batch=args.global_batch or DEFAULT_GLOBAL_BATCH,
-                  profiles=_list("profile", args.profile), precisions=_list("precision", args.precision),
+                  profiles=_list("profile", args.profile), precisions=_precisions(args.precision),
                   recomputes=[x.replace("+", ",") for x in _list("recompute", args.recompute)],
                   schedules=_list("schedule", args.schedule), zeros=zeros,
                   layout_rules=_list("layout_rule", args.layout_rule), fix=parse_fix(args.fix),

@@ -535,6 +535,15 @@ class Pipeline:
     def _saturation(self) -> int:
         return replay_microbatches(self.train, saturate=True)
 
+    @cached_property
+    def replay_rule(self) -> tuple:
+        """How :meth:`replay` maps M to the micro-batches the replay runs: every M (GPipe), or M capped at the
+        schedule's saturation.  Pipelines of one rule give equal replays for equal rows: part of every cache
+        key of values computed from them."""
+        if self.train.schedule is Schedule.GPIPE:
+            return ("every",)
+        return ("capped", self._saturation)
+
     def moments(self, rank: int, m: int | None) -> list[Moment]:
         """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only
         through the micro-batches the replay runs, :func:`memlib.device.schedule.replay_microbatches`)."""
@@ -635,7 +644,9 @@ class Pipeline:
             progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
             akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
                 k in pr.knobs for row in progs for _, pr in row))
-            ukey = ("activation rows", akeys)
+            # the rows' distinct values of those knobs and of the replay their M gives: the replay depends on the
+            # pipeline's rule (GPipe holds all M, the others cap it), so the rule is part of the key
+            ukey = ("activation rows", akeys, self.replay_rule)
             if ukey not in cache:
                 uenv, inverse = _unique_rows([env[k] for k in akeys] + [reps], akeys + ("R",))
                 cache[ukey] = (uenv, inverse)

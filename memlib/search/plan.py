@@ -12,18 +12,24 @@ The derivation, with its sources (file:line), is in ``docs/derivations/plan.md``
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .compiled import Family, stage_signature
-from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
+from ..config import LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, check_count, load_model, parse_count, show
+from ..ledgers import ACT_PROFILES
+from ..ledgers.base import parse_policy
 from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
 from ..model.partition import balanced_layout, default_layout
 from ..device.peak import COMPUTE_CAPABILITY, Framework
+from ..device.schedule import replay_size
+from ..model.states import recipe
 from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
@@ -32,6 +38,9 @@ __all__ = ["CostModel", "step_cost", "Space", "SPACE_RULES", "PRACTICAL", "FULL"
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
 DEFAULT_GLOBAL_BATCH = 15360
+
+#: the most GPUs plan searches
+MAX_GPUS = 2**20
 
 #: the knobs ``--fix`` may pin, with the option name they are given by
 FIXABLE = ("dp", "tp", "pp", "ep", "etp", "cp", "zero", "b", "vpp")
@@ -201,18 +210,22 @@ def parse_fix(items: Iterable[str]) -> dict[str, int]:
             key = key.strip().lower().replace("micro_batch", "b")
             if not eq or key not in FIXABLE:
                 raise ConfigError(f"fix={show(part)} must be KEY=VALUE with KEY one of {', '.join(FIXABLE)}")
-            v = value.strip()
-            if not v.isdigit() or len(v) > 12:
-                raise ConfigError(f"fix={show(part)}: {key}={show(v)} must be a non-negative integer")
-            if key in out and out[key] != int(v):
-                raise ConfigError(f"fix={show(part)}: {key} is fixed twice ({out[key]} and {v})")
-            out[key] = int(v)
+            try:
+                n = parse_count(key, value, minimum=0)
+            except ConfigError as exc:
+                raise ConfigError(f"fix={show(part)}: {exc}") from None
+            if key in out and out[key] != n:
+                raise ConfigError(f"fix={show(part)}: {key} is fixed twice ({out[key]} and {n})")
+            out[key] = n
     return out
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+@lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n`` in increasing order (trial division to its square root: ``n`` is at most a bounded
+    count, :data:`~memlib.config.LIMITS`)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def _valid(fn) -> bool:
@@ -258,6 +271,25 @@ def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
     return _Axes(tp, cp, ep, etp)
 
 
+def _check_fix(fix: Mapping[str, int], zeros: Sequence[int], schedules: Sequence[str], max_micro_batch: int,
+               max_vpp: int) -> None:
+    """A pinned knob outside what the other options search is an error naming both (it would otherwise
+    replace the list, or leave nothing to search)."""
+    if "zero" in fix and fix["zero"] not in zeros:
+        raise ConfigError(f"fix=zero={fix['zero']} contradicts zero={','.join(map(str, zeros))}: pin a stage "
+                          f"of the list (or list it)")
+    if "b" in fix and fix["b"] > max_micro_batch:
+        raise ConfigError(f"fix=b={fix['b']} exceeds max_micro_batch={max_micro_batch}")
+    if "vpp" in fix:
+        v = fix["vpp"]
+        if v > 1 and Schedule.INTERLEAVED.value not in schedules:
+            raise ConfigError(f"fix=vpp={v} needs the interleaved schedule, not among schedule={','.join(schedules)}")
+        if v > max_vpp:
+            raise ConfigError(f"fix=vpp={v} exceeds max_vpp={max_vpp}")
+        if v == 1 and all(x == Schedule.INTERLEAVED.value for x in schedules):
+            raise ConfigError(f"fix=vpp=1 contradicts schedule={','.join(schedules)} (V >= 2 chunks per rank)")
+
+
 def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: int, fix: Mapping) -> list:
     out = []
     for name in schedules:
@@ -265,14 +297,17 @@ def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: 
         if sch is Schedule.INTERLEAVED:
             if pp < 2:
                 continue
-            for v in range(2, max_vpp + 1):
-                if pp * v <= layers and fix.get("vpp", v) == v:
+            # only pp * v <= layers can give every chunk a layer: the loop ends there
+            for v in range(2, min(max_vpp, layers // pp) + 1):
+                if fix.get("vpp", v) == v:
                     out.append((sch, v))
         elif fix.get("vpp", 1) == 1:
             if sch is Schedule.DUALPIPE and (pp < 2 or pp % 2):
                 continue
             out.append((sch, 1))
-    return out
+    # a pipeline whose replay memlib refuses (LIMITS' replay: too many stages and chunks) is not searched
+    return [(sch, v) for sch, v in out
+            if replay_size(TrainingConfig(pp=pp, vpp=v, schedule=sch)) <= LIMITS["replay"]]
 
 
 def _layouts(layers: int, stages: int, rules: Sequence[str]) -> list[tuple[str, tuple | None]]:
@@ -311,13 +346,12 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     m = load_model(model)
     fix = dict(fix or {})
     overhead = overhead if overhead is not None else Overheads()
-    for name, value, rule in (("gpus", gpus, "a positive integer"), ("global_batch", global_batch, "a positive integer"),
-                              ("seq_len", seq_len, "a positive integer"), ("max_micro_batch", max_micro_batch, "a positive integer"),
-                              ("max_vpp", max_vpp, "an integer >= 2")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "max_vpp" else 1):
-            raise ConfigError(f"{name}={show(value)} must be {rule}")
-    if gpus > 2**20:
-        raise ConfigError(f"gpus={gpus} exceeds 2^20, the largest plan searches")
+    # every size bounded before any work (LIMITS): each bound is searched in seconds
+    check_count("gpus", gpus, bound=MAX_GPUS)
+    check_count("global_batch", global_batch, bound=LIMITS["global_batch"])
+    check_count("seq_len", seq_len, bound=LIMITS["seq_len"])
+    check_count("max_micro_batch", max_micro_batch, bound=LIMITS["micro_batch"])
+    check_count("max_vpp", max_vpp, minimum=2, bound=LIMITS["max_vpp"])
     for rule in layout_rules:
         if rule not in LAYOUT_RULES:
             raise ConfigError(f"layout_rule={show(rule)} must be one of {', '.join(LAYOUT_RULES)}")
@@ -326,19 +360,28 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     asked_zeros = zeros is not None or "zero" in fix
     zeros = (0, 1, 2, 3) if zeros is None else zeros
     for z in zeros:
-        if z not in (0, 1, 2, 3):
+        if isinstance(z, bool) or z not in (0, 1, 2, 3):
             raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
     for name in schedules:
         if name not in {s.value for s in Schedule}:
             raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
-    for key in ("dp", "tp", "pp", "ep", "etp", "cp", "b", "vpp"):
-        if key in fix and fix[key] < 1:
-            raise ConfigError(f"fix={key}={fix[key]} must be a positive integer")
-    if "zero" in fix:
-        if fix["zero"] not in (0, 1, 2, 3):
-            raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
-        zeros = (fix["zero"],)
+    # every name of the lists is one the library knows (a family it rejects for this model is skipped below)
+    for prof in profiles:
+        if prof not in ACT_PROFILES:
+            raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
+    for prec in precisions:
+        recipe(prec)
+    for rc in recomputes:
+        parse_policy(rc)
+    for key in FIXABLE:
+        if key in fix:
+            check_count(f"fix={key}", fix[key], minimum=0 if key == "zero" else 1)
+    if "zero" in fix and fix["zero"] not in (0, 1, 2, 3):
+        raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
     zeros = tuple(sorted(set(zeros)))
+    _check_fix(fix, zeros, schedules, max_micro_batch, max_vpp)
+    if "zero" in fix:
+        zeros = (fix["zero"],)
 
     # families: (profile, precision, recompute); the ones the library rejects are skipped
     families, first_error = [], None
@@ -404,6 +447,12 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
             for sch, v in _schedule_variants(schedules, pp, m.num_hidden_layers, max_vpp, fix):
                 for rule, lay in _layouts(m.num_hidden_layers, pp * v, layout_rules):
                     groups.append((fam, pp, sch, v, rule, lay, rows))
+    # the search's work grows with the pipeline stages it evaluates (each over its rows): bounded before it starts
+    stages = sum(g[1] for g in groups)
+    if stages > LIMITS["plan_stages"]:
+        raise ConfigError(f"gpus={gpus}: the search holds {len(groups):,} pipelines of {stages:,} stages in all, more "
+                          f"than {LIMITS['plan_stages']:,} that plan evaluates in seconds; pin pp (fix pp=N) or search "
+                          f"fewer schedules, layout rules, policies, precisions or profiles")
 
     bar = _progress(len(groups), progress)
     parts = []      # (rows, peak, stage, group index) of every searched row
@@ -456,6 +505,8 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None 
     stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
         raise ConfigError(f"top={show(top)} must be a non-negative integer (or None: every configuration)")
+    if top is not None:
+        check_count("top", top, minimum=0, bound=LIMITS["top"])
     grid = search(model, gpus, **options)
     fits = grid.fits(capacity)
     result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()),
