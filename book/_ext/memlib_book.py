@@ -21,15 +21,21 @@ section on them is marked ``{.deepseek-arch}`` and dropped from the book of anot
 SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
 
 
+def _tag_of(cls: str) -> str | None:
+    """The tag a section class stands for: those of SECTION_CLASSES, and ``has-BLOCK`` (``{.has-mtp}``)
+    for the tag ``has_BLOCK`` of each optional block (memlib.model.blocks.BLOCK_NAMES)."""
+    if cls in SECTION_CLASSES:
+        return SECTION_CLASSES[cls]
+    return cls.replace("-", "_") if cls.startswith("has-") else None
+
+
 def _drop_sections(app, doctree) -> None:
     from docutils import nodes
 
-    for cls, tag in SECTION_CLASSES.items():
-        if app.tags.has(tag):
-            continue
-        for section in list(doctree.findall(nodes.section)):
-            if cls in section["classes"] and section.parent is not None:
-                section.parent.remove(section)
+    for section in list(doctree.findall(nodes.section)):
+        tags = [_tag_of(c) for c in section["classes"]]
+        if any(t is not None and not app.tags.has(t) for t in tags) and section.parent is not None:
+            section.parent.remove(section)
 
 
 def setup(app):

@@ -9,7 +9,7 @@ configuration cell); nothing here computes a quantity.  The paper's printed valu
 """
 from __future__ import annotations
 
-from ..model.architecture import BLOCKS
+from ..model.architecture import BLOCKS, attention_name, block_names
 from ..config import load_model
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
@@ -180,10 +180,10 @@ def paper_values(est: Estimate) -> dict[str, str]:
 def matrix_table(est: Estimate) -> str:
     """The paper's Table 2, extended to every tensor: block, tensor, symbolic shape, the model's
     shape and the element count (routed experts: all N of one layer, and one expert)."""
-    rows = []
+    rows, names = [], block_names(est.model)
     for r in pp.tensor_rows(est.model):
         t = r["tensor"]
-        block = BLOCKS.get(t.block, t.block) + (" (buffer, not trained)" if r["buffer"] else "")
+        block = names.get(t.block, t.block) + (" (buffer, not trained)" if r["buffer"] else "")
         count = fmt_count(r["count"])
         if r["per_expert"] is not None:
             count += f" ({fmt_count(r['per_expert'])} per expert)"
@@ -192,8 +192,8 @@ def matrix_table(est: Estimate) -> str:
     return md_table(["block", "tensor", "shape", model_name(est.model), "parameters"], rows, "llllr")
 
 
-def _contents_layer(r: dict) -> str:
-    parts = (["embedding"] if r["embedding"] else []) + ["MLA", "dense FFN" if r["kind"] == "dense" else
+def _contents_layer(r: dict, attention: str) -> str:
+    parts = (["embedding"] if r["embedding"] else []) + [attention, "dense FFN" if r["kind"] == "dense" else
                                                          "router + experts", "norms"]
     return " + ".join(parts + (["final norm", "head"] if r["head"] else []))
 
@@ -206,7 +206,7 @@ def layer_table(est: Estimate) -> str:
     checks = pp.table3_check(m, est.train.precision)
     rows = []
     for r, c in zip(pp.layer_groups(m, est.train.precision) + [None], checks):
-        label, contents = ("all", "") if r is None else (span(r["first"], r["last"]), _contents_layer(r))
+        label, contents = ("all", "") if r is None else (span(r["first"], r["last"]), _contents_layer(r, attention_name(m)))
         row = [label, contents, fmt_count(c["params"]), _gib(c["bytes"], unit=False)]
         if paper:
             p = c["printed"]
@@ -289,7 +289,8 @@ def stage_figure(est: Estimate):
     """Stacked bars: the weights of each whole pipeline stage (before TP/EP), per block, in GiB."""
     part = est.partition
     per = pp.stage_block_weights(part)
-    series = [Series(FIGURE_LABELS[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
+    labels = {**FIGURE_LABELS, "attention": attention_name(est.model)}
+    series = [Series(labels[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
     fig, ax = new_figure(7.0, 3.6)
     stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8, fontsize=8)
     ax.use_sticky_edges = False          # zero-height segments would pin the top of the axis to the tallest bar

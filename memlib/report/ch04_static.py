@@ -10,7 +10,7 @@ resolved even inside an ``{only} paper_model`` block that the build then drops.
 """
 from __future__ import annotations
 
-from ..model.architecture import BLOCKS
+from ..model.architecture import attention_name, block_names
 from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
@@ -210,9 +210,9 @@ def table5(est: Estimate) -> str:
 
 def tensor_table(est: Estimate) -> str:
     """Each tensor of one MoE layer: shape, how each convention lays it out, and its per-device count."""
-    rows = []
+    rows, names = [], block_names(est.model)
     for r in pstatic.tensor_layout(est.partition):
-        row = [f"${r['latex']}$", BLOCKS[r["block"]], "$" + r" \times ".join(tex(d) for d in r["shape"]) + "$"]
+        row = [f"${r['latex']}$", names[r["block"]], "$" + r" \times ".join(tex(d) for d in r["shape"]) + "$"]
         for name in pstatic.PROFILE_NAMES:
             row += [SHARDING[r[name]["sharding"]], fmt_count(r[name]["per_device"])]
         rows.append(row)
@@ -228,7 +228,7 @@ def table6(est: Estimate) -> str:
     rows = []
     for key in pstatic.TABLE6_ROWS:
         p = printed.get(key, {})
-        row = [T6_LABELS[key], fmt_count(t6[key])]
+        row = [T6_LABELS[key].replace("MLA", attention_name(est.model)), fmt_count(t6[key])]
         if printed:
             row.append(fmt_count(p["params"]) if "params" in p else "—")
         row += [fmt_count(b6[key]), fmt_bytes(b6[key], with_unit=False)]
@@ -273,7 +273,7 @@ def stages_figure(est: Estimate):
     titles = {"paper": "the paper's convention (paper)", "megatron": "Megatron-Core's convention (megatron)"}
     for ax, name in zip(axes, pstatic.PROFILE_NAMES):
         series = [Series(label, BLOCK_COLORS[b], [r[name]["block_bytes"].get(b, 0) for r in rows])
-                  for b, label in BLOCKS.items()]
+                  for b, label in block_names(est.model).items()]
         stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=2, fontsize=6)
         ax.set_title(titles[name], fontsize=9, loc="left", pad=12)
         for h, label in zip(*ax.get_legend_handles_labels()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..device.estimate import Estimate
+from ..model.architecture import attention_name
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata
@@ -26,6 +27,11 @@ __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_tabl
 
 #: the blocks of a MoE layer, as the book names them
 BLOCK_LABELS = {"attention": "MLA", "moe": "MoE"}
+
+
+def _block_labels(est: Estimate) -> dict[str, str]:
+    """:data:`BLOCK_LABELS` for the chapter's model: its own attention; "FFN" for a dense model."""
+    return {"attention": attention_name(est.model), "moe": "MoE" if est.model.has_moe else "FFN"}
 
 #: the colour of a saved tensor in the data-flow figure: the weakest named policy that drops it
 CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLORS["deepseek"],
@@ -175,12 +181,13 @@ def dataflow_figure(est: Estimate):
     labelled with its MiB on one device."""
     from matplotlib.patches import FancyBboxPatch, Patch
 
-    columns = [(blk, pact.ledger_rows(est, blk)) for blk in BLOCK_LABELS]
+    labels = _block_labels(est)
+    columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
     n = max(len(rows) for _, rows in columns)
     fig, ax = new_figure(9.0, 0.42 * n + 1.2)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
-        ax.text(x0 + 0.45, 0.3, f"{BLOCK_LABELS[blk]} block", ha="center", va="bottom", fontsize=10,
+        ax.text(x0 + 0.45, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
                 fontweight="bold")
         for k, r in enumerate(rows):
             y = -k
@@ -221,7 +228,7 @@ def table10_formulas(est: Estimate) -> str:
     """The paper's Table 10 as formulas: the stage's MoE layers on one device, both policies."""
     f = pact.table10_formulas(est)
     # the sums without recomputation run to a dozen terms: broken into lines, they fit the column
-    rows = [[BLOCK_LABELS.get(blk, blk), wrapped_math(v["none"], 30), wrapped_math(v["full"], 30)]
+    rows = [[_block_labels(est).get(blk, blk), wrapped_math(v["none"], 30), wrapped_math(v["full"], 30)]
             for blk, v in f.items()]
     return md_table(["block", "AC = none", "AC = full"], rows, "lll")
 
@@ -234,7 +241,8 @@ def table10(est: Estimate) -> str:
         rows.append([fmt_count(bb), fmt_count(none["attention"]), fmt_count(none["moe"]), fmt_count(none["total"]),
                      fmt_bytes(none["total"], with_unit=False), fmt_count(full["total"]),
                      fmt_bytes(full["total"], digits=3, with_unit=False)])
-    return md_table(["$b$", "MLA, none (bytes)", "MoE, none (bytes)", "total, none (bytes)", "total, none (GiB)",
+    attn, ffn = _block_labels(est).values()
+    return md_table(["$b$", f"{attn}, none (bytes)", f"{ffn}, none (bytes)", "total, none (bytes)", "total, none (GiB)",
                      "total, full (bytes)", "total, full (GiB)"], rows, "rrrrrrr")
 
 

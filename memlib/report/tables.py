@@ -39,6 +39,11 @@ def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
     """A chapter's notation: the registry entries ``keys`` with meaning and unit and, when ``model``
     or ``train`` is given, their values in the chapter's configuration."""
     with_values = model is not None or train is not None
+    if model is not None:                      # only the symbols of blocks the model has
+        from ..model.blocks import SYMBOLS as OWN, lacking
+
+        gone = {k for b in lacking(model) for k in OWN.get(b, ())}
+        keys = [k for k in keys if k not in gone]
     rows = []
     for k in keys:
         n = SYMBOLS[k]
@@ -107,10 +112,11 @@ def errata_summary(counts: dict[str, int]) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
-def attention_switch_values(sw: dict) -> dict[str, str]:
+def attention_switch_values(sw: dict, model=None) -> dict[str, str]:
     """Chapters 8 and 9 count the attention differently (:func:`memlib.scenarios.deepseek.attention_switch`):
     the two profiles, the attention core's bytes under each, and what the ``deepseek`` policy does under each,
-    in words the library decided."""
+    in words the library decided; with ``model``, ``paper_deepseek_sentence`` says it in one sentence whose
+    "That is why" stands only where the kept scores make the policy not fit."""
     def fit(x: bool | None) -> str:
         return "—" if x is None else "fits" if x else "does not fit"
 
@@ -120,4 +126,17 @@ def attention_switch_values(sw: dict) -> dict[str, str]:
     return {"paper_profile": sw["paper_profile"], "recipe_profile": sw["recipe_profile"] or "megatron",
             "paper_core": fmt_bytes(sw["paper_core"]), "recipe_core": size(sw["recipe_core"], "MiB"),
             "paper_deepseek": fmt_bytes(sw["paper_deepseek_total"]), "paper_deepseek_fits": fit(sw["paper_deepseek_fits"]),
-            "recipe_total": size(sw["recipe_total"]), "recipe_fits": fit(sw["recipe_fits"])}
+            "recipe_total": size(sw["recipe_total"]), "recipe_fits": fit(sw["recipe_fits"]),
+            **({} if model is None else {"paper_deepseek_sentence": _switch_sentence(sw, model)})}
+
+
+def _switch_sentence(sw: dict, model) -> str:
+    """What the ``deepseek`` policy does under the eager profile: why it does not fit, or that it fits all
+    the same; what it recomputes named by the model's blocks (the up-projections only where MLA has them)."""
+    recomputed = "the norms and the MLA up-projections" if model.attention == "mla" else "the norms"
+    peak = fmt_bytes(sw["paper_deepseek_total"])
+    if sw["paper_deepseek_fits"]:
+        return (f"The `deepseek` policy, which recomputes only {recomputed}, keeps them as well; it peaks at "
+                f"{peak} with ZeRO-1 and fits all the same.")
+    return (f"That is why the `deepseek` policy, which recomputes only {recomputed}, peaks at {peak} with "
+            f"ZeRO-1 and does not fit.")
