@@ -42,11 +42,11 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "rope_split": (r"decoupled RoPE", r"RoPE key", r"W\^\{?(?:QR|KR)\}?", r"d_h\^R", r"\bd\^\{?R\}?_\{?h"),
     "gqa": (r"grouped-query", r"\bGQA\b", r"key-value heads"),
     "moe": (r"\bMoE\b", r"\bexperts?\b", r"\brouter\b", r"\brouted\b", r"\ball-to-all\b", r"DeepSeekMoE"),
-    "shared_experts": (r"shared experts?\b",),
+    "shared_experts": (r"(?<!no )shared experts?\b",),
     "router_bias": (r"router(?:'s|’s)? bias", r"bias buffer", r"e_score_correction_bias", r"noaux_tc"),
     "mtp": (r"\bMTP\b", r"multi-token prediction", r"n_\{MTP\}"),
     "dense_layers": (r"\bdense (?:FFN|layers?)\b", r"k_\{dense\}"),
-    "paper": (r"the paper prints", r"printed values?", r"paper(?:'s|’s) (?:printed )?values?\b"),
+    "paper": (r"paper(?:'s|’s) printed values?", r"paper(?:'s|’s) values?\b", r"printed − count"),
 }
 
 #: block -> the registry symbols (:data:`memlib.core.symbols.REGISTRY` keys) only a model with it has

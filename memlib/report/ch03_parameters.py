@@ -10,6 +10,7 @@ configuration cell); nothing here computes a quantity.  The paper's printed valu
 from __future__ import annotations
 
 from ..model.architecture import BLOCKS, attention_name, block_names
+from ..model.blocks import model_blocks
 from ..config import load_model
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
@@ -111,6 +112,14 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(tot["moe_layers"]),
         "bias_presets": ", ".join(model_name(x) for x in sm.presets_where(lambda c: c.router_bias)) or "none",
         "official_count": fmt_count(len(pp.official(m))),
+        "official_intro": _official_intro(m),
+        "blocks_phrase": _blocks_phrase(m),
+        "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
+                             + (["the router's bias buffer"] if m.has_moe and m.router_bias else [])),
+        "latent_clause": f" and {fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla" else "",
+        "norms_kind": "block and latent" if m.attention == "mla" else "block",
+        "attention": attention_name(m),
+        "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",
     }
 
 
@@ -255,21 +264,48 @@ def _stated(off: dict, key: str) -> str:
     return "— (not stated)" if x is None else x + "B"
 
 
+def _and_words(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _blocks_phrase(m) -> str:
+    """The blocks of a layer besides the attention, in the order of the chapter's equations."""
+    own = model_blocks(m)
+    moe = "the MoE block (router, " + ("shared experts, " if "shared_experts" in own else "") + "routed experts)"
+    parts = ["the two block norms of every layer"] + (["the dense FFN"] if "dense_layers" in own else []) + \
+        ([moe] if "moe" in own else [])
+    return ", ".join(parts[:-1]) + (", and " if len(parts) > 2 else " and ") + parts[-1]
+
+
+def _official_intro(m) -> str:
+    """The sentence before the table of DeepSeek's statements, or that there are none to check."""
+    n = len(pp.official(m))
+    if n == 0:
+        return f"DeepSeek publishes no parameter counts for {model_name(m)}, so there is nothing to set beside these."
+    what = "one figure" if n == 1 else f"{fmt_count(n)} figures"
+    return (f"DeepSeek states {what} for {model_name(m)} (model cards, reports, weights documentation). Beside "
+            "each, the counts memlib computes for what it is about, whether a count rounds or truncates to the "
+            "printed digits, and the one closest to it:")
+
+
 def totals_table(est: Estimate) -> str:
     """Total and activated parameters of every shipped model (and the book's), in billions, beside
     what DeepSeek states (billions as printed).  Billions only: the exact counts of the book's
     model are in the prose, and a book built for one model prints no other model's exact totals."""
     ms = sm.PRESET_ORDER if est.model.name in sm.PRESET_ORDER else sm.PRESET_ORDER + (est.model,)
-    rows = []
+    rows, own = [], model_blocks(est.model)
     for r in sm.preset_totals(ms):
         off = r["official"]
         stated_act = " / ".join(x + "B" for x in (off.get("activated"), off.get("activated_weights_doc")) if x)
         name = model_name(r["model"]) + (" (this book)" if r["model"] == est.model.name else "")
         rows.append([name, fmt_billions(r["total"]), _stated(off, "total"), fmt_billions(r["activated"]),
-                     fmt_billions(r["activated_no_embedding"]), stated_act or "—",
-                     fmt_billions(r["mtp"]) if r["mtp"] else "—", fmt_count(r["buffers"]) if r["buffers"] else "—"])
+                     fmt_billions(r["activated_no_embedding"]), stated_act or "—"]
+                    + ([fmt_billions(r["mtp"]) if r["mtp"] else "—"] if "mtp" in own else [])
+                    + ([fmt_count(r["buffers"]) if r["buffers"] else "—"] if "router_bias" in own else []))
+    # the MTP and router-bias columns only in the book of a model with those blocks
+    extra = (["MTP (own)"] if "mtp" in own else []) + (["router-bias buffer"] if "router_bias" in own else [])
     return md_table(["model", "total", "DeepSeek: total", "activated, with embedding", "activated, without embedding",
-                     "DeepSeek: activated", "MTP (own)", "router-bias buffer"], rows, "lrrrrrrr")
+                     "DeepSeek: activated", *extra], rows, "lrrrrr" + "r" * len(extra))
 
 
 def official_table(est: Estimate) -> str:
@@ -280,7 +316,7 @@ def official_table(est: Estimate) -> str:
              "**closest**" if r["closest"] else ""]
             for r in pp.official_rows(est.model)]
     if not rows:
-        rows = [["DeepSeek states no figure for this model", "—", "", "", "", "", "", ""]]
+        return ""
     return md_table(["DeepSeek states", "printed", "memlib counts", "exact", "billions", "the count",
                      "printed − count", ""], rows, "lrlrrlrl")
 

@@ -23,7 +23,7 @@ from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figu
 from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
 from .tables import errata_table, notation_recap
 
-__all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
+__all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
            "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
            "errata_md", "device_figure", "device_values"]
 
@@ -161,12 +161,37 @@ def values(est: Estimate) -> dict[str, str]:
         "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (_plural(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
         "final_norm": fmt_count(pc["final_norm"]), "last_paper": fmt_count(pc["paper_last"]),
         "last_megatron": fmt_count(pc["megatron_last"]),
-        "last_change": (f"grows, although its MLA and {shared_word} shrink" if pc["last_grows"]
-                        else f"shrinks with its MLA and {shared_word}"),
+        "last_change": (f"grows, although its {attention_name(m)} and {shared_word} shrink" if pc["last_grows"]
+                        else f"shrinks with its {attention_name(m)} and {shared_word}"),
         "last_takeaway": ("and its MTP modules make the last stage heavier than the paper assumes" if pc["last_grows"]
                           else "on the last stage too, which holds no MTP module"),
     }
     return out
+
+
+def convention_differences(est: Estimate) -> str:
+    """Where the paper's and Megatron-Core's conventions store different parameters, as a counted list of
+    only the differences this model has (Markdown), or that they store the same."""
+    v, pc = values(est), pstatic.profile_comparison(est.partition, stage(est))
+    items = []
+    if pc["wqr"]:
+        items.append(f"* **Splitting $W^{{QR}}$ by TP** (Megatron-Core) stores {v['diff_wqr']} fewer parameters on a "
+                     f"device of stage {v['stage']}.")
+    if pc["shared"]:
+        items.append(f"* **Splitting the {v['shared_word']} by TP** stores {v['diff_shared']} fewer.")
+    if pc["wqr"] or pc["shared"]:
+        items.append(f"  Together the device of stage {v['stage']} drops by {v['diff_stage']} parameters "
+                     f"({v['diff_stage_gib']}), to {v['megatron_stage_gib']}.")
+    if pc["mtp"]:
+        items.append(f"* **The MTP modules**, which Megatron-Core builds on the last stage and the paper leaves out, "
+                     f"add {v['mtp']} parameters per device there ({v['mtp_note']}). The last stage's device goes from "
+                     f"{v['last_paper']} parameters to {v['last_megatron']}: it {v['last_change']}.")
+    n = sum(1 for x in (pc["wqr"], pc["shared"], pc["mtp"]) if x)
+    if n == 0:
+        return (f"The two conventions store the same parameters on every device of {model_name(est.model)}: "
+                "it has none of the tensors they place differently.")
+    where = {1: "one place", 2: "two places", 3: "three places"}[n]
+    return f"The conventions differ in {where}, all visible in the figure above:\n\n" + "\n".join(items)
 
 
 def paper_values(est: Estimate) -> dict[str, str]:
