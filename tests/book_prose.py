@@ -118,21 +118,23 @@ def _resolve(lines: list[str], glued: dict, tags: set[str]) -> list[str]:
 def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
     """Drop each section whose heading is marked ``{.tag-name}`` when ``tag_name`` is not set."""
     out: list[str] = []
-    drop_level = None
+    drop_level, start, code = None, None, False
     for n, line in enumerate(lines):
-        h = re.match(r"^(#{1,6}) ", line)
-        if h and drop_level is not None and len(h.group(1)) <= drop_level:
+        if re.match(r"^`{3,}\{code-cell\}", line) or (code and line.strip().startswith("```")):
+            code = not code                        # a comment in a code cell is no heading
+        h = None if code else re.match(r"^(#{1,6}) ", line)
+        if h and drop_level is not None and n != start and len(h.group(1)) <= drop_level:
             drop_level = None
-        if drop_level is not None:
-            continue
-        mark = re.match(r"^\{\.([\w-]+)\}\s*$", line)
+        mark = None if code else re.match(r"^\{\.([\w-]+)\}\s*$", line)
         if mark:
-            nxt = next((ln for ln in lines[n + 1:] if ln.strip()), "")
-            level = re.match(r"^(#{1,6}) ", nxt)
-            if level and mark.group(1).replace("-", "_") not in tags:
-                drop_level = len(level.group(1))
+            k = next((i for i in range(n + 1, len(lines)) if lines[i].strip()), None)
+            level = re.match(r"^(#{1,6}) ", lines[k]) if k is not None else None
+            if level and mark.group(1).replace("-", "_") not in tags and (
+                    drop_level is None or len(level.group(1)) <= drop_level):
+                drop_level, start = len(level.group(1)), k
             continue
-        out.append(line)
+        if drop_level is None:
+            out.append(line)
     return out
 
 

@@ -41,8 +41,9 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
             r"\bkv_b_proj\b", r"\bq_b_proj\b", r"\bkv_a_proj", r"\bq_a_proj\b", r"c\^\{?KV\}?", r"mla_up_proj"),
     "rope_split": (r"decoupled RoPE", r"RoPE key", r"W\^\{?(?:QR|KR)\}?", r"d_h\^R", r"\bd\^\{?R\}?_\{?h"),
     "gqa": (r"grouped-query", r"\bGQA\b", r"key-value heads"),
-    "moe": (r"\bMoE\b", r"\bexperts?\b", r"\brouter\b", r"\brouted\b", r"\ball-to-all\b", r"DeepSeekMoE"),
-    "shared_experts": (r"(?<!no )shared experts?\b",),
+    "moe": (r"\bMoE\b", r"\bexperts?\b", r"\brouter\b", r"\brouted\b", r"\ball-to-all\b",
+            r"DeepSeekMoE"),
+    "shared_experts": (r"shared experts?\b",),
     "router_bias": (r"router(?:'s|’s)? bias", r"bias buffer", r"e_score_correction_bias", r"noaux_tc"),
     "mtp": (r"\bMTP\b", r"multi-token prediction", r"n_\{MTP\}"),
     "dense_layers": (r"\bdense (?:FFN|layers?)\b", r"k_\{dense\}"),
@@ -88,5 +89,7 @@ def words_of_lacking_blocks(text: str, m: ModelConfig, paper: bool = False) -> l
     found = []
     for block in sorted(lacking(m, paper)):
         for pattern in VOCABULARY[block]:
-            found += [(m_.start(), block, m_.group(0)) for m_ in re.finditer(pattern, text)]
+            # a word said to be absent ("no shared expert", "has no MLA", "without MTP") is not about the block
+            found += [(m_.start(), block, m_.group(0)) for m_ in re.finditer(pattern, text)
+                      if not re.search(r"\b(?:no|without)\s+$", text[max(0, m_.start() - 9):m_.start()])]
     return [(b, w) for _, b, w in sorted(found)]

@@ -114,6 +114,11 @@ def values(est: Estimate) -> dict[str, str]:
         "official_count": fmt_count(len(pp.official(m))),
         "official_intro": _official_intro(m),
         "blocks_phrase": _blocks_phrase(m),
+        "apart": _and_words((["Buffers that no optimizer updates (the router's bias)"] if m.has_moe and m.router_bias
+                             else []) + (["The MTP modules, which the paper leaves out,"]
+                                         if m.num_nextn_predict_layers else [])) + " are counted apart."
+        if (m.has_moe and m.router_bias) or m.num_nextn_predict_layers
+        else "Every tensor of the model is trained, and all of them are counted.",
         "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
                              + (["the router's bias buffer"] if m.has_moe and m.router_bias else [])),
         "latent_clause": f" and {fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla" else "",

@@ -35,15 +35,22 @@ def _value(n, model, train) -> str:
     return "per device"
 
 
+def _not_own(model) -> set[str]:
+    """The registry symbols of the blocks ``model`` lacks (none without a model): a notation table lists only
+    the symbols of the model's own blocks."""
+    if model is None:
+        return set()
+    from ..model.blocks import SYMBOLS as OWN, lacking
+
+    return {k for b in lacking(model) for k in OWN.get(b, ())}
+
+
 def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
     """A chapter's notation: the registry entries ``keys`` with meaning and unit and, when ``model``
     or ``train`` is given, their values in the chapter's configuration."""
     with_values = model is not None or train is not None
-    if model is not None:                      # only the symbols of blocks the model has
-        from ..model.blocks import SYMBOLS as OWN, lacking
-
-        gone = {k for b in lacking(model) for k in OWN.get(b, ())}
-        keys = [k for k in keys if k not in gone]
+    gone = _not_own(model)
+    keys = [k for k in keys if k not in gone]
     rows = []
     for k in keys:
         n = SYMBOLS[k]
@@ -58,8 +65,9 @@ def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
 def notation_table(kinds=("model", "parallel", "training", "stage", "precision"), model=None) -> str:
     """The whole registry (the notation chapter), with a model's values where given."""
     rows = []
+    gone = _not_own(model)
     for n in REGISTRY:
-        if n.kind not in kinds:
+        if n.kind not in kinds or n.key in gone:
             continue
         row = [f"${n.latex}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
         if model is not None:
