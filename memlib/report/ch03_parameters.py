@@ -114,9 +114,10 @@ def values(est: Estimate) -> dict[str, str]:
         "official_count": fmt_count(len(pp.official(m))),
         "official_intro": _official_intro(m),
         "blocks_phrase": _blocks_phrase(m),
-        "apart": _and_words((["Buffers that no optimizer updates (the router's bias)"] if m.has_moe and m.router_bias
-                             else []) + (["The MTP modules, which the paper leaves out,"]
-                                         if m.num_nextn_predict_layers else [])) + " are counted apart."
+        "apart": _capital(_and_words((["buffers that no optimizer updates (the router's bias)"]
+                                      if m.has_moe and m.router_bias else [])
+                                     + (["the MTP modules, which the paper leaves out,"]
+                                        if m.num_nextn_predict_layers else []))) + " are counted apart."
         if (m.has_moe and m.router_bias) or m.num_nextn_predict_layers
         else "Every tensor of the model is trained, and all of them are counted.",
         "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
@@ -267,6 +268,10 @@ def stage_table(est: Estimate) -> str:
 def _stated(off: dict, key: str) -> str:
     x = off.get(key)
     return "— (not stated)" if x is None else x + "B"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _and_words(parts: list[str]) -> str:
