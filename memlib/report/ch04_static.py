@@ -136,6 +136,7 @@ def values(est: Estimate) -> dict[str, str]:
         **{k: fmt_count(v) for k, v in pstatic.table5(t).items()},
         "world": fmt_count(t.world_size), "bw": fmt_count(rec.weights),
         "weights_format": FORMATS.get(rec.weights, f"{rec.weights}-byte"),
+        "attention": attention_name(m),
         "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
         "first_stage": fmt_count(rows[0]["stage"]), "last_stage": fmt_count(rows[-1]["stage"]),
         "layout": layout_text(part.layout), "layout_rule": _LAYOUT_RULES[layout["rule"]]
@@ -143,6 +144,8 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": _plural(ex["moe_layers"], "MoE layer"),
         "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
         "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
+        "shared_clause": f" and the {fmt_count(ex['shared'])} {shared_word}" if ex["shared"] else "",
+        "experts_per_layer_text": _plural(ex["per_layer"], "expert"),
         "experts_per_device": fmt_count(ex["per_device"]),
         **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
         **{T6_KEYS[r] + "_gib": fmt_bytes(n) for r, n in b6.items()},

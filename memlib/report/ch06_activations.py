@@ -70,6 +70,24 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
+def _block_words(m) -> dict[str, str]:
+    """The words of the chapter that name the model's own blocks."""
+    mla, shared = m.attention == "mla", bool(m.n_shared_experts) or m.moe == "qwen2_moe"
+    if m.has_moe:
+        intro = ("The MoE block: the router and the routed experts of one device with their share of the tokens"
+                 + (", and the shared experts, which see every token:" if shared else ":"))
+    else:
+        intro = "The dense FFN, which sees every token:"
+    whole = (["the key-value latent (and the query latent where the queries are compressed)"] if mla else []) \
+        + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
+    listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
+    return {"attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
+            "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
+            if whole else "",
+            "deepseek_policy_rest": "and the MLA up-projections (modules layernorm and mla_up_proj" if mla
+            else "(module layernorm; the model has no up-projection to recompute"}
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and computed words for its prose, for any model."""
     t, i = est.train, stage(est)
@@ -84,6 +102,7 @@ def values(est: Estimate) -> dict[str, str]:
     pol = {r["policy"]: r for r in sact.policy_comparison(est)}
     return {
         "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i),
+        **_block_words(est.model),
         "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i), "layout": layout_text(est.partition.layout),
         "layers": fmt_count(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
