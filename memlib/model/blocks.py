@@ -47,7 +47,7 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "router_bias": (r"router(?:'s|’s)? bias", r"bias buffer", r"e_score_correction_bias", r"noaux_tc"),
     "mtp": (r"\bMTP\b", r"multi-token prediction", r"n_\{MTP\}"),
     "dense_layers": (r"\bdense (?:FFN|layers?)\b", r"k_\{dense\}"),
-    "paper": (r"paper(?:'s|’s) printed values?", r"paper(?:'s|’s) values?\b", r"printed − count"),
+    "paper": (r"paper(?:'s|’s) value\b", r"That is the paper(?:'s|’s)"),
 }
 
 #: block -> the registry symbols (:data:`memlib.core.symbols.REGISTRY` keys) only a model with it has
