@@ -122,7 +122,8 @@ def values(est: Estimate) -> dict[str, str]:
         else "Every tensor of the model is trained, and all of them are counted.",
         "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
                              + (["the router's bias buffer"] if m.has_moe and m.router_bias else [])),
-        "latent_clause": f" and {fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla" else "",
+        "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
+                                         if m.attention == "mla" else ""),
         "norms_kind": "block and latent" if m.attention == "mla" else "block",
         "attention": attention_name(m),
         "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",

@@ -144,8 +144,8 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": _plural(ex["moe_layers"], "MoE layer"),
         "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
         "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
-        "shared_clause": f" and the {fmt_count(ex['shared'])} {shared_word}" if ex["shared"] else "",
-        "experts_per_layer_text": _plural(ex["per_layer"], "expert"),
+        "shared_clause": (f" and the {fmt_count(ex['shared'])} {shared_word}" if ex["shared"] else "")
+        + f", so {_plural(ex['per_layer'], 'expert')}",
         "experts_per_device": fmt_count(ex["per_device"]),
         **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
         **{T6_KEYS[r] + "_gib": fmt_bytes(n) for r, n in b6.items()},

@@ -83,7 +83,7 @@ def _block_words(m) -> dict[str, str]:
     listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
     return {"attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
             "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
-            if whole else "",
+            if whole else " The norms' weights are replicated.",
             "deepseek_policy_rest": "and the MLA up-projections (modules layernorm and mla_up_proj" if mla
             else "(module layernorm; the model has no up-projection to recompute"}
 

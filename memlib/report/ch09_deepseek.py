@@ -88,8 +88,9 @@ def values(est: Estimate) -> dict[str, str]:
     kind = ds.ledger_kind(m)
     return {
         "model": model_name(m),
-        "mtp_clause": ("; the report places its MTP module there so that it shares the embedding and the head with "
-                       "the main model" if m.num_nextn_predict_layers else ""),
+        "head_clause": "the output head" + ("; the report places its MTP module there so that it shares the "
+                                            "embedding and the head with the main model"
+                                            if m.num_nextn_predict_layers else ""),
         "recompute_rest": " and the MLA up-projections are" if m.attention == "mla" else " is",
         "recomputed": "the norms and MLA up-projections" if m.attention == "mla" else "the norms",
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
