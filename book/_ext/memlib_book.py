@@ -31,7 +31,17 @@ def _tag_of(cls: str) -> str | None:
 
 def _drop_sections(app, doctree) -> None:
     from docutils import nodes
+    from sphinx import addnodes
 
+    # an ``{only}`` block whose condition is false goes now, not when the page is written: a reference in it
+    # to an equation of a dropped section (``{eq}`` of MLA in a GQA model's book) is then never resolved
+    for node in list(doctree.findall(addnodes.only)):
+        try:
+            keep = app.tags.eval_condition(node["expr"])
+        except Exception:                          # noqa: BLE001 - Sphinx itself reports a bad expression later
+            continue
+        if not keep and node.parent is not None:
+            node.parent.remove(node)
     for section in list(doctree.findall(nodes.section)):
         tags = [_tag_of(c) for c in section["classes"]]
         if any(t is not None and not app.tags.has(t) for t in tags) and section.parent is not None:
