@@ -74,6 +74,16 @@ def _run_code(name: str, cells: list[str], model: str) -> Chapter:
     return ch
 
 
+#: a section marked ``{.other-models}`` is about models other than the book's (measured cases, comparisons):
+#: the book keeps it, and its text stands between these two lines, which :func:`own_text` leaves out
+OTHER_MODELS, OPEN, CLOSE = "other-models", "<<other-models>>", "<</other-models>>"
+
+
+def own_text(text: str) -> str:
+    """The text about the book's own model: without the sections marked ``{.other-models}``."""
+    return re.sub(re.escape(OPEN) + r".*?" + re.escape(CLOSE), "", text, flags=re.S)
+
+
 _FENCE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w:.-]+)\}\s*(.*)$")
 _ROLE = re.compile(r"\{glue:text\}`([^`]+)`")
 _XREF = re.compile(r"\{(?:ref|numref|eq|doc|cite|cite:p|cite:t|term)\}`([^`]+)`")
@@ -118,7 +128,7 @@ def _resolve(lines: list[str], glued: dict, tags: set[str]) -> list[str]:
 def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
     """Drop each section whose heading is marked ``{.tag-name}`` when ``tag_name`` is not set."""
     out: list[str] = []
-    drop_level, start, code = None, None, False
+    drop_level, start, code, other_level = None, None, False, None
     for n, line in enumerate(lines):
         if re.match(r"^`{3,}\{code-cell\}", line) or (code and line.strip().startswith("```")):
             code = not code                        # a comment in a code cell is no heading
@@ -126,6 +136,17 @@ def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
         if h and drop_level is not None and n != start and len(h.group(1)) <= drop_level:
             drop_level = None
         mark = None if code else re.match(r"^\{\.([\w-]+)\}\s*$", line)
+        if mark and mark.group(1) == OTHER_MODELS:
+            if drop_level is None:                 # kept, between sentinels: its subject is not the book's model
+                if other_level is not None:
+                    out.append(CLOSE)
+                other_level = len(re.match(r"^(#{1,6}) ", lines[next(i for i in range(n + 1, len(lines))
+                                                                      if lines[i].strip())]).group(1))
+                out.append(OPEN)
+            continue
+        if h and other_level is not None and len(h.group(1)) <= other_level and out and out[-1] != OPEN:
+            out.append(CLOSE)
+            other_level = None
         if mark:
             k = next((i for i in range(n + 1, len(lines)) if lines[i].strip()), None)
             level = re.match(r"^(#{1,6}) ", lines[k]) if k is not None else None
@@ -135,7 +156,7 @@ def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
             continue
         if drop_level is None:
             out.append(line)
-    return out
+    return out + ([CLOSE] if other_level is not None else [])
 
 
 def render(path: Path, model: str, tags: set[str]) -> Chapter:
