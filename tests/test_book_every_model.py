@@ -34,10 +34,10 @@ CHAPTERS = [p.name for p in bp.NOTEBOOKS]
 #: chapters whose subject is other models than the book's (their vocabulary is not checked)
 COMPARATIVE = {"11_measured_peaks.md", "12_other_architectures.md"}
 
-#: (model family kind, chapter) -> the blocks whose words the chapter still uses for a model without them.
+#: model -> {chapter number: the blocks whose words that chapter still uses although the model lacks them}.
 #: Each entry is a known defect of issue 24 ("True for every model"), not an allowance: the test of that
 #: pair is a strict xfail, which turns red (XPASS) the day the chapter is fixed, so that the entry is removed.
-NOT_YET: dict[tuple[str, str], str] = {}
+NOT_YET: dict[str, dict[str, str]] = {}
 
 
 def chapter(model: str, name: str) -> bp.Chapter:
@@ -77,17 +77,12 @@ def test_every_chapter_computes(model):
     assert unglued == []
 
 
-def _family(model: str) -> str:
-    blocks = model_blocks(load_model(model))
-    return "deepseek" if "mla" in blocks else "moe" if "moe" in blocks else "dense"
-
-
 def _cases():
     for model in PRESETS:
         for name in CHAPTERS:
             if name in COMPARATIVE:
                 continue
-            why = NOT_YET.get((_family(model), name))
+            why = NOT_YET.get(model, {}).get(name[:2])
             marks = [pytest.mark.xfail(strict=True, reason=f"issue 24, not yet rewritten: {why}")] if why else []
             yield pytest.param(model, name, marks=marks, id=f"{model}-{name[:2]}")
 

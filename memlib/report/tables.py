@@ -144,7 +144,7 @@ def _switch_sentence(sw: dict, model) -> str:
     recomputed = "the norms and the MLA up-projections" if model.attention == "mla" else "the norms"
     peak = fmt_bytes(sw["paper_deepseek_total"])
     if sw["paper_deepseek_fits"]:
-        return (f"The `deepseek` policy, which recomputes only {recomputed}, keeps them as well; it peaks at "
+        return (f"The deepseek recomputation policy, which recomputes only {recomputed}, keeps them as well; it peaks at "
                 f"{peak} with ZeRO-1 and fits all the same.")
-    return (f"That is why the `deepseek` policy, which recomputes only {recomputed}, peaks at {peak} with "
+    return (f"That is why the deepseek recomputation policy, which recomputes only {recomputed}, peaks at {peak} with "
             f"ZeRO-1 and does not fit.")
