@@ -37,7 +37,29 @@ COMPARATIVE = {"11_measured_peaks.md", "12_other_architectures.md"}
 #: model -> {chapter number: the blocks whose words that chapter still uses although the model lacks them}.
 #: Each entry is a known defect of issue 24 ("True for every model"), not an allowance: the test of that
 #: pair is a strict xfail, which turns red (XPASS) the day the chapter is fixed, so that the entry is removed.
-NOT_YET: dict[str, dict[str, str]] = {}
+NOT_YET: dict[str, dict[str, str]] = {
+    "deepseek-v2": {"10": "mtp, router_bias"},
+    "deepseek-v2-lite": {"10": "mtp, router_bias"},
+    "kimi-k2": {"10": "mtp"},
+    "llama-3-70b": {"01": "moe", "02": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe", "07": "moe",
+        "08": "mla, moe", "09": "mla, moe", "10": "mla, moe, mtp, rope_split, router_bias, shared_experts",
+        "13": "moe", "14": "moe"},
+    "llama-3-8b": {"01": "moe", "02": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe", "07": "moe",
+        "08": "mla, moe", "09": "mla, moe", "10": "mla, moe, mtp, rope_split, router_bias, shared_experts",
+        "13": "moe", "14": "moe"},
+    "llama-3.1-405b": {"01": "moe", "02": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe",
+        "07": "moe", "08": "mla, moe", "09": "mla, moe",
+        "10": "mla, moe, mtp, rope_split, router_bias, shared_experts", "13": "moe", "14": "moe"},
+    "mixtral-8x22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
+        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
+    "mixtral-8x7b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
+        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
+    "moonlight-16b-a3b": {"10": "mtp"},
+    "qwen3-235b-a22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
+        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
+    "qwen3-30b-a3b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
+        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
+}
 
 
 def chapter(model: str, name: str) -> bp.Chapter:
@@ -104,10 +126,17 @@ NONSENSE = [
     r"differ(?:s)? in (?:three|two|\d+) places?[^.]*?\b0 fewer",
     r"\bstages? none\b",
     r"\$?P_\{?\\?(?:mathrm\{)?FFN\}?\}?\s*=\s*0\s*\$?$",
+    r"\b0 (?:MoE layers?|routed experts?|experts?)\b",
 ]
 
+#: presets whose book still counts MoE layers and experts it does not have ("0 MoE layers", "0 experts per device"):
+#: the dense models, whose chapters 3-9 are not yet rewritten (issue 24); a strict xfail, like NOT_YET
+NONSENSE_NOT_YET = {m for m in PRESETS if "moe" not in model_blocks(load_model(m))}
 
-@pytest.mark.parametrize("model", PRESETS)
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.xfail(
+    strict=True, reason="issue 24: the dense model's book still counts MoE layers")] if m in NONSENSE_NOT_YET else [])
+    for m in PRESETS])
 def test_no_sentence_no_person_would_write(model):
     found = []
     for c in bp.book(model):
