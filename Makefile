@@ -21,7 +21,7 @@ venv: $(STAMP)
 # Reinstalls only when the pins or the package metadata change. pip itself is not upgraded
 # (nothing unpinned enters the venv). The measure extra brings torch, pinned by constraints.txt to
 # the CPU build (2.13.0+cpu, a local wheel on these machines): never a CUDA download.
-# megatron-core (the megatron profile's ground truth, memlib.measure_megatron) is a second call:
+# megatron-core (the megatron profile's ground truth, memlib.measure.megatron) is a second call:
 # its 0.19.2 wheel for CPython 3.11 declares Python >= 3.12, and resolving its dependencies would
 # pick a numpy that builds from source; it needs only torch, numpy and packaging, pinned above.
 MCORE := megatron-core==0.19.2

@@ -11,6 +11,9 @@ the transient working memory of the kernels.
 Needs torch with CUDA and transformers 5.24.0 (the version the hf-eager ledger follows).
 
     python benchmarks/gpu_validation.py [--out DIR]
+
+The result is written as ``gpu_validation_<gpu>.json`` (``gpu_validation_h200.json`` on an H200) into
+``memlib/data/`` unless ``--out`` names another folder: chapter 10 reads the H200 run from there, as package data.
 """
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ import time
 from pathlib import Path
 
 from memlib.config import model_from_dict
-from memlib.measure import measure_activations, predicted
+from memlib.measure.hf import measure_activations, predicted
 from memlib.scenarios.validation import GPU_CONFIGS
-from memlib.units import fmt_bytes
+from memlib.core.units import fmt_bytes
+
+#: where the committed result lives: memlib's package data, read by memlib.scenarios.validation.GPU_RESULT
+DATA = Path(__file__).resolve().parents[1] / "memlib" / "data"
 
 #: the configurations, defined once in the library (chapter 10 renders the committed result)
 CONFIGS = GPU_CONFIGS
@@ -30,7 +36,7 @@ CONFIGS = GPU_CONFIGS
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".", help="folder for gpu_validation.json")
+    ap.add_argument("--out", default=str(DATA), help="folder for gpu_validation_<gpu>.json (default: memlib/data)")
     ap.add_argument("--only", default=None, help="run one configuration by name")
     args = ap.parse_args()
     import torch
@@ -63,7 +69,8 @@ def main() -> None:
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "transformers": transformers.__version__, "rows": rows}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "gpu_validation.json").write_text(json.dumps(out, indent=2))
+    gpu = out["device"].split()[-1].lower()   # "NVIDIA H200" -> "h200"
+    (Path(args.out) / f"gpu_validation_{gpu}.json").write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

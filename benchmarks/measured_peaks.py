@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from memlib.units import fmt_bytes, fmt_decimal
+from memlib.core.units import fmt_bytes, fmt_decimal
 
 
 def main() -> None:

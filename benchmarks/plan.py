@@ -31,8 +31,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from memlib import TrainingConfig, estimate
-from memlib.compiled import Family
-from memlib.plan import plan
+from memlib.search.compiled import Family
+from memlib.search.plan import plan
 
 GB = 10**9
 DS = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",), schedules=("dualpipe",))

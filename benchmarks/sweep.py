@@ -1,7 +1,7 @@
 """Vectorised sweep against one-by-one evaluation.
 
 Builds the allocated bytes of one device of stage 1 (DeepSeek-V3, the paper's layout, ZeRO-1, full
-recomputation, 1F1B) as a SymPy formula in DP, TP, EP, ETP, CP, b and s (memlib.memory.stage_formula),
+recomputation, 1F1B) as a SymPy formula in DP, TP, EP, ETP, CP, b and s (memlib.device.estimate.stage_formula),
 lambdifies it and evaluates it on a grid of more than 10^5 configurations with NumPy.  The baselines
 evaluate configurations one by one: exactly through memlib.estimate (the CLI's path) and by exact
 substitution into the same formula.  The vectorised floats are checked against the exact integers.
@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from memlib import PAPER_TRAINING, estimate
-from memlib.memory import stage_formula
-from memlib.symbols import sym
+from memlib.device.estimate import stage_formula
+from memlib.core.symbols import sym
 
 KEYS = ("DP", "TP", "EP", "ETP", "CP", "b", "s")
 GRID = {

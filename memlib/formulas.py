@@ -7,7 +7,7 @@ registry (:meth:`Formula.latex`), and ``memlib formula NAME`` prints exactly tha
 (``--latex`` its LaTeX; ``--expand`` the right-hand side with every named block written out, ready to
 substitute); ``memlib formula --list`` gives each formula's number in the book.
 
-A right-hand side is a SymPy expression, a :class:`~memlib.breakdown.Breakdown` (a sum shown term
+A right-hand side is a SymPy expression, a :class:`~memlib.core.breakdown.Breakdown` (a sum shown term
 by term in its own order), or, for the structural equations of MLA, LaTeX text.
 
 Every formula follows the model's block kinds (:data:`memlib.config.FAMILIES`): eq. (3.1) counts the
@@ -34,18 +34,19 @@ from typing import Callable, Union
 
 import sympy as sp
 
-from .activations import ledger_bytes, parse_policy
-from .architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
-from .breakdown import Breakdown
+from .ledgers.base import ledger_bytes, parse_policy
+from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
+from .core.breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
-from .ledgers import MULTI_HEAD, gpt_structure, paper_layer
-from .params import (
+from .ledgers.paper import MULTI_HEAD, gpt_structure, paper_layer
+from .model.params import (
     activated_params, block_formulas, by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
 )
-from .partition import PROFILES, shard_divisor
-from .states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
-from .symbols import latex, sym
+from .model.partition import PROFILES, shard_divisor
+from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
+from .paper import device_group
+from .core.symbols import latex, sym
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
 
@@ -232,7 +233,7 @@ def _total_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
 
 
 def _ends(m: ModelConfig) -> sp.Expr:
-    from .architecture import embedding_tensors, head_tensors
+    from .model.architecture import embedding_tensors, head_tensors
     return tensor_counts(embedding_tensors(m)).total + tensor_counts(head_tensors(m)).total
 
 
@@ -251,27 +252,9 @@ def _activated_blocks(m: ModelConfig, t: TrainingConfig) -> Breakdown:
 # ------------------------------------------------------------------------------------------------
 # chapter 4: static parameters per device (the paper's Table 6 groups, a stage of MoE layers)
 # ------------------------------------------------------------------------------------------------
-_MOE_BLOCKS = ("router", "shared_experts", "routed_experts")
-
-
-def device_group(key: str, kind: str, sharding: str) -> str:
-    """The row of the paper's Table 6 a tensor falls in: ``rmsnorm``, ``mla_split``,
-    ``mla_replicated``, ``moe`` (or its block: ``dense_ffn``, ``embedding``, ``head``, ``mtp``)."""
-    if key.startswith("mtp."):
-        return "mtp"
-    if kind == "norm":
-        return "rmsnorm"
-    block = key.split(".")[0]
-    if block == "attention":
-        return "mla_split" if sharding == "tp" else "mla_replicated"
-    if block in _MOE_BLOCKS:
-        return "moe"
-    return block
-
-
 def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]:
     """Per-device parameters of one MoE layer, grouped as the paper's Table 6 (symbolic)."""
-    from .architecture import decoder_layer_tensors
+    from .model.architecture import decoder_layer_tensors
 
     prof = PROFILES[profile]
     groups: dict[str, list] = {"mla_split": [], "mla_replicated": [], "rmsnorm": [], "moe": []}
@@ -370,7 +353,7 @@ def _act_lhs(block: str, where: str, policy: str = "none") -> Callable[[ModelCon
 
 def _gpt(policy: str, sp_on: bool):
     """Korthikanti et al.'s dense GPT layer: the paper profile's dense layer of the ``gpt`` family
-    (:func:`~memlib.ledgers.gpt_structure`, multi-head), whatever the model, without context parallelism."""
+    (:func:`~memlib.ledgers.paper.gpt_structure`, multi-head), whatever the model, without context parallelism."""
     def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
         expr = ledger_bytes(paper_layer(gpt_structure(), "dense"), TrainingConfig(sp=sp_on), RECIPES["paper"],
                             parse_policy(policy)).total

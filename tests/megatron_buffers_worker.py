@@ -1,7 +1,7 @@
 """Worker for tests/test_megatron_buffers.py: Megatron-Core's DDP buffers and retained state on the CPU.
 
 ``python tests/megatron_buffers_worker.py REQUESTS OUT [WORLD RANK STORE]`` builds, per request, the
-rank's GPTModel chunk (local spec, bf16, megatron-core 0.19.2, with memlib.measure_megatron's CPU
+rank's GPTModel chunk (local spec, bf16, megatron-core 0.19.2, with memlib.measure.megatron's CPU
 stand-ins), wraps it in ``DistributedDataParallel`` with the distributed optimizer's layout, and
 writes for every buffer the parameters (name, numel, (start, end) in the buffer, elements this rank's
 optimizer shard owns, computed by ``DistributedOptimizer._build_gbuf_range_map``), the buckets and the
@@ -26,7 +26,8 @@ def _build(req: dict, world: int, rank: int):
     from megatron.core.transformer.moe.moe_logging import destroy_moe_metrics_tracker
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
-    from memlib.measure_megatron import _mla_dot_product_attention, _transformer_config
+    from memlib.measure.cpu_shims import _mla_dot_product_attention
+    from memlib.measure.megatron import _transformer_config
 
     t, d = req["train"], req["ddp"]
     destroy_moe_metrics_tracker()
@@ -128,7 +129,7 @@ def _retained(model, req: dict) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    from memlib.measure_megatron import _init_distributed, _install_shims
+    from memlib.measure.cpu_shims import _init_distributed, _install_shims
 
     requests_path, out_path = argv[0], argv[1]
     world, rank, store = (int(argv[2]), int(argv[3]), argv[4]) if len(argv) > 2 else (1, 0, None)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from memlib.activations import POLICIES
+from memlib.ledgers.base import POLICIES
 from memlib.ledgers import ACT_PROFILES
-from memlib.states import RECIPES
+from memlib.model.states import RECIPES
 
 PROFILES = sorted(ACT_PROFILES)
 RECIPE_NAMES = sorted(RECIPES)

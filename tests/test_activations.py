@@ -12,15 +12,16 @@ from itertools import chain, combinations
 import pytest
 import sympy as sp
 
-from memlib.activations import (
+from memlib.ledgers.base import (
     DTYPE_BYTES, MODULES, POLICIES, Policy, entry_bytes, ledger_bytes, parse_policy, saved, training_values,
 )
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.ledgers import ACT_PROFILES, act_profile, paper_layer
-from memlib.memory import estimate
-from memlib.params import values as model_values
-from memlib.states import recipe
-from memlib.symbols import sym
+from memlib.ledgers import ACT_PROFILES, act_profile
+from memlib.ledgers.paper import paper_layer
+from memlib.device.estimate import estimate
+from memlib.model.params import values as model_values
+from memlib.model.states import recipe
+from memlib.core.symbols import sym
 
 import tiny as T
 

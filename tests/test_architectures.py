@@ -12,8 +12,9 @@ import random
 
 import pytest
 
-from memlib.config import FAMILIES, PRESET_DIR, PRESETS, ConfigError, family_of, load_model, model_from_dict
-from memlib.params import model_params, values
+from memlib.config import FAMILIES, PRESETS, ConfigError, family_of, load_model, model_from_dict
+from memlib.config.model import PRESET_DIR
+from memlib.model.params import model_params, values
 
 #: Hugging Face architecture -> its configuration class in transformers
 HF_CONFIG = {"DeepseekV3ForCausalLM": "DeepseekV3Config", "DeepseekV2ForCausalLM": "DeepseekV2Config",
@@ -202,7 +203,7 @@ def test_gpt_convention_is_gpt2s_blocks():
 # partition, states and activations of the new blocks
 # ------------------------------------------------------------------------------------------------
 from memlib.config import TrainingConfig  # noqa: E402
-from memlib.partition import Partition  # noqa: E402
+from memlib.model.partition import Partition  # noqa: E402
 
 
 def _device_params(model, **kw) -> list[int]:
@@ -272,7 +273,7 @@ def test_qwen2_moe_shared_expert_and_gate():
 ])
 @pytest.mark.parametrize("profile", ["megatron", "paper"])
 def test_estimate_runs_for_the_new_blocks(preset, kw, profile):
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     est = estimate(preset, TrainingConfig(profile=profile, **kw))
     assert est.stages and all(int(s.total) > 0 for s in est.stages)
@@ -280,7 +281,7 @@ def test_estimate_runs_for_the_new_blocks(preset, kw, profile):
 
 
 def test_gpt_and_qwen2_moe_estimates():
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     gpt = model_from_dict({"model_type": "gpt", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
                            "max_position_embeddings": 512, "vocab_size": 1000})
@@ -297,14 +298,14 @@ def test_gpt_and_qwen2_moe_estimates():
 def test_paper_gqa_ledger_by_hand():
     """MHA (n_kv = n_h) under the paper profile is Korthikanti's attention, 11 s b h + 5 a s^2 b bytes, plus its
     LayerNorm's input (2 s b h, which their 34 s b h counts apart)."""
-    from memlib.activations import ledger_bytes, training_values
-    from memlib.ledgers import paper_layer
+    from memlib.ledgers.base import ledger_bytes, training_values
+    from memlib.ledgers.paper import paper_layer
 
     m = model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
                          "max_position_embeddings": 32, "vocab_size": 100})
     bb, ss = 2, 16
     train = TrainingConfig(tp=1, ep=1, pp=1, micro_batch=bb, seq_len=ss)
-    from memlib.partition import parallel_values
+    from memlib.model.partition import parallel_values
     vals = {**values(m), **training_values(train), **parallel_values(train)}
     att = {k: x for k, x in ledger_bytes(paper_layer(m, "dense"), train).evaluate(vals).items()
            if k.startswith("attention.")}
@@ -315,7 +316,7 @@ def test_paper_gqa_ledger_by_hand():
 def test_hf_eager_names_what_transformers_cannot_build():
     """Every family has an hf-eager ledger; a gpt config GPT-2 cannot express (grouped-query attention) is a
     one-line error naming the field."""
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     assert estimate("llama-3-8b", TrainingConfig(profile="hf-eager", ep=1, pp=1)).stages
     gqa = model_from_dict({"model_type": "gpt", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -325,7 +326,7 @@ def test_hf_eager_names_what_transformers_cannot_build():
 
 
 def test_megatron_ledger_tp_above_kv_heads_is_refused():
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     with pytest.raises(ConfigError, match="tp=16 > num_key_value_heads=8"):
         estimate("llama-3-70b", TrainingConfig(profile="megatron", tp=16, ep=1, pp=1)).stages

@@ -14,7 +14,9 @@ TEXTS = sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "book").glob(
 #: values and the ledgers' notes, the scenarios' docstrings and rows, the overheads' and capacities' sources
 REPORT = sorted((ROOT / "memlib" / "report").glob("*.py")) + sorted((ROOT / "memlib" / "paper").glob("*.py")) + \
     sorted((ROOT / "memlib" / "scenarios").glob("*.py")) + \
-    [ROOT / "memlib" / f for f in ("reference.py", "ledgers.py", "ledgers_megatron.py", "overhead.py", "formulas.py")]
+    [ROOT / "memlib" / f for f in ("data/reference.py", "ledgers/paper.py", "ledgers/megatron.py",
+                                   "ledgers/megatron_blocks.py", "device/overhead.py",
+                                   "formulas.py")]
 #: phrases that name internal working documents or a source a reader cannot find, never a public source
 INTERNAL = ("peers.md", "paper.md", "reference notes", "reference reconstruction", "shared/", "calculator notes",
             "the project's", "transcription", "(dd)", "working document", "internal note")

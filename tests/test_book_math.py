@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memlib.symbols import REGISTRY
+from memlib.core.symbols import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"

@@ -17,7 +17,7 @@ import pytest
 from memlib import estimate
 from memlib.paper import analysed_stage, paper_training
 from memlib.paper import zero as pzero
-from memlib.params import activated_params, layer_params, model_params, values
+from memlib.model.params import activated_params, layer_params, model_params, values
 from memlib.report.format import fmt_bytes, fmt_count
 
 ROOT = Path(__file__).resolve().parents[1]

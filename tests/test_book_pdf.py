@@ -17,7 +17,7 @@ import pytest
 
 from memlib import estimate
 from memlib.paper import analysed_stage, paper_training
-from memlib.params import activated_params, model_params, values
+from memlib.model.params import activated_params, model_params, values
 from memlib.report.book import BOOK_MODEL
 from memlib.report.format import fmt_count
 

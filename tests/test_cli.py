@@ -1,6 +1,6 @@
 """The command line, run as ``python -m memlib`` in a subprocess: the JSON contract, the readable
 table, config.json input, and every error rule (exit code 2, one line on stderr, no traceback).
-Also memlib.units (display formatting and parsing)."""
+Also memlib.core.units (display formatting and parsing)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +18,7 @@ import pytest
 
 from memlib import cli
 from memlib.config import preset_names
-from memlib.units import UNITS, fmt_billions, fmt_bytes, fmt_count, parse_bytes, to_unit
+from memlib.core.units import UNITS, fmt_billions, fmt_bytes, fmt_count, parse_bytes, to_unit
 
 import tiny as T
 
@@ -274,7 +274,7 @@ def test_missing_command_and_unknown_option():
 
 
 # ---------------------------------------------------------------------------------------------
-# memlib.units
+# memlib.core.units
 # ---------------------------------------------------------------------------------------------
 def test_units_are_exact():
     assert UNITS["GiB"] == 2**30 and UNITS["GB"] == 10**9

@@ -1,4 +1,4 @@
-"""The compiled, vectorised evaluator (memlib.compiled) equals estimate() to the byte."""
+"""The compiled, vectorised evaluator (memlib.search.compiled) equals estimate() to the byte."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -9,11 +9,11 @@ import sympy as sp
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from memlib.compiled import ExactFunction, Family, compiled_totals
+from memlib.search.compiled import ExactFunction, Family, compiled_totals
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.memory import estimate
-from memlib.overhead import OVERHEAD_PRESETS, Overheads
-from memlib.symbols import sym
+from memlib.device.estimate import estimate
+from memlib.device.overhead import OVERHEAD_PRESETS, Overheads
+from memlib.core.symbols import sym
 
 from strategies import cases
 
@@ -153,7 +153,7 @@ def test_fast_int64_path_only_where_its_bound_holds(expr, rows):
 
 
 def test_the_bound_sends_a_large_product_to_the_checked_path():
-    from memlib.compiled import _CHECKED, _FAST
+    from memlib.search.compiled import _CHECKED, _FAST
     s = sym("s")
     f = ExactFunction(s ** 3 * 10**6 / 7)
     assert f.operations({"seq_len": np.array([2**20])}) is _CHECKED
@@ -162,7 +162,7 @@ def test_the_bound_sends_a_large_product_to_the_checked_path():
 
 def test_a_chunk_sums_its_parts_exactly_past_int64():
     """A chunk's parts summed in int64 where their bounds allow it, else exactly: both give int(sum)."""
-    from memlib.compiled import ChunkProgram
+    from memlib.search.compiled import ChunkProgram
     s, tp = sym("s"), sym("TP")
     parts = [s ** 3 * 10**6 / (7 * tp), sp.ceiling(s * 5 / (3 * tp)) + s / 11]
     prog = ChunkProgram(kept=((3, ExactFunction(parts[0])), (2, ExactFunction(parts[1]))),

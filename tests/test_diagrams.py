@@ -13,17 +13,17 @@ import sympy as sp
 from matplotlib.colors import to_hex
 
 from memlib import estimate
-from memlib.architecture import attention_tensors, dense_ffn_tensors, moe_tensors
+from memlib.model.architecture import attention_tensors, dense_ffn_tensors, moe_tensors
 from memlib.config import ZeroStage, load_model
-from memlib.ledgers import paper_layer
+from memlib.ledgers.paper import paper_layer
 from memlib.paper import paper_training
 from memlib.report import ch02_architecture as ch02
 from memlib.report import ch04_static as ch04
 from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
 from memlib.scenarios.models import block_nodes
 from memlib.scenarios.static import device_coords, device_slices
-from memlib.states import optimizer_states, recipe
-from memlib.symbols import sym
+from memlib.model.states import optimizer_states, recipe
+from memlib.core.symbols import sym
 
 matplotlib.use("Agg")
 
@@ -143,7 +143,7 @@ def test_device_slices_of_the_papers_configuration_by_hand():
 @pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v2-lite", "llama-3-8b"])
 def test_device_slices_add_up_to_the_partition_and_the_states(model):
     """Share x elements summed over the families is what memlib's partition stores on the device, and
-    the ZeRO-1 optimizer-state count (ceilings per group) is what memlib.states counts."""
+    the ZeRO-1 optimizer-state count (ceilings per group) is what memlib.model.states counts."""
     est = _estimate(model)
     part = est.partition
     d = device_slices(est, zero=ZeroStage.OS)

@@ -1,5 +1,5 @@
-"""memlib.breakdown.exact_function (what estimate() evaluates its kept terms with) against SymPy's own exact
-substitution, and memlib.compiled's distinct-row finder against a sort: random expressions and values."""
+"""memlib.core.exact.exact_function (what estimate() evaluates its kept terms with) against SymPy's own exact
+substitution, and memlib.search.compiled's distinct-row finder against a sort: random expressions and values."""
 from __future__ import annotations
 
 import random
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from memlib.breakdown import NotCompilable, exact_function
-from memlib.compiled import _unique_rows
+from memlib.core.exact import NotCompilable, exact_function
+from memlib.search.compiled import _unique_rows
 
 b, s, TP, CP = sp.symbols("b s TP CP", positive=True, integer=True)
 SYMS = (b, s, TP, CP)

@@ -17,7 +17,7 @@ from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
 from memlib.scenarios.deepseek import deepseek_recipe
 from memlib.scenarios.overheads import base_training
 from memlib.scenarios.together import diagram_configs, grid, memory_timeline, schedules
-from memlib.timeline import over_time
+from memlib.device.timeline import over_time
 
 MODEL = "deepseek-v3"
 BY_LABEL = {label: key for key, label in CATEGORY_LABELS.items()}

@@ -7,8 +7,8 @@ import sympy as sp
 
 from memlib.config import ConfigError, load_model
 from memlib.formulas import FORMULAS, formula
-from memlib.params import values
-from memlib.symbols import sym
+from memlib.model.params import values
+from memlib.core.symbols import sym
 
 
 @pytest.mark.parametrize("name", sorted(FORMULAS))
@@ -81,7 +81,7 @@ def test_cli_formula():
 def test_total_is_the_books_form_and_memlibs_count(model):
     """params.total is eq. (3.6): each block written once (no k_dense / l - k_dense copies of every
     tensor), and exactly memlib's count."""
-    from memlib.params import model_params
+    from memlib.model.params import model_params
 
     m = load_model(model)
     e = formula("params.total", m)
@@ -110,8 +110,8 @@ import random  # noqa: E402
 
 from memlib import estimate  # noqa: E402
 from memlib.config import PRESETS, TrainingConfig, model_from_dict  # noqa: E402
-from memlib.params import activated_params, model_params, mtp_params  # noqa: E402
-from memlib.partition import Partition  # noqa: E402
+from memlib.model.params import activated_params, model_params, mtp_params  # noqa: E402
+from memlib.model.partition import Partition  # noqa: E402
 
 _ENDS = ("embedding", "head", "final_norm", "mtp")
 

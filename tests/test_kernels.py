@@ -10,14 +10,14 @@ import sys
 import pytest
 import sympy as sp
 
-from memlib.activations import Policy, ledger_bytes, parse_policy, saved
+from memlib.ledgers.base import Policy, ledger_bytes, parse_policy, saved
 from memlib.cli import main
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig
-from memlib.kernels import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from memlib.config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
 from memlib.ledgers import act_profile
-from memlib.memory import estimate
-from memlib.params import values
-from memlib.states import recipe
+from memlib.device.estimate import estimate
+from memlib.model.params import values
+from memlib.model.states import recipe
 
 import tiny as T
 
@@ -30,8 +30,8 @@ def one_device(**kw):
 
 
 def layer_bytes(train, kind="moe", model=None, policy=None):
-    from memlib.activations import training_values
-    from memlib.partition import parallel_values
+    from memlib.ledgers.base import training_values
+    from memlib.model.partition import parallel_values
 
     m = model or T.tiny()
     ap = act_profile("megatron", train)
@@ -134,7 +134,7 @@ def test_swiglu_fusion():
 
 def test_cross_entropy_fusion():
     m, t = T.tiny(), one_device()
-    from memlib.partition import parallel_values
+    from memlib.model.partition import parallel_values
 
     head = lambda **kw: ledger_bytes(act_profile("megatron", t.with_(**kw)).head(m), t, recipe("paper")).evaluate(  # noqa: E731
         {**values(m), **parallel_values(t), b: 2, s: 8})

@@ -1,55 +1,27 @@
-"""Modules by concept, in the order data flows: each module imports only modules before it.
+"""Packages by concern, in the order data flows: each package imports only packages before it.
 
-The order below is the design (config -> architecture -> parameters -> partition -> states ->
-activations -> overhead -> per-device memory -> the paper's reading -> scenarios -> report).  A
-new module must be placed in it, and an import that goes backwards fails here.  Imports inside
-functions count too: a late import is still a dependency.
+The order is the design, :data:`memlib.PACKAGES`.  A new package or top-level module must be placed
+in it, and an import that goes backwards fails here.  Inside a package any order goes, but the
+import graph of the modules has no cycle.  Imports inside functions count too: a late import is
+still a dependency.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import memlib
+
 ROOT = Path(__file__).resolve().parents[1] / "memlib"
 
-ORDER = [
-    # leaves: units, the symbol table, the breakdown tree, kernel choices
-    "units", "symbols", "breakdown", "kernels",
-    "config", "architecture", "params", "partition", "states",
-    # Megatron-Core's persistent buffers of one rank (DDP, distributed optimizer, framework buffers)
-    "megatron_buffers",
-    # activations: the ledger type, then each implementation's ledger, then their registry
-    "activations", "ledgers_hf", "ledgers_megatron", "ledgers",
-    "schedule",
-    # the peak the allocator reports: persistent buffers, held activations, transient terms
-    "transient", "peak",
-    "overhead", "memory",
-    # the same per-stage terms compiled to vectorised NumPy functions of the knobs; the search over them
-    "compiled", "plan",
-    # memory over time: the schedule replay on a clock, with each step's bytes
-    "timeline",
-    # Megatron-LM's launch flags read as a configuration
-    "megatron_args",
-    # published values, the paper's reading of them, the formulas the book numbers
-    "reference", "paper", "formulas",
-    "paper.static", "paper.zero", "paper.parameters", "paper.activations", "paper.errata",
-    # optional measurements (torch, transformers, megatron-core imported lazily)
-    "measure", "measure_megatron", "measure_peak",
-    # what the book runs
-    "scenarios", "scenarios.sweeps", "scenarios.static", "scenarios.models", "scenarios.activations",
-    "scenarios.overheads", "scenarios.together", "scenarios.deepseek", "scenarios.validation", "scenarios.measured",
-    "scenarios.architectures",
-    "scenarios.fits",
-    # presentation
-    "report", "report.format", "report.figures", "report.glue", "report.tables", "report.book",
-    "report.ch01_introduction", "report.ch02_architecture", "report.ch03_parameters",
-    "report.ch04_static", "report.ch05_zero", "report.ch06_activations", "report.ch07_overheads",
-    "report.ch08_together", "report.ch09_deepseek", "report.ch10_validation", "report.ch11_measured",
-    "report.ch12_architectures", "report.ch13_fits", "report.ch14_errata", "report.summary",
-    "report.readme",
-    # entry points and the package's facade
-    "cli", "__main__", "",
-]
+#: the design: memlib's packages in the order data flows (defined once, in the package), then the
+#: entry point and the package's facade, which may import anything
+ORDER = [*memlib.PACKAGES, "__main__", ""]
+
+
+def _unit(module: str) -> str:
+    """The package (or top-level module) of ``module`` that ORDER ranks."""
+    return module.split(".")[0]
 
 
 def _modules() -> dict[str, Path]:
@@ -87,23 +59,70 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return deps
 
 
-def test_every_module_has_a_place_in_the_order():
-    mods = set(_modules())
+def test_every_package_has_a_place_in_the_order():
+    units = {_unit(m) for m in _modules()}
     assert len(ORDER) == len(set(ORDER))
-    assert mods - set(ORDER) == set(), "place the new module in ORDER"
-    assert set(ORDER) - mods == set(), "ORDER names a module that no longer exists"
+    assert units - set(ORDER) == set(), "place the new package or module in ORDER"
+    assert set(ORDER) - units == set(), "ORDER names a package that no longer exists"
 
 
-def test_each_module_imports_only_earlier_ones():
+def test_each_package_imports_only_earlier_ones():
     mods = _modules()
     rank = {m: i for i, m in enumerate(ORDER)}
     backwards = []
     for name, path in mods.items():
         for dep in _imports(name, path, set(mods)):
-            assert dep in rank, f"{name} imports {dep!r}, which is not a memlib module"
-            if rank[dep] >= rank[name]:
+            assert dep in mods, f"{name} imports {dep!r}, which is not a memlib module"
+            if _unit(dep) != _unit(name) and rank[_unit(dep)] >= rank[_unit(name)]:
                 backwards.append(f"{name} -> {dep}")
     assert backwards == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), or of one that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_modules_import_no_cycle():
+    """Inside a package too: a submodule imports its siblings, never its package's ``__init__`` that imports it."""
+    mods = _modules()
+    graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_chapter_modules_never_import_each_other():
@@ -122,10 +141,10 @@ def test_the_library_never_imports_the_report():
 
 def test_the_checker_sees_a_backward_import(tmp_path):
     """The parser resolves relative imports: a module importing a later one is caught."""
-    p = tmp_path / "config.py"
-    p.write_text("from .memory import estimate\nfrom . import states\nfrom .paper import errata\n")
+    p = tmp_path / "training.py"
+    p.write_text("from ..device.estimate import estimate\nfrom ..model import states\nfrom ..paper import errata\n")
     known = set(_modules())
-    assert _imports("config", p, known) == {"memory", "states", "paper.errata"}
+    assert _imports("config.training", p, known) == {"device.estimate", "model.states", "paper.errata"}
     p = tmp_path / "x.py"
-    p.write_text("from .. import memory\nfrom ..report.format import fmt_bytes\n")
-    assert _imports("report.chXX", p, known) == {"memory", "report.format"}
+    p.write_text("from .. import device\nfrom ..report.format import fmt_bytes\n")
+    assert _imports("report.chXX", p, known) == {"device", "report.format"}

@@ -1,4 +1,4 @@
-"""Ground truth: memlib against the pinned transformers implementation (memlib.measure).
+"""Ground truth: memlib against the pinned transformers implementation (memlib.measure.hf).
 
 The validation needs the optional extra (``pip install memlib[measure]``: torch and transformers);
 without it those tests are skipped, with the reason, and the rest of the suite runs.
@@ -20,7 +20,7 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import load_model
-from memlib.measure import MISSING_EXTRA
+from memlib.measure.hf import MISSING_EXTRA
 
 from tiny import tiny as _tiny, write_tiny
 
@@ -70,7 +70,7 @@ def test_measure_without_the_extra_is_one_line_and_exit_2(monkeypatch, capsys):
 
 def test_hf_eager_profile_is_registered_without_torch():
     from memlib.config import TrainingConfig
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     t = TrainingConfig(profile="hf-eager", micro_batch=2, seq_len=8, num_microbatches=1)
     st = estimate(tiny(), t).stages[0]
@@ -80,10 +80,10 @@ def test_hf_eager_profile_is_registered_without_torch():
 
 def test_hf_eager_b1_view_cases():
     """b = 1 keeps the whole kv_b_proj output (V is a view) and the padded labels (s + 1)."""
-    from memlib.activations import ledger_bytes
+    from memlib.ledgers.base import ledger_bytes
     from memlib.ledgers import act_profile
-    from memlib.params import values
-    from memlib.symbols import sym
+    from memlib.model.params import values
+    from memlib.core.symbols import sym
 
     m = tiny()
     ap = act_profile("hf-eager")
@@ -106,7 +106,7 @@ def test_hf_eager_b1_view_cases():
                                         ("deepseek-v2", "DeepseekV2ForCausalLM"),
                                         ("deepseek-v2-lite", "DeepseekV2ForCausalLM")])
 def test_preset_parameters_match_transformers_exactly(extra, preset, cls):
-    from memlib.measure import param_check
+    from memlib.measure.hf import param_check
 
     r = param_check(preset)
     assert r["class"] == cls
@@ -119,7 +119,7 @@ def test_preset_parameters_match_transformers_exactly(extra, preset, cls):
 
 
 def test_router_bias_is_a_buffer_in_transformers(extra):
-    from memlib.measure import param_check
+    from memlib.measure.hf import param_check
 
     r = param_check("deepseek-v3")
     rows = [row for row in r["tensors"] if row["hf"].endswith("e_score_correction_bias")]
@@ -133,7 +133,7 @@ def test_router_bias_is_a_buffer_in_transformers(extra):
 # activations: the hf-eager ledger against autograd
 # ------------------------------------------------------------------------------------------------
 def test_tiny_model_exact_with_gradients_and_adamw(extra):
-    from memlib.measure import compare
+    from memlib.measure.hf import compare
 
     for b, s in ((1, 1), (1, 6), (2, 1), (3, 5)):
         r = compare(tiny(), b, s)
@@ -143,7 +143,8 @@ def test_tiny_model_exact_with_gradients_and_adamw(extra):
 
 
 def test_random_configs_exact(extra):
-    from memlib.measure import compare, random_config
+    from memlib.measure.hf import compare
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     rng = random.Random(seed)
@@ -161,7 +162,8 @@ def test_random_configs_exact(extra):
 
 def test_estimate_reports_the_ledger_prediction(extra, tmp_path, capsys):
     """`memlib estimate --profile hf-eager` on one device gives the measured bytes as per_microbatch."""
-    from memlib.measure import measure_activations, random_config
+    from memlib.measure.hf import measure_activations
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     m, b, s = random_config(random.Random(seed))
@@ -208,7 +210,7 @@ def test_saved_tensor_accounting_counts_storages_once(extra):
     counted; each storage goes to the region that saved it first."""
     import torch
 
-    from memlib.measure import SavedTensors
+    from memlib.measure.hf import SavedTensors
 
     w = torch.nn.Parameter(torch.ones(8, 8))
     x = torch.ones(8, 4, requires_grad=True)
@@ -227,7 +229,7 @@ def test_saved_tensor_accounting_counts_storages_once(extra):
 
 
 def test_measured_regions(extra):
-    from memlib.measure import measure_activations
+    from memlib.measure.hf import measure_activations
 
     meas = measure_activations(tiny(), 2, 3, step=False)
     assert set(meas.regions) == {"embedding", "layer.0", "layer.1", "layer.2", "final_norm", "head", "loss"}

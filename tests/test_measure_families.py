@@ -18,7 +18,8 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig, load_model, model_from_dict
-from memlib.measure import RANDOM_FAMILIES, predicted
+from memlib.measure.random_configs import HF_RANDOM_FAMILIES
+from memlib.measure.hf import predicted
 
 N_CONFIGS = int(os.environ.get("MEMLIB_MEASURE_FAMILY_CONFIGS", "5"))
 
@@ -108,7 +109,7 @@ def test_gpt_is_gpt2_when_gpt2_can_express_it():
 
 
 def test_unknown_activation_is_one_line(capsys):
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     m = model_from_dict({**LLAMA, "hidden_act": "relu"})
     assert m.hidden_act == "relu"             # read, and counted by the other profiles as before
@@ -123,7 +124,7 @@ def test_unknown_activation_is_one_line(capsys):
                                     "qwen3-235b-a22b"])
 def test_presets_estimate_under_hf_eager(preset):
     """One device, no parallelism (transformers has none): the per-micro-batch bytes are the ledger's."""
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     t = TrainingConfig(profile="hf-eager", ep=1, pp=1, micro_batch=1, seq_len=2048, num_microbatches=1)
     st = estimate(preset, t).stages[0]
@@ -134,9 +135,10 @@ def test_presets_estimate_under_hf_eager(preset):
 # ------------------------------------------------------------------------------------------------
 # against autograd
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", [f for f in RANDOM_FAMILIES if f != "deepseek"])
+@pytest.mark.parametrize("family", [f for f in HF_RANDOM_FAMILIES if f != "deepseek"])
 def test_random_configs_of_every_family_exact(extra, family):
-    from memlib.measure import compare, random_config
+    from memlib.measure.hf import compare
+    from memlib.measure.random_configs import random_config
 
     seed = _seed()
     rng = random.Random(f"{family}-{seed}")
@@ -178,7 +180,7 @@ def test_cli_measure_refuses_full_size_presets(extra, preset, capsys):
 def test_parameters_per_transformers_tensor(extra, model):
     """param_check names every transformers tensor (GPT-2's fused c_attn, the fused experts) for the new
     families, on the meta device."""
-    from memlib.measure import param_check
+    from memlib.measure.hf import param_check
 
     if model == "gpt2-tiny":
         m = model_from_dict({**GPT2, "n_inner": 20, "tie_word_embeddings": False})

@@ -26,7 +26,7 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.measure_megatron import MISSING_MCORE, MCORE_VERSION, available
+from memlib.measure.megatron import MISSING_MCORE, MCORE_VERSION, available
 
 SKIP_REASON = f"megatron-core {MCORE_VERSION} (and torch) not installed: megatron ground truth skipped"
 N_CONFIGS = int(os.environ.get("MEMLIB_MCORE_CONFIGS", "36"))
@@ -82,14 +82,15 @@ def _differences(r: dict) -> list:
 # random configs, one worker process
 # ------------------------------------------------------------------------------------------------
 def _measured_batch(generator: str, n: int, what: str):
-    """(seed, requests, results): ``n`` requests drawn by ``memlib.measure_megatron.<generator>`` from this run's
-    seed, measured in one worker process."""
-    from memlib import measure_megatron
+    """(seed, requests, results): ``n`` requests drawn by ``memlib.measure.random_configs.<generator>`` from this
+    run's seed, measured in one worker process."""
+    from memlib.measure import megatron as measure_megatron
+    from memlib.measure import random_configs
 
     seed = _seed()
     print(f"\nMEMLIB_MCORE_SEED={seed} ({n} {what})")
     rng = random.Random(seed)
-    reqs = [getattr(measure_megatron, generator)(rng, i) for i in range(n)]
+    reqs = [getattr(random_configs, generator)(rng, i) for i in range(n)]
     return seed, reqs, measure_megatron.measure_many(reqs)
 
 
@@ -107,7 +108,7 @@ def test_random_configs_exact(random_batch):
     predicted), and the first mismatch is reported as a warning naming the seed and the config."""
     import warnings
 
-    from memlib.measure_megatron import compare_result, measure_many
+    from memlib.measure.megatron import compare_result, measure_many
 
     seed, reqs, results = random_batch
     first = [(i, req, compare_result(req, meas)) for i, (req, meas) in enumerate(zip(reqs, results))]
@@ -127,7 +128,7 @@ def test_random_configs_exact(random_batch):
 
 
 def test_random_configs_cover_what_they_must(random_batch):
-    from memlib.measure_megatron import CPU_RECOMPUTE
+    from memlib.measure.random_configs import CPU_RECOMPUTE
 
     seed, reqs, _ = random_batch
     if len(reqs) < len(CPU_RECOMPUTE):
@@ -165,7 +166,7 @@ def test_estimate_gives_the_measured_bytes(random_batch, tmp_path, capsys):
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["config"]["transformer_impl"] == "local"
-        from memlib.measure_megatron import compare_result
+        from memlib.measure.megatron import compare_result
         r = compare_result(req, meas)
         # the CLI gives the ledger's bytes, which test_random_configs_exact holds equal to the measured ones
         # (measuring a config twice where the first measurement was not exact)
@@ -190,7 +191,7 @@ def test_family_random_configs_exact(family_batch):
     biases, SwiGLU or GeLU, dense or Mixtral/Qwen-style MoE with Qwen2-MoE's gated shared expert: the local
     megatron ledger equals what megatron-core saves, per region and block, with the parameters and main_grad
     buffers, under every recompute policy megatron-core runs on the CPU."""
-    from memlib.measure_megatron import compare_result
+    from memlib.measure.megatron import compare_result
 
     seed, reqs, results = family_batch
     failures = [f"config {i}: {req.label()} -> {_differences(r)}"
@@ -201,13 +202,13 @@ def test_family_random_configs_exact(family_batch):
 
 
 def test_family_random_configs_cover_what_they_must(family_batch):
-    from memlib.measure_megatron import GQA_CPU_RECOMPUTE, RANDOM_FAMILIES
+    from memlib.measure.random_configs import GQA_CPU_RECOMPUTE, MCORE_RANDOM_FAMILIES
 
     seed, reqs, _ = family_batch
     if len(reqs) < 2 * len(GQA_CPU_RECOMPUTE):
         pytest.skip("fewer family configs than two per recompute policy")
     ms, ts = [r.model for r in reqs], [r.train for r in reqs]
-    assert {m.family for m in ms} == set(RANDOM_FAMILIES)
+    assert {m.family for m in ms} == set(MCORE_RANDOM_FAMILIES)
     assert {t.recompute for t in ts} == set(GQA_CPU_RECOMPUTE)
     assert {t.precision for t in ts} == {"megatron", "fp32"}
     assert {m.num_key_value_heads == m.num_attention_heads for m in ms} == {True, False}, f"MEMLIB_MCORE_SEED={seed}"
@@ -216,7 +217,7 @@ def test_family_random_configs_cover_what_they_must(family_batch):
 def test_family_tp2_without_sequence_parallelism(mcore):
     """TP 2 on Llama (n_kv = 2: one key-value group per rank, so q reaches the attention as a view and its
     reshape copies it with b = 2) and on the GPT (LayerNorm, biases, learned positions): each rank exact."""
-    from memlib.measure_megatron import compare_many
+    from memlib.measure.megatron import compare_many
 
     llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
                              "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32,
@@ -238,7 +239,7 @@ def test_family_local_ledger_by_hand():
     400.  GPT layer: LayerNorm input, mean, 1/std 320 + 20 + 20 twice, the qkv output kept whole by the views
     of q, k, v 960, probabilities 400, linear_proj's input 320, fc1's input 320, GeLU input and output 400 +
     400; ids and position ids 80 + 80, the bool mask 50."""
-    from memlib.measure_megatron import predicted
+    from memlib.measure.megatron import predicted
 
     llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
                              "num_key_value_heads": 2, "head_dim": 6, "num_hidden_layers": 1, "vocab_size": 32,
@@ -258,7 +259,7 @@ def test_family_local_ledger_by_hand():
 def test_family_requests_megatron_core_cannot_build():
     """Named before a process starts: Megatron-Core biases linear_proj and the MLP together (add_bias_linear),
     its fused bias-GeLU needs the bias, and its mlp checkpoint with a bias recurses in backward."""
-    from memlib.measure_megatron import _check_request
+    from memlib.measure.megatron import _check_request
 
     llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32, "intermediate_size": 12}
@@ -281,9 +282,9 @@ def test_parameters_and_main_grad_buffers(mcore):
     """Megatron-Core's parameters and DistributedDataParallel's main_grad buffers are the megatron
     profile's per-device parameters times the recipe's bytes: bf16 weights and fp32 main grads
     (precision megatron), fp32 both (fp32)."""
-    from memlib.measure_megatron import compare_many
-    from memlib.partition import Partition
-    from memlib.params import by_block
+    from memlib.measure.megatron import compare_many
+    from memlib.model.partition import Partition
+    from memlib.model.params import by_block
 
     pairs = [(small(), local()), (small(), local(precision="fp32")), (small(q_lora_rank=None), local())]
     for (m, t), r in zip(pairs, compare_many(pairs, step=True)):
@@ -299,7 +300,7 @@ def test_parameters_and_main_grad_buffers(mcore):
 def test_mtp_module_is_typed_like_the_last_layer(mcore):
     """moe_layer_freq 2 with 1 layer: decoder layer 0 is MoE, layer l = 1 would be dense by the Hugging
     Face rule; Megatron-Core builds the MTP block like the last decoder layer (MoE)."""
-    from memlib.measure_megatron import compare
+    from memlib.measure.megatron import compare
 
     r = compare(small(num_hidden_layers=1, first_k_dense_replace=0, moe_layer_freq=2), local())
     assert r["exact"], _differences(r)
@@ -329,7 +330,7 @@ def test_tp2_without_sequence_parallelism_dense(mcore):
     """TP 2 on a dense model: every rank saves the ledger's bytes (q, k, v, the probabilities and the
     context split over TP; the vocabulary mask of the vocab-parallel embedding) and holds its share
     of the parameters (the local spec splits W^DQ and [W^DKV; W^KR] too)."""
-    from memlib.measure_megatron import compare_many
+    from memlib.measure.megatron import compare_many
 
     m, t = small(first_k_dense_replace=2), local(tp=2, sp=False, recompute="core_attn")
     ranks = compare_many([(m, t)], world=2)[0]
@@ -343,7 +344,7 @@ def test_ep2_sums_over_the_expert_group(mcore):
     """EP 2 (DP 2): everything outside the routed experts is exact on each rank; how many tokens each
     rank's experts receive follows the routing, and the two ranks together hold twice the ledger's
     (balanced) share."""
-    from memlib.measure_megatron import compare_many
+    from memlib.measure.megatron import compare_many
 
     m, t = small(), local(dp=2, ep=2)
     ranks = compare_many([(m, t)], world=2)[0]
@@ -364,7 +365,7 @@ def test_ep2_sums_over_the_expert_group(mcore):
 def test_where_megatron_core_stops_on_the_cpu(kw, model, message):
     """What megatron-core's local path refuses (DotProductAttention asserts no CP, WrappedTorchNorm no SP,
     moe_layer.py MoE with TP only with SP): named before anything runs."""
-    from memlib.memory import estimate
+    from memlib.device.estimate import estimate
 
     with pytest.raises(ConfigError, match=message):
         estimate(small(**model), local(**kw))
@@ -394,7 +395,7 @@ def test_measure_megatron_without_megatron_core_is_one_line_and_exit_2(monkeypat
 
 
 def test_measure_refuses_what_the_cpu_cannot_run(capsys, tmp_path, monkeypatch):
-    import memlib.measure_megatron as mm
+    import memlib.measure.megatron as mm
 
     monkeypatch.setattr(mm, "require", lambda: None)
     path = tmp_path / "config.json"

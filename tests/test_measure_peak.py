@@ -1,6 +1,6 @@
 """Ground truth for the transient peak: the allocation timeline of a Megatron-Core training step on the CPU.
 
-* The tracker (memlib.measure_peak.AllocationTracker) on hand-made PyTorch programs whose allocations are
+* The tracker (memlib.measure.tracker.AllocationTracker) on hand-made PyTorch programs whose allocations are
   worked out by hand: the 512-byte blocks of the CUDA caching allocator, views and in-place ops that
   allocate nothing, tensors that exist before tracking (the baseline), autograd's saved tensors freed in
   backward, fused regions, storage resizes and zero-copy storage swaps, per-window peaks.
@@ -8,7 +8,7 @@
   get_forward_backward_func) on small configs in one worker process: the step returns to the bytes it
   started from; the overall max is the largest phase peak; the persistent bytes are the closed forms of
   the parameters, the grad buffer, the fp32 main parameters and Adam's states; what autograd saves at the
-  end of a micro-batch's forward is, block for block, what memlib.measure_megatron measures; two runs give
+  end of a micro-batch's forward is, block for block, what memlib.measure.megatron measures; two runs give
   the same bytes.
 * The CLI (`memlib measure --framework megatron-core --peak`) and its errors.
 
@@ -51,14 +51,14 @@ from test_measure_megatron import local, mcore  # noqa: E402,F401  (mcore skips 
 # the tracker on hand-made programs
 # ------------------------------------------------------------------------------------------------
 def test_block_bytes_is_the_caching_allocators_round_size():
-    from memlib.measure_peak import block_bytes
+    from memlib.measure.tracker import block_bytes
 
     assert [block_bytes(n) for n in (0, 1, 4, 511, 512, 513, 1024, 4000, 1 << 20)] == [
         0, 512, 512, 512, 512, 1024, 1024, 4096, 1 << 20]
 
 
 def test_views_and_in_place_ops_allocate_nothing(torch):
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     with AllocationTracker(count_existing=False) as tr:
         a = torch.empty(1000)                        # 4,000 bytes: one 4,096-byte block
@@ -87,7 +87,7 @@ def test_views_and_in_place_ops_allocate_nothing(torch):
 
 
 def test_tensors_that_exist_before_tracking_are_the_baseline(torch):
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     w = torch.empty(100)                             # 400 bytes: 512
     with AllocationTracker() as tr:
@@ -106,7 +106,7 @@ def test_saved_tensors_live_until_backward_frees_them(torch):
     """y = exp(x) keeps its result for backward; s = y.sum() keeps nothing.  Forward: y 1,024 + s 512.
     Backward: the seed ones_like(s) 512, SumBackward expands it (a view), ExpBackward computes grad * y
     (1,024, the peak: 3,072), which AccumulateGrad keeps as x.grad; ExpBackward's release frees y."""
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     x = torch.ones(256, requires_grad=True)          # before tracking, not counted
     with AllocationTracker(count_existing=False) as tr:
@@ -126,7 +126,7 @@ def test_saved_tensors_live_until_backward_frees_them(torch):
 
 
 def test_a_fused_region_allocates_only_what_outlives_it(torch):
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     def f(x):
         return ((x * 2) + 1) * 3                     # two 1,024-byte intermediates, one at a time beside the next
@@ -148,7 +148,7 @@ def test_a_fused_region_allocates_only_what_outlives_it(torch):
 def test_resize_frees_and_a_storage_swap_shares_one_block(torch):
     """Megatron's output-discarding checkpoint resizes its output storage to 0 after the forward, and
     after recomputing points it at the recomputed output's data (zero-copy): one block, not two."""
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     with AllocationTracker(count_existing=False) as tr:
         a = torch.empty(256)
@@ -167,7 +167,7 @@ def test_resize_frees_and_a_storage_swap_shares_one_block(torch):
 
 
 def test_windows_keep_their_own_peak(torch):
-    from memlib.measure_peak import AllocationTracker
+    from memlib.measure.tracker import AllocationTracker
 
     with AllocationTracker(count_existing=False) as tr:
         tr.window("one")
@@ -188,7 +188,7 @@ def test_windows_keep_their_own_peak(torch):
 
 
 def test_cuda_calls_are_answered_on_the_cpu(torch):
-    from memlib.measure_peak import _cuda_as_cpu_mode
+    from memlib.measure.cpu_shims import _cuda_as_cpu_mode
 
     with _cuda_as_cpu_mode():
         x = torch.zeros(2, device="cuda")
@@ -217,7 +217,7 @@ CONFIGS = {
 
 @pytest.fixture(scope="module")
 def steps(mcore):
-    from memlib.measure_peak import PeakRequest, measure_peak_many
+    from memlib.measure.step import PeakRequest, measure_peak_many
 
     reqs = [PeakRequest(m, t, activations=True, **kw) for m, t, kw in CONFIGS.values()]
     return dict(zip(CONFIGS, measure_peak_many(reqs)))
@@ -256,7 +256,7 @@ def test_the_persistent_bytes_are_the_closed_forms(steps):
     distributed optimizer the parameters and the grads are two contiguous buffers of the same padded size
     (bf16 and fp32), every main parameter and every moment its own fp32 tensor; without it every parameter is
     its own tensor and the buffer holds exactly the parameters."""
-    from memlib.measure_peak import block_bytes
+    from memlib.measure.tracker import block_bytes
 
     for name, r in steps.items():
         p, n, numels = r.persistent, r.grad_buffer_numel, r.param_numels
@@ -278,11 +278,11 @@ def test_the_persistent_bytes_are_the_closed_forms(steps):
 
 def test_what_the_forward_saves_is_what_measure_megatron_measures(steps):
     """At the end of the first micro-batch's forward in the first iteration (the same weights and tokens as
-    memlib.measure_megatron's forward), the blocks allocated in it and saved for backward are its storages,
+    memlib.measure.megatron's forward), the blocks allocated in it and saved for backward are its storages,
     each rounded to its block, plus the schedule's divisor (``output_tensor /= clamp(num_tokens)`` keeps
     it).  (Under mla_up_proj recomputation the checkpoint also saves the RoPE cache, which is a tensor
     cached across steps, not an activation: those configs are left out.)"""
-    from memlib.measure_peak import block_bytes
+    from memlib.measure.tracker import block_bytes
 
     for name, r in steps.items():
         assert r.activations and r.activations["storages"], name
@@ -294,7 +294,7 @@ def test_what_the_forward_saves_is_what_measure_megatron_measures(steps):
 
 
 def test_the_max_holds_the_states_and_the_saved_activations(steps):
-    from memlib.measure_peak import block_bytes
+    from memlib.measure.tracker import block_bytes
 
     for name, r in steps.items():
         states = sum(r.persistent.get(k, 0) for k in ("parameters", "grad_buffer", "main_params", "optimizer_states"))
@@ -324,7 +324,7 @@ def test_recompute_and_micro_batches_change_the_peak_where_they_should(steps):
 
 
 def test_text_report(steps):
-    from memlib.measure_peak import format_text
+    from memlib.measure.step import format_text
 
     text = format_text(steps["moe"])
     assert "mb1 backward peak" in text and "optimizer peak" in text and "max over the 2 iterations" in text
@@ -348,7 +348,7 @@ def test_cli_measure_peak_json(mcore, tmp_path, capsys):
 # the CLI's errors (no megatron-core needed)
 # ------------------------------------------------------------------------------------------------
 def test_peak_options_are_checked_before_anything_runs(capsys, tmp_path, monkeypatch):
-    import memlib.measure_megatron as mm
+    import memlib.measure.megatron as mm
 
     monkeypatch.setattr(mm, "require", lambda: None)
     path = tmp_path / "config.json"
@@ -361,7 +361,7 @@ def test_peak_options_are_checked_before_anything_runs(capsys, tmp_path, monkeyp
                            "num_microbatches=0 must be a positive integer"),
                           (["--peak"], "peak=True applies to framework=megatron-core only")):
         if argv == ["--peak"]:
-            import memlib.measure as me
+            import memlib.measure.hf as me
             monkeypatch.setattr(me, "require", lambda: None)
         assert main(["measure", "--model", str(path), *argv]) == 2
         err = capsys.readouterr().err

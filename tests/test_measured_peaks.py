@@ -14,10 +14,10 @@ from fractions import Fraction
 import pytest
 
 from memlib.config import ConfigError
-from memlib.megatron_args import parse_megatron_args
-from memlib.reference import MEGATRON_RUNS
+from memlib.megatron.flags import parse_megatron_args
+from memlib.data.reference import MEGATRON_RUNS
 from memlib.scenarios import measured as sm
-from memlib.units import fmt_bytes
+from memlib.core.units import fmt_bytes
 
 #: label -> (memlib's peak_allocated, the logged steady peak) in bytes; the error per case is stated
 #: beside it (percent, rounded): where it is over the 1 % target the chapter's "Where the target is
@@ -175,7 +175,7 @@ def test_simumax_prediction_pinned(published, key):
 def test_simumax_values_are_the_published_ones(published):
     """The maximum over the ranks is the table's GiB (two decimals); the 31 Llama rows are 15 measured runs (the
     8 and 32 micro-batch rows repeat the 4 micro-batch run's memory); TP-only ranks agree to a MiB."""
-    from memlib.reference import SIMUMAX_B200_RUNS
+    from memlib.data.reference import SIMUMAX_B200_RUNS
     assert sum(len(r["rows"]) for r in SIMUMAX_B200_RUNS.values()) == 31 and len(SIMUMAX_B200_RUNS) == 15
     for key, run in SIMUMAX_B200_RUNS.items():
         assert fmt_bytes(max(run["max_allocated"].values()), "GiB", 2, with_unit=False) == run["printed_alloc_gib"], key
@@ -186,7 +186,7 @@ def test_simumax_values_are_the_published_ones(published):
 def test_simumax_model_is_the_launchers_llama():
     """80 layers at TP 1: Llama-3-70B's 70,553,706,496 parameters plus the padding of 128,257 tokens to 128,384
     (two untied [128, 8192] slices); 4-layer 405B keeps 16 key-value groups as the launcher passes them."""
-    from memlib.params import model_params, values
+    from memlib.model.params import model_params, values
     m = sm.simumax_model("llama3-70b", 80, 1)
     assert m.vocab_size == 128384 and model_params(m).evaluate_total(values(m)) == 70_553_706_496 + 2 * 128 * 8192
     assert sm.simumax_model("llama3-70b", 12, 8).vocab_size == 129024            # a multiple of 128 x 8

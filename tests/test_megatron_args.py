@@ -1,4 +1,4 @@
-"""Megatron-LM's launch flags read as a memlib configuration (memlib.megatron_args, ``memlib estimate
+"""Megatron-LM's launch flags read as a memlib configuration (memlib.megatron.flags, ``memlib estimate
 --megatron-args``): Megatron-LM's own functional tests (their model_config.yaml, copied under
 tests/data/megatron/ with their source and commit), hand-written flag lists for every rule and error,
 layout strings against Megatron-Core's layer numbering, the vocabulary padded by hand, a launch script,
@@ -17,14 +17,14 @@ import pytest
 
 from memlib import cli
 from memlib.config import ConfigError, TrainingConfig
-from memlib.kernels import AttnBackend, LoadBalancing
-from memlib.megatron_args import (
-    MegatronLayout, layout_stages, megatron_layout, moe_layer_pattern, pad_vocab, parse_layout,
-    parse_megatron_args, pattern_to_hf, precision_spec, read_flags,
-)
-from memlib.memory import estimate
-from memlib.partition import Partition
-from memlib.states import recipe
+from memlib.config.strategies import AttnBackend, LoadBalancing
+from memlib.megatron.layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
+from memlib.megatron.listexpr import moe_layer_pattern, pattern_to_hf
+from memlib.megatron.flags import pad_vocab, parse_megatron_args, precision_spec
+from memlib.megatron.reader import read_flags
+from memlib.device.estimate import estimate
+from memlib.model.partition import Partition
+from memlib.model.states import recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "megatron"
@@ -624,7 +624,7 @@ def test_megatron_features():
     t = run.train
     assert t.offload_modules == ("core_attn", "attn_proj") and t.moe_a2a_overlap and t.ddp_bucket_size == 40000000
     assert t.overlap_grad_reduce and t.overlap_param_gather and t.zero == 1
-    assert run.not_modelled == ()          # each is counted (memlib.peak), none is warned about
+    assert run.not_modelled == ()          # each is counted (memlib.device.peak), none is warned about
     assert parse(offload_modules="core_attn attn_proj", fine_grained_activation_offloading=None).train.offload_modules \
         == ("core_attn", "attn_proj")
 

@@ -1,4 +1,4 @@
-"""memlib.megatron_buffers: the persistent memory of one Megatron-Core rank, term by term.
+"""memlib.device.megatron_buffers: the persistent memory of one Megatron-Core rank, term by term.
 
 * Hand-worked layouts, shards and byte counts on tiny parameter lists, and properties of the layout.
 * The parameters of the memory_speed test's last rank, shapes checked by hand.
@@ -6,7 +6,7 @@
   CI): DDP's buffers with the distributed optimizer's layout and each rank's optimizer shard at world
   sizes 1 and 4 (PP 2 x DP 2 with EP 2), and the tensors the model still holds after a backward pass
   (RoPE caches, router buffers, the token dispatcher's state).
-* Every Megatron-LM run memlib lays out (memlib.reference.MEGATRON_RUN_SETUPS): the logged post-step
+* Every Megatron-LM run memlib lays out (memlib.data.reference.MEGATRON_RUN_SETUPS): the logged post-step
   allocation against the account, with the exact difference in bytes; the proxies' world size derived.
 """
 from __future__ import annotations
@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memlib import megatron_buffers as mb
+from memlib.device import megatron_buffers as mb
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.measure_megatron import Request
-from memlib.partition import Partition
-from memlib.reference import MEGATRON_RUN_SETUPS, MEGATRON_RUNS, PYTORCH_ALLOCATOR
-from memlib.states import model_states
+from memlib.measure.megatron import Request
+from memlib.model.partition import Partition
+from memlib.data.reference import MEGATRON_RUN_SETUPS, MEGATRON_RUNS, PYTORCH_ALLOCATOR
+from memlib.model.states import model_states
 
 P = mb.MegatronParam
 WORKER = Path(__file__).with_name("megatron_buffers_worker.py")
@@ -177,7 +177,7 @@ def test_rank_buffers_of_memory_speed():
     assert all(len(b.layout.buckets) == (2 if b.chunk == 3 and b.group == "dense" else 1) for b in bufs)
     st = mb.model_state_memory(part, -1, overlap_grad_reduce=True).evaluate()
     ms = model_states(part, part.stages[-1]).evaluate()
-    # memlib.states counts the same bytes here: every size is a multiple of 128 and the shards split evenly
+    # memlib.model.states counts the same bytes here: every size is a multiple of 128 and the shards split evenly
     assert st["param_buffer"] + st["param_buffer_padding"] == ms["parameters"] == 789_331_968
     assert st["grad_buffer"] + st["grad_buffer_padding"] == ms["gradients"]
     assert st["main_params"] + st["exp_avg"] + st["exp_avg_sq"] == ms["optimizer_states"]

@@ -1,4 +1,4 @@
-"""memlib.reference.MEGATRON_RUNS: Megatron-LM's functional-test memory logs, as the files say.
+"""memlib.data.reference.MEGATRON_RUNS: Megatron-LM's functional-test memory logs, as the files say.
 
 The values below were read by hand from the golden-values files at Megatron-LM commit d98e8a64dd
 (tests/functional_tests/test_cases/...).  Where the mirror of Megatron-LM is on this machine
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from memlib.reference import (
+from memlib.data.reference import (
     MEGATRON_LM_COMMIT, MEGATRON_RUN_SETUPS, MEGATRON_RUNS, MEGATRON_RUNS_DIR, MEGATRON_WORLD_SIZES, _exact,
 )
-from memlib.units import to_unit
+from memlib.core.units import to_unit
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MEGATRON_LM_MIRROR", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
@@ -190,8 +190,8 @@ SIMUMAX_MIRROR = Path(os.environ.get("SIMUMAX_MIRROR", "/work/.mirror/MooreThrea
 @pytest.mark.skipif(not SIMUMAX_MIRROR.exists(), reason="no SimuMax mirror on this machine")
 def test_simumax_copy_matches_the_repository():
     """The Llama rows of SimuMax's B200 table are copied, not retyped; the launcher passes the model shapes
-    memlib.reference.SIMUMAX_MODELS holds."""
-    from memlib.reference import SIMUMAX_COMMIT, SIMUMAX_MODELS, SIMUMAX_RUNS_FILE
+    memlib.data.reference.SIMUMAX_MODELS holds."""
+    from memlib.data.reference import SIMUMAX_COMMIT, SIMUMAX_MODELS, SIMUMAX_RUNS_FILE
 
     def show(path):
         return subprocess.run(["git", "--git-dir", str(SIMUMAX_MIRROR), "show", f"{SIMUMAX_COMMIT}:{path}"],

@@ -11,10 +11,10 @@ from math import ceil
 import pytest
 
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.memory import ALLOCATED, estimate
-from memlib.overhead import OVERHEAD_PRESETS, Overheads, overheads
-from memlib.partition import Partition
-from memlib.states import model_states
+from memlib.device.estimate import ALLOCATED, estimate
+from memlib.device.overhead import OVERHEAD_PRESETS, Overheads, overheads
+from memlib.model.partition import Partition
+from memlib.model.states import model_states
 
 import tiny as T
 
@@ -201,9 +201,9 @@ def test_capacity_boundary():
 # overheads
 # ---------------------------------------------------------------------------------------------
 def test_device_memory_is_what_the_driver_reports():
-    """nvidia-smi's totals in MiB (public readings, memlib.overhead.DEVICE_MEMORY_SOURCES): an "80 GB" H100 is
+    """nvidia-smi's totals in MiB (public readings, memlib.device.overhead.DEVICE_MEMORY_SOURCES): an "80 GB" H100 is
     79.65 GiB, neither 80 GiB nor 80e9 bytes; an A100 80GB is exactly 80 GiB."""
-    from memlib.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, allocatable, device_memory
+    from memlib.device.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, allocatable, device_memory
     assert DEVICE_MEMORY["H100"] == DEVICE_MEMORY["H800"] == 85_520_809_984 == 81_559 * 2**20
     assert DEVICE_MEMORY["A100"] == 80 * 2**30 and DEVICE_MEMORY["H200"] == 143_771 * 2**20
     assert DEVICE_MEMORY["B200"] == 183_359 * 2**20
@@ -364,11 +364,11 @@ def test_fast_counts_and_ledgers_are_the_symbolic_expressions():
     summed per divisor as integers (against summing ``Partition.params`` and substituting the model), and a
     ledger entry's bytes with the model's sizes put in first (against ``entry_bytes`` then substituting)."""
     import sympy as sp
-    from memlib.activations import entry_bytes
+    from memlib.ledgers.base import entry_bytes
     from memlib.ledgers import act_profile
-    from memlib.memory import _ledger_bytes, _stage_counts, ledger_entries
-    from memlib.partition import Partition
-    from memlib.states import RECIPES, P_e, P_ne
+    from memlib.device.estimate import _ledger_bytes, _stage_counts, ledger_entries
+    from memlib.model.partition import Partition
+    from memlib.model.states import RECIPES, P_e, P_ne
 
     for name, train in [("deepseek-v3", TrainingConfig(pp=4, tp=2, profile="megatron")),
                         ("mixtral-8x7b", TrainingConfig(pp=2, tp=4, profile="paper")),

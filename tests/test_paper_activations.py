@@ -13,9 +13,9 @@ from memlib import PAPER_TRAINING, TrainingConfig, estimate
 from memlib.paper import activations as pa
 from memlib.paper import paper_training
 from memlib.paper.errata import errata
-from memlib.reference import KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS
+from memlib.data.reference import KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS
 from memlib.scenarios import activations as sa
-from memlib.symbols import sym
+from memlib.core.symbols import sym
 
 import tiny as T
 
@@ -134,7 +134,7 @@ def _k_same(x, y):
 
 
 def test_korthikanti_table2_rows_by_hand():
-    """Each row of their Table 2 typed by hand (not from memlib.reference), against the one path."""
+    """Each row of their Table 2 typed by hand (not from memlib.data.reference), against the one path."""
     s, b, h = sym("s"), sym("b"), sym("h")
     a, t = KA, KT
     gpt = pa.korthikanti_gpt_block
@@ -212,7 +212,7 @@ def test_korthikanti_published_models_from_the_gpt_block(monkeypatch):
     """Figure 1's activations of the first pipeline rank of their 22B, 175B, 530B and 1T models (GiB as
     printed, Calculon's transcription), exact from the gpt block and memlib's schedule: 48, 124 = 8 x 12
     (1 + 7/24), 139 = 105 (1 + 34/105) and 128 layer-micro-batches."""
-    from memlib.reference import KORTHIKANTI_MODELS
+    from memlib.data.reference import KORTHIKANTI_MODELS
 
     rows = {r["name"]: r for r in pa.korthikanti_models()}
     assert list(rows) == ["22B", "175B", "530B", "1T"] and all(r["all_equal"] for r in rows.values())

@@ -11,9 +11,9 @@ from memlib import PAPER_TRAINING, TrainingConfig, load_model
 from memlib.formulas import formula
 from memlib.paper import moe_stages, paper_training
 from memlib.paper import parameters as pp
-from memlib.params import values
-from memlib.partition import Partition
-from memlib.reference import PAPER
+from memlib.model.params import values
+from memlib.model.partition import Partition
+from memlib.data.reference import PAPER
 from memlib.scenarios import models as sm
 
 import tiny as T

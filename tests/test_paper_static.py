@@ -10,8 +10,8 @@ import pytest
 from memlib import PAPER_TRAINING, ConfigError, TrainingConfig, estimate
 from memlib.paper import analysed_stage, paper_training
 from memlib.paper import static as pstatic
-from memlib.partition import Partition
-from memlib.reference import PAPER
+from memlib.model.partition import Partition
+from memlib.data.reference import PAPER
 from memlib.scenarios import static as sstatic
 
 import tiny as T

@@ -9,10 +9,10 @@ from memlib import PAPER_TRAINING, TrainingConfig, estimate
 from memlib.paper import analysed_stage, is_paper_model, moe_stages, paper_training
 from memlib.paper import static as pstatic
 from memlib.paper import zero as pzero
-from memlib.partition import Partition
-from memlib.reference import PAPER
+from memlib.model.partition import Partition
+from memlib.data.reference import PAPER
 from memlib.scenarios.sweeps import ep_sweep, recipe_change
-from memlib.states import ZeroStage
+from memlib.model.states import ZeroStage
 
 import tiny as T
 

@@ -7,15 +7,15 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from memlib.architecture import embedding_tensors, head_tensors
-from memlib.breakdown import Breakdown
+from memlib.model.architecture import embedding_tensors, head_tensors
+from memlib.core.breakdown import Breakdown
 from memlib.config import load_model
-from memlib.params import (
+from memlib.model.params import (
     activated_params, buffer_params, by_block, expert_params, layer_counts, layer_params,
     model_params, mtp_params, per_layer_totals, tensor_counts, values,
 )
-from memlib.reference import PAPER
-from memlib.symbols import sym
+from memlib.data.reference import PAPER
+from memlib.core.symbols import sym
 
 import tiny as T
 
@@ -313,7 +313,7 @@ def test_tiny_mtp_modules_typed_by_their_layer_index():
     # spec.layer_specs[-1]; measured against megatron-core in tests/test_measure_megatron.py): layer 2 is
     # MoE, so the megatron profile's last stage holds two MoE blocks
     from memlib.config import TrainingConfig
-    from memlib.partition import Partition
+    from memlib.model.partition import Partition
 
     part = Partition(m, TrainingConfig(profile="megatron"))
     stored = part.params(part.stages[-1]).select(lambda k: k.startswith("mtp."))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.params import by_block, layer_params, model_params, mtp_params, values
-from memlib.partition import PROFILES, Partition, default_layout, resolve_layout
+from memlib.model.params import by_block, layer_params, model_params, mtp_params, values
+from memlib.model.partition import PROFILES, Partition, default_layout, resolve_layout
 
 import tiny as T
 

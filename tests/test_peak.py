@@ -1,10 +1,10 @@
-"""memlib.peak and Estimate.peaks: the prediction of max_memory_allocated, term by term.
+"""memlib.device.peak and Estimate.peaks: the prediction of max_memory_allocated, term by term.
 
 * The rule of one rank by hand on made-up chunks and moments (held micro-batches, the transient of the
   chunks computing, offloading's margin and reload, the all-to-all overlap's extra layer, fragmentation).
 * Which ledger entries offloading and routing touch.
 * The tiny model by hand: the cross-entropy logits, the gradient pair, routing imbalance on the routed
-  entries only, FP8 Linear inputs, the persistent terms as memlib.megatron_buffers counts them.
+  entries only, FP8 Linear inputs, the persistent terms as memlib.device.megatron_buffers counts them.
 * The JSON: per-stage peak_allocated, peak_reserved and peak_breakdown, the top-level maxima, no key
   renamed.
 * Properties over random valid configurations: the peak never holds less than the in-flight micro-batches; it never
@@ -20,14 +20,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import tiny as T
-from memlib import megatron_buffers as mb
+from memlib.device import megatron_buffers as mb
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.memory import estimate
-from memlib.overhead import Overheads
-from memlib.partition import Partition
-from memlib.peak import ChunkLoad, Framework, is_routed_entry, offloaded_entry, stage_peak
-from memlib.schedule import Moment
+from memlib.device.estimate import estimate
+from memlib.device.overhead import Overheads
+from memlib.model.partition import Partition
+from memlib.device.peak import ChunkLoad, Framework, is_routed_entry, offloaded_entry, stage_peak
+from memlib.device.schedule import Moment
 
 from strategies import cases
 
@@ -183,7 +183,7 @@ def test_persistent_terms_are_megatron_buffers_account():
 
 
 def test_a_framework_must_be_a_framework():
-    with pytest.raises(ConfigError, match="must be a memlib.peak.Framework"):
+    with pytest.raises(ConfigError, match="must be a memlib.device.peak.Framework"):
         estimate(T.tiny(), tiny_train(), NONE, framework={"compute_capability": 9})
 
 

@@ -1,6 +1,6 @@
-"""memlib's transient peak (:mod:`memlib.transient`) against a measured Megatron-Core training step on the CPU.
+"""memlib's transient peak (:mod:`memlib.device.transient`) against a measured Megatron-Core training step on the CPU.
 
-One worker call (:func:`memlib.measure_peak.measure_peak_many`) measures twelve small DeepSeek-style configs
+One worker call (:func:`memlib.measure.step.measure_peak_many`) measures twelve small DeepSeek-style configs
 (megatron-core 0.19.2, ``transformer_impl=local``, PP = 1, two iterations); each asserts memlib's
 ``peak_allocated - persistent`` against the measured ``max - post-step allocation`` within its stated
 tolerance, and that memlib's worst candidate moment is where the measured peak is.
@@ -25,10 +25,10 @@ import os
 import pytest
 import sympy as sp
 
-from memlib.activations import Policy, saved
+from memlib.ledgers.base import Policy, saved
 from memlib.config import TrainingConfig, model_from_dict
-from memlib.measure_megatron import MCORE_VERSION, MISSING_MCORE, available
-from memlib.transient import TERMS, Segment, candidates, moe_copies, te_fused_softmax
+from memlib.measure.megatron import MCORE_VERSION, MISSING_MCORE, available
+from memlib.device.transient import TERMS, Segment, candidates, moe_copies, te_fused_softmax
 
 SMALL = {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "num_attention_heads": 8,
          "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": 32, "kv_lora_rank": 24,
@@ -79,7 +79,7 @@ def measured():
         assert available(), MISSING_MCORE
     elif not available():
         pytest.skip(f"megatron-core {MCORE_VERSION} (and torch) not installed: the training step is not measured")
-    from memlib.measure_peak import PeakRequest, measure_peak_many
+    from memlib.measure.step import PeakRequest, measure_peak_many
 
     reqs = []
     for name, mch, tch, M, *_ in CASES:
@@ -90,8 +90,8 @@ def measured():
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_transient_peak_matches_the_measured_step(measured, case):
-    from memlib.memory import estimate
-    from memlib.overhead import overheads
+    from memlib.device.estimate import estimate
+    from memlib.device.overhead import overheads
 
     name, mch, tch, M, tol, moment, where = case
     r = measured[name]

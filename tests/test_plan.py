@@ -12,9 +12,9 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig
-from memlib.memory import estimate
-from memlib.overhead import Overheads
-from memlib.plan import parse_fix, plan, search
+from memlib.device.estimate import estimate
+from memlib.device.overhead import Overheads
+from memlib.search.plan import parse_fix, plan, search
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 10**9

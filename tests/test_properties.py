@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from memlib.architecture import decoder_layer_tensors, embedding_tensors, head_tensors, mtp_tensors
+from memlib.model.architecture import decoder_layer_tensors, embedding_tensors, head_tensors, mtp_tensors
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.memory import ALLOCATED, estimate, stage_formula
-from memlib.partition import shard_divisor
+from memlib.device.estimate import ALLOCATED, estimate, stage_formula
+from memlib.model.partition import shard_divisor
 
 from strategies import cases
 

@@ -1,5 +1,5 @@
 """The introduction's module: its values and tables for DeepSeek-V3, V2 and V2-Lite, the paper's
-printed values only in DeepSeek-V3's, and the module table listing every module of memlib."""
+printed values only in DeepSeek-V3's, and the table listing every package of memlib."""
 from __future__ import annotations
 
 import pkgutil
@@ -48,15 +48,19 @@ def test_another_models_chapter_has_no_deepseek_v3_number(model):
     assert not [n for n in V3_NUMBERS if n in text]
 
 
-def test_the_module_table_lists_every_module():
+def test_the_module_table_lists_every_package_in_the_order_data_flows():
     table = ch.library_table()
-    modules = {m.name for m in pkgutil.iter_modules(memlib.__path__)} - {"__main__"}
-    assert {name for name, _, _ in ch.MODULES} == modules
-    for name in ("paper", "scenarios", "formulas", "report"):
-        assert f"`memlib.{name}`" in table
-    assert ":class:" not in table and "``" not in table
-    order = [name for name, _, _ in ch.MODULES]
-    assert order.index("formulas") > order.index("memory") and order.index("report") > order.index("scenarios")
+    packages = {m.name for m in pkgutil.iter_modules(memlib.__path__)} - {"__main__"}
+    assert set(memlib.PACKAGES) == packages and len(memlib.PACKAGES) == len(packages)
+    rows = [line for line in table.splitlines()[2:]]
+    assert [r.split("|")[2].strip() for r in rows] == [f"`memlib.{p}`" for p in memlib.PACKAGES]
+    assert ":class:" not in table and ":mod:" not in table and "``" not in table
+    ledgers = next(r for r in rows if "`memlib.ledgers`" in r)
+    assert "base, hf, megatron, megatron_blocks, paper" in ledgers and "Activation ledgers" in ledgers
+    report = next(r for r in rows if "`memlib.report`" in r)
+    assert "ch01_introduction … ch14_errata (one per chapter), book, figures" in report
+    order = list(memlib.PACKAGES)
+    assert order.index("formulas") > order.index("device") and order.index("report") > order.index("scenarios")
 
 
 def test_stage_ranges():

@@ -28,7 +28,7 @@ def est(request):
 
 def glued(est) -> dict[str, str]:
     """Every value the notebook glues under the ``static`` prefix, as its cells glue them."""
-    from memlib.architecture import is_deepseek_architecture
+    from memlib.model.architecture import is_deepseek_architecture
 
     out = {}
     # glue_deepseek: the problem on more EP for DeepSeekMoE's experts, placeholders (the paper's keys) otherwise

@@ -8,9 +8,9 @@ import pytest
 from memlib import estimate
 from memlib.paper import activations as pa
 from memlib.paper import paper_training
-from memlib.reference import PAPER_ACTIVATION_FORMULAS
+from memlib.data.reference import PAPER_ACTIVATION_FORMULAS
 from memlib.report import ch06_activations as ch
-from memlib.symbols import sym
+from memlib.core.symbols import sym
 
 matplotlib.use("Agg")
 

@@ -145,8 +145,8 @@ def test_the_figures_draw(chapters):
 def test_schedule_diagram_draws_the_replays_operations():
     """Every box of every panel, read back rank by rank in time order, is the replay's steps."""
     from memlib.scenarios.together import diagram_configs
-    from memlib.schedule import steps
-    from memlib.timeline import microbatch
+    from memlib.device.schedule import steps
+    from memlib.device.timeline import microbatch
     from memlib.report.figures import op_label
 
     configs = diagram_configs()

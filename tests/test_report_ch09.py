@@ -145,7 +145,7 @@ def test_the_figures_draw_and_the_capacity_line_crosses_no_label(model):
 def test_memory_over_time_holds_pp_plus_one(model):
     """The DualPipe iteration's busiest step holds PP + 1 micro-batches, PP - h shallow and h + 1 deep,
     and its bytes are the estimate's allocated bytes of the peak rank."""
-    from memlib.timeline import over_time
+    from memlib.device.timeline import over_time
 
     est = chapter_est(model)
     ot = over_time(est)

@@ -31,7 +31,7 @@ def extra():
         return
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from memlib.measure_megatron import available
+    from memlib.measure.megatron import available
 
     if not available():
         pytest.skip("megatron-core not installed")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from memlib.report import ch11_measured as ch
 from memlib.scenarios import measured as sm
-from memlib.units import fmt_bytes
+from memlib.core.units import fmt_bytes
 
 
 def _rows(table: str) -> list[list[str]]:

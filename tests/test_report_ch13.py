@@ -7,7 +7,7 @@ import pytest
 
 from memlib.report import ch13_fits as ch
 from memlib.scenarios import fits as sf
-from memlib.units import fmt_bytes
+from memlib.core.units import fmt_bytes
 
 matplotlib.use("Agg")
 

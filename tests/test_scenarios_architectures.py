@@ -10,9 +10,9 @@ import sympy as sp
 from memlib import estimate
 from memlib.config import PRESETS, ConfigError, load_model
 from memlib.paper import paper_training
-from memlib.params import values as model_values
+from memlib.model.params import values as model_values
 from memlib.scenarios import architectures as A
-from memlib.symbols import sym
+from memlib.core.symbols import sym
 
 S = A.SEQ_LEN
 

@@ -8,10 +8,10 @@ import pytest
 
 from memlib import estimate
 from memlib.config import ConfigError, model_from_dict
-from memlib.overhead import OVERHEAD_PRESETS
-from memlib.partition import balanced_layout
+from memlib.device.overhead import OVERHEAD_PRESETS
+from memlib.model.partition import balanced_layout
 from memlib.scenarios import deepseek as ds
-from memlib.schedule import in_flight
+from memlib.device.schedule import in_flight
 
 import tiny as T
 
@@ -148,7 +148,7 @@ def test_deepseek_v3_ranks(v3_est):
 @pytest.mark.parametrize("model", MODELS)
 def test_rank_rows_follow_the_dualpipe_replay(model):
     """Rank r holds the shallow stage h = min(r, p - 1 - r) and the deep one p - 1 - h, with p - h and
-    h + 1 micro-batches in flight at its peak (the replay's counts, memlib.schedule.in_flight)."""
+    h + 1 micro-batches in flight at its peak (the replay's counts, memlib.device.schedule.in_flight)."""
     t = ds.deepseek_recipe(model)
     est = ds.recipe_estimate(model, t)
     rows = ds.rank_rows(est)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from memlib.config import ConfigError
-from memlib.memory import estimate
-from memlib.overhead import DEVICE_MEMORY
-from memlib.plan import plan
+from memlib.device.estimate import estimate
+from memlib.device.overhead import DEVICE_MEMORY
+from memlib.search.plan import plan
 from memlib.scenarios import fits as sf
 from memlib.scenarios.deepseek import deepseek_recipe
 

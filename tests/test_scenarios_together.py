@@ -8,10 +8,10 @@ from fractions import Fraction
 import pytest
 
 from memlib import TrainingConfig, estimate
-from memlib.overhead import OVERHEAD_PRESETS
+from memlib.device.overhead import OVERHEAD_PRESETS
 from memlib.paper import paper_training
 from memlib.scenarios import together as S
-from memlib.states import ZeroStage
+from memlib.model.states import ZeroStage
 
 import tiny as T
 

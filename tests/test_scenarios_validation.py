@@ -33,7 +33,7 @@ def extra():
 
 @pytest.fixture(scope="module")
 def mcore(extra):
-    from memlib.measure_megatron import available
+    from memlib.measure.megatron import available
 
     if os.environ.get("CI", "").lower() in ("1", "true"):
         assert available()
@@ -291,7 +291,7 @@ def test_the_committed_gpu_result_is_of_the_gpu_configs():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.CONFIGS is sv.GPU_CONFIGS
-    rows = json.loads((ROOT / "benchmarks" / "gpu_validation_h200.json").read_text())["rows"]
+    rows = json.loads(sv.GPU_RESULT.read_text())["rows"]
     assert [(r["config"], r["micro_batch"], r["seq_len"]) for r in rows] == [(n, b, s) for n, _, b, s in sv.GPU_CONFIGS]
 
 
@@ -307,7 +307,7 @@ def test_gpu_run_fields():
     assert (big["saved"], big["reserved"], big["held_after_forward"]) == (33_078_871_052, 84_160_806_912,
                                                                            34_137_901_568)
     # the weights: bf16 parameters, the router's N h weights in fp32
-    from memlib.params import model_params, values
+    from memlib.model.params import model_params, values
 
     m = big["model"]
     n = model_params(m).evaluate_total(values(m))

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.memory import estimate
-from memlib.partition import Partition, build_stages, resolve_layout
-from memlib.schedule import Moment, check_schedule, in_flight, moments, replay_microbatches, steps, timeline
-from memlib.states import model_states
+from memlib.device.estimate import estimate
+from memlib.model.partition import Partition, build_stages, resolve_layout
+from memlib.device.schedule import Moment, check_schedule, in_flight, moments, replay_microbatches, steps, timeline
+from memlib.model.states import model_states
 
 import tiny as T
 

@@ -8,17 +8,17 @@ from decimal import Decimal
 import pytest
 import sympy as sp
 
-from memlib.breakdown import Breakdown
+from memlib.core.breakdown import Breakdown
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.memory import estimate
-from memlib.params import model_params, values
-from memlib.partition import Partition
-from memlib.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
-from memlib.states import (
+from memlib.device.estimate import estimate
+from memlib.model.params import model_params, values
+from memlib.model.partition import Partition
+from memlib.data.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
+from memlib.model.states import (
     RECIPES, ZeroStage, model_states, optimizer_states, recipe, sharded_count, states_formula,
 )
-from memlib.symbols import sym
-from memlib.units import fmt_bytes
+from memlib.core.symbols import sym
+from memlib.core.units import fmt_bytes
 
 import tiny as T
 

@@ -6,7 +6,7 @@ interleaved 1F1B with V chunks of 1/V of a stage (Narayanan et al. 2021), and Du
 M (F + B) + (p/2 - 1)(F&B + B - 3W) (the bubble of the DualPipe README's table).  The memory is
 checked against ``estimate``: the largest allocated bytes over the iteration are the stage's peak,
 exactly, for every schedule, and the micro-batches held there are the closed-form counts of
-:func:`memlib.schedule.in_flight`.
+:func:`memlib.device.schedule.in_flight`.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from memlib import estimate
 from memlib.config import TrainingConfig
 from memlib.paper import paper_training
 from memlib.scenarios.deepseek import deepseek_recipe
-from memlib.schedule import in_flight, steps
-from memlib.timeline import DURATION, clock, duration, makespan, memory_over_time, peak_step, position, releases
+from memlib.device.schedule import in_flight, steps
+from memlib.device.timeline import DURATION, clock, duration, makespan, memory_over_time, peak_step, position, releases
 
 F, B, W = DURATION["F"], DURATION["B"], DURATION["W"]
 
@@ -61,7 +61,7 @@ def test_clock_places_the_replay_in_order_after_its_inputs(train):
         for s in rank:
             assert s.end - s.start == duration(train, s.ops)
     # a forward starts after the forward before it in the pipeline ended; a backward after the one after it
-    from memlib.timeline import microbatch
+    from memlib.device.timeline import microbatch
     for r, rank in enumerate(slots):
         for s in rank:
             for op in s.ops:
@@ -74,7 +74,7 @@ def test_clock_places_the_replay_in_order_after_its_inputs(train):
 
 
 def test_releases():
-    from memlib.schedule import Op
+    from memlib.device.schedule import Op
     step = (Op("F", 0, 3), Op("B", 1, 0))
     assert releases(step, 2) == (0, 1)
     assert releases((Op("B", 0, 0, deferred=True),), 1) == (0,)
@@ -131,7 +131,7 @@ def test_memory_of_one_step_by_hand():
 
 
 def test_over_time_names_the_peak_rank():
-    from memlib.timeline import over_time
+    from memlib.device.timeline import over_time
     est = estimate("deepseek-v3", paper_training("deepseek-v3").with_(recompute="full", zero=1))
     ot = over_time(est)
     assert ot.microbatches == est.train.pp and ot.length == makespan(est.train)

@@ -10,7 +10,7 @@ commit ``COMMIT``).  For every case of ``CASES`` it writes
     the file holds them (for runs longer than ``KEEP`` logged iterations, the first ``KEEP`` only,
     with the whole run summarised under ``full_run``), and the commit that last changed those values.
 
-memlib.reference.MEGATRON_RUNS reads these files; nothing here runs at import time.
+memlib.data.reference.MEGATRON_RUNS reads these files; nothing here runs at import time.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ CASES = {
 HEADER = """# Copied verbatim from NVIDIA/Megatron-LM, {path}
 # at commit {commit} (github.com/NVIDIA/Megatron-LM).
 # Megatron-LM is licensed under the BSD 3-Clause License (see its LICENSE file); this copy is
-# reference data for memlib.reference.MEGATRON_RUNS and is not used to run anything.
+# reference data for memlib.data.reference.MEGATRON_RUNS and is not used to run anything.
 """
 
 

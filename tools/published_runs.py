@@ -6,7 +6,7 @@ Usage: ``python tools/published_runs.py /path/to/SimuMax.git`` (a clone or bare 
 prints), each with the fields that say what ran and what was measured, as the file holds them
 (``peak_memory_by_rank_mb``: ``torch.cuda.max_memory_allocated()`` and ``max_memory_reserved()`` of
 every rank divided by 2**20, as Megatron-LM's ``report_memory`` logs them), under a header naming the
-source, its commit and its licence.  memlib.reference.SIMUMAX_B200_RUNS reads it; nothing here runs at
+source, its commit and its licence.  memlib.data.reference.SIMUMAX_B200_RUNS reads it; nothing here runs at
 import time.
 """
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 The paper analyses DeepSeek-V3 under one configuration; these modules compute, for any model and
 configuration, the quantities its tables and formulas report, as exact values keyed by the row
-labels of :data:`memlib.reference.PAPER`, so that the book can put them beside the printed ones
+labels of :data:`memlib.data.reference.PAPER`, so that the book can put them beside the printed ones
 where the model is the paper's (:func:`is_paper_model`) and stand on its own where it is not.
 """
 from __future__ import annotations
 
 from ..config import PAPER_TRAINING, ModelConfig, TrainingConfig, load_model
-from ..partition import balanced_layout, default_layout
-from ..reference import PAPER
+from ..model.partition import balanced_layout, default_layout
+from ..data.reference import PAPER
 
-__all__ = ["is_paper_model", "paper_training", "PAPER_MODEL"]
+__all__ = ["is_paper_model", "paper_training", "PAPER_MODEL", "device_group"]
 
 #: the model the paper analyses
 PAPER_MODEL = "deepseek-v3"
@@ -30,7 +30,7 @@ def is_paper_model(model: ModelConfig | str) -> bool:
 def paper_training(model: ModelConfig | str, base: TrainingConfig = PAPER_TRAINING) -> TrainingConfig:
     """The paper's configuration (PP16@TP2@EP8@ETP1, DP32) for ``model``, as close as the model
     allows: the default layout where it is valid (DeepSeek-V3: the paper's 4 x 15 + 1), else the
-    balanced one (:func:`memlib.partition.balanced_layout`); fewer stages than layers; EP the largest
+    balanced one (:func:`memlib.model.partition.balanced_layout`); fewer stages than layers; EP the largest
     divisor of the routed experts not above 8 (1 for a dense model); TP the largest divisor of the
     query heads (and of the key-value heads, GQA) not above 2."""
     m = load_model(model)
@@ -70,3 +70,21 @@ def analysed_stage(part) -> int:
 
 
 __all__ += ["moe_stages", "analysed_stage"]
+
+
+_MOE_BLOCKS = ("router", "shared_experts", "routed_experts")
+
+
+def device_group(key: str, kind: str, sharding: str) -> str:
+    """The row of the paper's Table 6 a tensor falls in: ``rmsnorm``, ``mla_split``,
+    ``mla_replicated``, ``moe`` (or its block: ``dense_ffn``, ``embedding``, ``head``, ``mtp``)."""
+    if key.startswith("mtp."):
+        return "mtp"
+    if kind == "norm":
+        return "rmsnorm"
+    block = key.split(".")[0]
+    if block == "attention":
+        return "mla_split" if sharding == "tp" else "mla_replicated"
+    if block in _MOE_BLOCKS:
+        return "moe"
+    return block

@@ -2,10 +2,10 @@
 device keeps for its backward pass, as memlib's ledger of saved tensors computes them for any model
 and configuration; the check of each formula the paper prints against the ledger; and Korthikanti
 et al.'s Table 2 and Figure 1 (arXiv 2205.05198) from the same profile's dense layer of the ``gpt`` family
-(:func:`memlib.ledgers.gpt_structure`), to show that the ledger is not tuned to one paper.
+(:func:`memlib.ledgers.paper.gpt_structure`), to show that the ledger is not tuned to one paper.
 
 The ledger is the one of the estimate's profile (``paper`` for the paper's views); the printed
-formulas are data (:data:`memlib.reference.PAPER_ACTIVATION_FORMULAS`), compared here, never used
+formulas are data (:data:`memlib.data.reference.PAPER_ACTIVATION_FORMULAS`), compared here, never used
 to compute.
 
 >>> from memlib import PAPER_TRAINING, estimate
@@ -19,15 +19,16 @@ from fractions import Fraction
 
 import sympy as sp
 
-from ..activations import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
+from ..ledgers.base import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
 from ..config import TrainingConfig
-from ..ledgers import MULTI_HEAD, act_profile, gpt_structure
-from ..memory import Estimate, estimate
-from ..reference import (
+from ..ledgers.paper import MULTI_HEAD, gpt_structure
+from ..ledgers import act_profile
+from ..device.estimate import Estimate, estimate
+from ..data.reference import (
     KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,
 )
-from ..states import recipe
-from ..symbols import sym
+from ..model.states import recipe
+from ..core.symbols import sym
 from . import analysed_stage
 
 __all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
@@ -251,7 +252,7 @@ def _exact_ceilings(expr: sp.Expr, values: dict) -> bool:
 
 
 def formula_checks(est: Estimate, index: int | None = None) -> list[dict]:
-    """Each formula the paper prints (:data:`memlib.reference.PAPER_ACTIVATION_FORMULAS`) against the
+    """Each formula the paper prints (:data:`memlib.data.reference.PAPER_ACTIVATION_FORMULAS`) against the
     ledger's sum for the configuration it is printed for (``est``'s parallel sizes, the stage's MoE
     layers for Table 10).  The paper writes d_h for the value width (memlib's d_v) and prints N/EP and
     N_s as numbers, so both sides are compared at the model's N and N_s; the ledger rounds the routed
@@ -309,7 +310,7 @@ KORTHIKANTI_CONVENTION = {"activation_bytes": 2, "mask_bytes": 1, "ffn_width": "
 
 def korthikanti_gpt_ledger(per_layer_checkpoint: bool = True) -> list[Saved]:
     """The layer Korthikanti et al. count: the paper profile's ledger of one dense layer of the ``gpt`` family
-    (:func:`memlib.ledgers.gpt_structure`), blocks ``attention`` and ``dense_ffn``.  ``per_layer_checkpoint``
+    (:func:`memlib.ledgers.paper.gpt_structure`), blocks ``attention`` and ``dense_ffn``.  ``per_layer_checkpoint``
     (their convention): full recomputation keeps only the layer's input, not the MLP block's input too (the
     paper profile's, ``False``)."""
     from dataclasses import replace
@@ -347,14 +348,14 @@ def korthikanti_gpt_rows() -> list[dict]:
 
 def korthikanti_models() -> list[dict]:
     """Their Figure 1 from the ``gpt`` family's dense layer (:func:`korthikanti_gpt_block`): the activations
-    of the first pipeline rank of each model of :data:`memlib.reference.KORTHIKANTI_MODELS`, with tensor
+    of the first pipeline rank of each model of :data:`memlib.data.reference.KORTHIKANTI_MODELS`, with tensor
     parallelism alone (``none``) and with sequence parallelism and selective recompute (``sp_selective``), in
     exact bytes (an integer where whole) beside the printed GiB.
 
     The first rank holds the layers of the micro-batches in flight at its peak: memlib's schedule gives
-    the chunk-micro-batches (:func:`memlib.schedule.in_flight`: p under 1F1B, p V + p - 1 under the
+    the chunk-micro-batches (:func:`memlib.device.schedule.in_flight`: p under 1F1B, p V + p - 1 under the
     interleaved schedule, their p (1 + (p - 1)/(p V)) stages' worth), each chunk L/(p V) layers."""
-    from ..schedule import in_flight
+    from ..device.schedule import in_flight
 
     a, t = KORTHIKANTI_SYMBOLS["a"], KORTHIKANTI_SYMBOLS["t"]
     out = []

@@ -1,7 +1,7 @@
 """The paper's inconsistencies, and those of DeepSeek's statements: what a
 source prints beside what memlib computes, and why they differ.
 
-Each :class:`Erratum` keeps the printed value verbatim (from :data:`memlib.reference.PAPER` and its
+Each :class:`Erratum` keeps the printed value verbatim (from :data:`memlib.data.reference.PAPER` and its
 neighbours), memlib's exact values as :class:`Q` quantities, and its text as templates whose
 ``{name}`` fields name those quantities; the report formats them (``memlib.report.tables``).  The
 items concern the paper's DeepSeek-V3 under the paper's configuration: for another model
@@ -17,14 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..activations import ledger_bytes, parse_policy, training_values
+from ..ledgers.base import ledger_bytes, parse_policy, training_values
 from ..config import TrainingConfig
-from ..ledgers import megatron_layer, paper_layer
-from ..memory import Estimate
-from ..params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
-from ..partition import Partition, parallel_values
-from ..reference import DEEPSEEK_OFFICIAL, PAPER
-from ..states import RECIPES, ZeroStage
+from ..ledgers.megatron import megatron_layer
+from ..ledgers.paper import paper_layer
+from ..device.estimate import Estimate
+from ..model.params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
+from ..model.partition import Partition, parallel_values
+from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
+from ..model.states import RECIPES, ZeroStage
 from . import analysed_stage, is_paper_model
 from . import static as pstatic
 from . import zero as pzero
@@ -223,7 +224,7 @@ def _activation_items(est: Estimate) -> list[Erratum]:
     rec = RECIPES[t.precision]
     full = parse_policy("full")
     routed = {e.key: e for e in paper_layer(m, "moe")}["moe.routed.input"]
-    from ..activations import entry_bytes
+    from ..ledgers.base import entry_bytes
 
     paper_tokens = int(entry_bytes(routed, t, rec).xreplace(vals)) // (rec.activations * m.hidden_size)
     held_tokens = t.micro_batch * t.seq_len * m.num_experts_per_tok * t.etp // (t.tp if t.sp else 1) // t.cp

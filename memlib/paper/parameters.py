@@ -4,10 +4,10 @@ and the checks of the paper's printed values (DeepSeek-V3 only).
 
 Every function returns exact integers (or :class:`~fractions.Fraction` shares); each total is the
 sum of the named terms it returns beside it.  Rows of the paper's tables are keyed by the labels of
-:data:`memlib.reference.PAPER` (``"3-59"``, ``"1-14"``).
+:data:`memlib.data.reference.PAPER` (``"3-59"``, ``"1-14"``).
 
 >>> from memlib import PAPER_TRAINING, load_model
->>> from memlib.partition import Partition
+>>> from memlib.model.partition import Partition
 >>> m = load_model("deepseek-v3")
 >>> totals(m)["total"], layer_blocks(m)["mla"]
 (671026404352, 187107328)
@@ -22,18 +22,18 @@ from typing import Hashable, Sequence
 
 import sympy as sp
 
-from ..architecture import (
+from ..model.architecture import (
     Tensor, attention_tensors, block_norm_tensors, dense_ffn_tensors, embedding_tensors, head_tensors, moe_tensors,
     mtp_tensors,
 )
-from ..breakdown import Breakdown, exact_int
+from ..core.breakdown import Breakdown, exact_int
 from ..config import ModelConfig, load_model
-from ..params import activated_params, buffer_params, by_block, expert_params, layer_params, model_params, mtp_params
-from ..params import values as model_values
-from ..partition import Partition, Stage, balanced_layout, default_layout
-from ..reference import DEEPSEEK_OFFICIAL, PAPER
-from ..states import RECIPES
-from ..units import UNITS, fmt_decimal
+from ..model.params import activated_params, buffer_params, by_block, expert_params, layer_params, model_params, mtp_params
+from ..model.params import values as model_values
+from ..model.partition import Partition, Stage, balanced_layout, default_layout
+from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
+from ..model.states import RECIPES
+from ..core.units import UNITS, fmt_decimal
 from . import PAPER_MODEL, is_paper_model, moe_stages
 
 __all__ = [
@@ -231,7 +231,7 @@ def largest_device(part: Partition) -> dict:
 
 def layout_rule(part: Partition) -> str:
     """Which rule gave the layout: ``default`` (ceil(l/PP) layers per stage, the remainder on the
-    last), ``balanced`` (:func:`memlib.partition.balanced_layout`) or ``given``."""
+    last), ``balanced`` (:func:`memlib.model.partition.balanced_layout`) or ``given``."""
     m, t = part.model, part.train
     if t.vpp == 1:
         try:
@@ -350,7 +350,7 @@ def totals(m: ModelConfig) -> dict[str, int | Fraction]:
 # ------------------------------------------------------------------------------------------------
 def official(m: ModelConfig | str) -> dict[str, str]:
     """What DeepSeek states for the model (model cards, reports, weights documentation), in billions
-    as printed: the preset's entry of :data:`memlib.reference.DEEPSEEK_OFFICIAL`, DeepSeek-V3's for a
+    as printed: the preset's entry of :data:`memlib.data.reference.DEEPSEEK_OFFICIAL`, DeepSeek-V3's for a
     configuration equal to it, nothing for another model."""
     m = load_model(m)
     if m.name in DEEPSEEK_OFFICIAL:

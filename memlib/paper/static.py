@@ -8,7 +8,7 @@ comparisons with the paper's printed values, which exist only for the paper's mo
 (:func:`printed_table6`, :func:`compare_table6`, :func:`printed_memory_slips`).
 
 >>> from memlib import PAPER_TRAINING
->>> from memlib.partition import Partition
+>>> from memlib.model.partition import Partition
 >>> t6 = table6(Partition("deepseek-v3", PAPER_TRAINING), 1)
 >>> t6["total"], t6["MLA"], t6["MoE"]
 (6250364928, 429654016, 5820645376)
@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..architecture import decoder_layer_tensors
+from ..model.architecture import decoder_layer_tensors
 from ..config import ConfigError, TrainingConfig
-from ..formulas import device_group
-from ..partition import PROFILES, Partition, balanced_layout, default_layout, shard_divisor
-from ..reference import PAPER
-from ..states import RECIPES
-from ..units import fmt_decimal, to_unit
-from . import is_paper_model
+from ..model.partition import PROFILES, Partition, balanced_layout, default_layout, shard_divisor
+from ..data.reference import PAPER
+from ..model.states import RECIPES
+from ..core.units import fmt_decimal, to_unit
+from . import device_group, is_paper_model
 
 __all__ = ["GROUPS", "device_groups", "table6", "profile_deltas", "experts_per_device",
            "PROFILE_NAMES", "TABLE5_KEYS", "TABLE6_ROWS", "weight_bytes", "table5", "table6_bytes", "shares",
@@ -213,7 +212,7 @@ def tensor_layout(part: Partition) -> list[dict[str, object]]:
 
 
 def block_of(key: str) -> str:
-    """The block of :data:`memlib.architecture.BLOCKS` a stored tensor belongs to (an MTP module's
+    """The block of :data:`memlib.model.architecture.BLOCKS` a stored tensor belongs to (an MTP module's
     tensors, its embedding copy included, to ``mtp``; a tied head's copy to ``head``)."""
     return "mtp" if key.startswith("mtp.") else key.split(".")[0]
 
@@ -266,7 +265,7 @@ def expert_majority(part: Partition, profile: str = "paper") -> dict[int, bool]:
 
 def layout_rule(part: Partition) -> dict[str, object]:
     """Which rule ``part``'s layout follows: ``rule`` is ``default`` (ceil(l/PP) layers per stage, the
-    remainder on the last), ``balanced`` (:func:`memlib.partition.balanced_layout`) or ``given``;
+    remainder on the last), ``balanced`` (:func:`memlib.model.partition.balanced_layout`) or ``given``;
     ``default_fits``: whether the default rule leaves every stage a layer."""
     n, pp = part.model.num_hidden_layers, len(part.layout)
     try:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..memory import Estimate, estimate
-from ..partition import Partition
-from ..reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
-from ..states import RECIPES, Recipe, ZeroStage, states_formula
-from ..symbols import sym
+from ..device.estimate import Estimate, estimate
+from ..model.partition import Partition
+from ..data.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
+from ..model.states import RECIPES, Recipe, ZeroStage, states_formula
+from ..core.symbols import sym
 
 __all__ = ["TERMS", "table7", "sharding", "table8", "printed_sum", "rule_totals", "prose_swap",
            "megatron_per_param", "megatron_bytes", "zero_paper_example", "STATE_RULES"]
 
-#: the three model states, in the order of :func:`memlib.states.states_formula`
+#: the three model states, in the order of :func:`memlib.model.states.states_formula`
 TERMS = ("parameters", "gradients", "optimizer_states")
 
 #: which blocks' states shard over EDP under each rule (the others over DP CP)

@@ -22,7 +22,7 @@ def book_tags(model: str = BOOK_MODEL) -> set[str]:
     """The Sphinx tags of a build for ``model``: ``paper_model`` when it is the paper's,
     ``deepseek_arch`` when it has the blocks the paper analyses (MLA, DeepSeekMoE): the sections on
     them are marked ``{.deepseek-arch}`` and dropped from another architecture's book."""
-    from ..architecture import is_deepseek_architecture
+    from ..model.architecture import is_deepseek_architecture
     from ..config import load_model
     from ..paper import is_paper_model
 

@@ -1,7 +1,7 @@
-"""Chapter 1, "Introduction": units, display rounding and the library's modules, formatted from
+"""Chapter 1, "Introduction": units, display rounding and the library's packages, formatted from
 :mod:`memlib.paper.parameters`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); nothing here computes a quantity.
 """
 from __future__ import annotations
@@ -9,46 +9,24 @@ from __future__ import annotations
 import ast
 import re
 import importlib.util
+import pkgutil
 from pathlib import Path
 
 from ..config import PAPER_TRAINING, ConfigError
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper import is_paper_model
 from ..paper import parameters as pp
-from ..reference import PAPER
+from ..data.reference import PAPER
 from ..scenarios import deepseek as ds
-from ..overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODUCT_GB, allocatable
-from ..states import RECIPES
-from ..units import to_unit
+from ..device.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODUCT_GB, allocatable
+from ..model.states import RECIPES
+from ..core.units import to_unit
 from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
                      span)
 from .tables import notation_recap
 
-__all__ = ["MODULES", "PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
+__all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
            "answer_values", "capacity_table"]
-
-#: memlib's modules as the chapter lists them, in the order data flows (the package docstring's),
-#: with the kind of each: (module, kind, step of the pipeline or None)
-MODULES = (
-    ("config", "pipeline step", "1"), ("architecture", "pipeline step", "2"), ("params", "pipeline step", "3"),
-    ("partition", "pipeline step", "4"), ("states", "pipeline step", "5"), ("megatron_buffers", "pipeline step", "5"),
-    ("activations", "pipeline step", "6"),
-    ("ledgers", "pipeline step", "7"), ("ledgers_megatron", "pipeline step", "7"), ("ledgers_hf", "pipeline step", "7"),
-    ("schedule", "pipeline step", "8"), ("transient", "pipeline step", "9"), ("peak", "pipeline step", "9"),
-    ("overhead", "pipeline step", "10"), ("memory", "pipeline step", "11"),
-    ("timeline", "view of the results", None),
-    ("compiled", "view of the results", None), ("plan", "view of the results", None),
-    ("megatron_args", "input: Megatron-LM's launch flags", None),
-    ("formulas", "view of the results", None), ("paper", "view of the results", None),
-    ("scenarios", "view of the results", None), ("report", "the book", None),
-    ("measure", "check (optional, needs torch)", None),
-    ("measure_megatron", "check (optional, needs torch and megatron-core)", None),
-    ("measure_peak", "check (optional, needs torch and megatron-core)", None), ("cli", "command line", None),
-    ("symbols", "used by every step", None), ("kernels", "used by every step", None),
-    ("breakdown", "used by every step", None),
-    ("units", "used by every step", None), ("reference", "used by every step", None),
-)
-
 
 def notation(est: Estimate) -> str:
     return notation_recap(["l", "N", "N_r", "DP", "TP", "PP", "EP", "ETP", "b", "s", "B_w"], est.model, est.train)
@@ -117,8 +95,8 @@ def paper_values(est: Estimate) -> dict[str, str]:
 
 
 def _docstring_summary(module: str) -> str:
-    """The first paragraph of a module's docstring, read from its source (nothing is imported), with
-    reST markup turned into Markdown: ``x`` into `x`, :class:`~a.b.C` into `C`."""
+    """The first paragraph of a module's (or package's) docstring, read from its source (nothing is imported),
+    with reST markup turned into Markdown: ``x`` into `x`, :class:`~a.b.C` into `C`."""
     spec = importlib.util.find_spec(f"memlib.{module}")
     doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
     first = " ".join(doc.strip().split("\n\n")[0].split())
@@ -126,10 +104,34 @@ def _docstring_summary(module: str) -> str:
     return first.replace("``", "`")
 
 
+def _packages() -> tuple[str, ...]:
+    """:data:`memlib.PACKAGES`, read from the package's source (the facade imports everything; a chapter module
+    imports only what comes before it)."""
+    spec = importlib.util.find_spec("memlib")
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(x, "id", None) for x in node.targets] == ["PACKAGES"]:
+            return ast.literal_eval(node.value)
+    raise LookupError("memlib.PACKAGES")
+
+
+def _submodules(package: str) -> str:
+    """A package's modules by name, the chapter modules ``chNN_*`` as one range (— for a module or a package
+    without submodules)."""
+    spec = importlib.util.find_spec(f"memlib.{package}")
+    names = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])]
+    chapters = [n for n in names if re.fullmatch(r"ch\d\d_\w+", n)]
+    if chapters:
+        rest = [n for n in names if n not in chapters]
+        names = [f"{chapters[0]} … {chapters[-1]} (one per chapter)", *rest]
+    return ", ".join(names) or "—"
+
+
 def library_table() -> str:
-    """memlib's modules with the first line of each docstring (read from the source, not imported)."""
-    rows = [[step or "—", f"`memlib.{name}`", kind, _docstring_summary(name)] for name, kind, step in MODULES]
-    return md_table(["step", "module", "kind", "what it does"], rows, "clll")
+    """memlib's packages in the order data flows (:data:`memlib.PACKAGES`), each with its modules and the first
+    paragraph of its docstring (read from the source, not imported)."""
+    rows = [[str(i), f"`memlib.{name}`", _submodules(name), _docstring_summary(name)]
+            for i, name in enumerate(_packages(), 1)]
+    return md_table(["step", "package", "modules", "what it holds"], rows, "clll")
 
 
 def _margin(margin: int) -> str:
@@ -172,7 +174,7 @@ def answer_values(model) -> dict[str, str]:
 
 
 def capacity_table() -> str:
-    """Each card of :data:`memlib.overhead.DEVICE_MEMORY`: the driver's total in MiB, in bytes, GiB and GB, and
+    """Each card of :data:`memlib.device.overhead.DEVICE_MEMORY`: the driver's total in MiB, in bytes, GiB and GB, and
     where the reading is printed."""
     rows = [[gpu, f"{DEVICE_PRODUCT_GB[gpu]} GB", fmt_bytes(b, "MiB", 0), fmt_count(b), fmt_bytes(b, "GiB", 2),
              fmt_bytes(b, "GB", 2), DEVICE_MEMORY_SOURCES[gpu]] for gpu, b in DEVICE_MEMORY.items()]

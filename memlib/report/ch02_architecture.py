@@ -2,13 +2,13 @@
 the shipped models side by side, formatted from :mod:`memlib.paper.parameters` and
 :mod:`memlib.scenarios.models`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); nothing here computes a quantity.  The tables that compare the shipped presets
 show all of them whatever the book's model (and the book's model too when it is none of them).
 """
 from __future__ import annotations
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper import parameters as pp
 from ..scenarios import models as sm
 from .figures import block_diagram, new_figure

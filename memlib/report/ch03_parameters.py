@@ -2,22 +2,22 @@
 paper's Tables 2-4 (for its model) and DeepSeek's statements, formatted from
 :mod:`memlib.paper.parameters` and :mod:`memlib.scenarios.models`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); nothing here computes a quantity.  The paper's printed values appear only in
 :func:`paper_values`, in the paper's columns of :func:`layer_table` and :func:`stage_table` and in
 :func:`errata_md`, all of them empty for another model.
 """
 from __future__ import annotations
 
-from ..architecture import BLOCKS
+from ..model.architecture import BLOCKS
 from ..config import load_model
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper import is_paper_model
 from ..paper import parameters as pp
 from ..paper.errata import errata
-from ..reference import PAPER
+from ..data.reference import PAPER
 from ..scenarios import models as sm
-from ..states import RECIPES
+from ..model.states import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
     fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, span, tex,

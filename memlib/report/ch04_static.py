@@ -1,7 +1,7 @@
 """Chapter 4, "Static parameters per device": tables, figures and glued values, formatted from
 :mod:`memlib.paper.static` and :mod:`memlib.scenarios.static`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); nothing here computes a quantity.  The paper's printed values reach the
 chapter only through :func:`paper_values` and the printed columns of :func:`table5` and
 :func:`table6`, all empty for a model other than the paper's; :func:`absent_paper_values` glues a
@@ -10,15 +10,15 @@ resolved even inside an ``{only} paper_model`` block that the build then drops.
 """
 from __future__ import annotations
 
-from ..architecture import BLOCKS
-from ..memory import Estimate
+from ..model.architecture import BLOCKS
+from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
 from ..paper.errata import errata
-from ..partition import SHARDING
+from ..model.partition import SHARDING
 from ..scenarios import static as sstatic
-from ..states import RECIPES
-from ..symbols import SYMBOLS
+from ..model.states import RECIPES
+from ..core.symbols import SYMBOLS
 from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
 from .tables import errata_table, notation_recap

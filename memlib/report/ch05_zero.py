@@ -1,19 +1,19 @@
 """Chapter 5, "ZeRO and precision": tables, figures and glued values, formatted from
 :mod:`memlib.paper.zero`, :mod:`memlib.paper.static` and :mod:`memlib.scenarios.sweeps`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell) and the analysed stage; nothing here computes a quantity.
 """
 from __future__ import annotations
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
 from ..paper import zero as pzero
 from ..paper.errata import errata
-from ..reference import PAPER
+from ..data.reference import PAPER
 from ..scenarios.sweeps import ep_sweep, recipe_change
-from ..states import RECIPES, ZeroStage
+from ..model.states import RECIPES, ZeroStage
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no
 from .tables import errata_table, notation_recap

@@ -1,7 +1,7 @@
 """Chapter 6, "Activations": tables, figures and glued values, formatted from
 :mod:`memlib.paper.activations` and :mod:`memlib.scenarios.activations`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); the analysed stage is the paper's (:func:`memlib.paper.analysed_stage`).
 Nothing here computes a quantity.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata

@@ -7,10 +7,10 @@ device is the analysed stage (:func:`memlib.paper.analysed_stage`).  Nothing her
 """
 from __future__ import annotations
 
-from ..memory import ALLOCATED, Estimate
-from ..overhead import OVERHEAD_PRESETS, SOURCES
+from ..device.estimate import ALLOCATED, Estimate
+from ..device.overhead import OVERHEAD_PRESETS, SOURCES
 from ..paper import analysed_stage
-from ..reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
+from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, pct, signed_bytes

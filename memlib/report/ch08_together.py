@@ -9,11 +9,11 @@ library computed.
 """
 from __future__ import annotations
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..scenarios import overheads as so
 from ..scenarios import together as st
-from ..states import ZeroStage
-from ..timeline import DURATION, OverTime, clock, microbatch, op_duration
+from ..model.states import ZeroStage
+from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
@@ -288,7 +288,7 @@ def diagram_values(configs: dict) -> dict[str, str]:
 
 def schedule_diagram(configs: dict):
     """The operations of every rank under each schedule of ``configs`` on the clock
-    (:func:`memlib.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
+    (:func:`memlib.device.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
     from matplotlib.patches import Patch
 
     fig, axes = new_figure(9.0, 1.15 * len(configs) * 1.6, nrows=len(configs))

@@ -1,17 +1,17 @@
 """Chapter 9, "How DeepSeek-V3 trains without tensor parallelism": tables, figures and glued values,
 formatted from :mod:`memlib.scenarios.deepseek`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate`, built in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate`, built in the chapter's
 configuration cell from DeepSeek-V3's recipe (:func:`memlib.scenarios.deepseek.deepseek_recipe`);
 nothing here computes a quantity: it reads the library's values, formats them and picks words from
 the library's booleans and signs.
 """
 from __future__ import annotations
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..scenarios import deepseek as ds
-from ..states import RECIPES
-from ..timeline import DURATION, OverTime
+from ..model.states import RECIPES
+from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,

@@ -1,7 +1,7 @@
 """Chapter 10, "Validation": tables, figures and glued values, formatted from
 :mod:`memlib.scenarios.validation`.
 
-Every function takes the chapter's :class:`~memlib.memory.Estimate` (built once in the chapter's
+Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); the measurements run on the model in miniature
 (:func:`memlib.scenarios.validation.miniature`), the one-layer views at the model's full size with
 the configuration's micro-batch and sequence length.  Nothing here computes a quantity: it reads the
@@ -9,8 +9,8 @@ library's values, formats them and picks words from its booleans.
 """
 from __future__ import annotations
 
-from ..memory import Estimate
-from ..reference import PYTORCH_ALLOCATOR
+from ..device.estimate import Estimate
+from ..data.reference import PYTORCH_ALLOCATOR
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, tex, yes_no

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ..peak import TRANSIENT_TERMS
-from ..reference import MEGATRON_LM_COMMIT, SIMUMAX_COMMIT, SIMUMAX_SETUP
+from ..device.peak import TRANSIENT_TERMS
+from ..data.reference import MEGATRON_LM_COMMIT, SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..scenarios import measured as sm
 from .figures import CATEGORY_COLORS, OKABE_ITO, Series, in_unit, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes

@@ -8,10 +8,10 @@ from fractions import Fraction
 import sympy as sp
 
 from ..config import load_model
-from ..symbols import latex
+from ..core.symbols import latex
 from ..scenarios import architectures as sa
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from ..units import UNITS
+from ..core.units import UNITS
 from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, ratio
 
 __all__ = ["values", "equations", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",

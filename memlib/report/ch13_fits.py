@@ -1,5 +1,5 @@
 """Chapter 13, "What fits": tables, figures and glued values, formatted from :mod:`memlib.scenarios.fits`
-(every configuration of a GPU count that :func:`memlib.plan.search` goes through, with its exact peak).
+(every configuration of a GPU count that :func:`memlib.search.plan.search` goes through, with its exact peak).
 Nothing here computes a quantity: it reads the searches, formats them and picks words."""
 from __future__ import annotations
 

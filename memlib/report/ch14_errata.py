@@ -1,7 +1,7 @@
 """Chapter 12, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
 from __future__ import annotations
 
-from ..memory import Estimate
+from ..device.estimate import Estimate
 from ..paper.errata import counts, errata
 from .format import fmt_count
 from .tables import errata_summary, errata_table, kinds_table, notation_recap

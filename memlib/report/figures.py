@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
-from ..units import UNITS, fmt_bytes
+from ..core.units import UNITS, fmt_bytes
 
 __all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
            "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
@@ -35,7 +35,7 @@ CATEGORY_COLORS = {
 CATEGORY_LABELS = {"parameters": "parameters", "gradients": "gradients", "optimizer_states": "optimizer states",
                    "model_states": "model states", "activations": "activations", "overhead": "overheads"}
 
-#: parameter blocks (memlib.architecture.BLOCKS), one colour each
+#: parameter blocks (memlib.model.architecture.BLOCKS), one colour each
 BLOCK_COLORS = {
     "embedding": OKABE_ITO["green"], "attention": OKABE_ITO["orange"], "norms": OKABE_ITO["yellow"],
     "dense_ffn": OKABE_ITO["vermillion"], "router": OKABE_ITO["purple"], "shared_experts": OKABE_ITO["sky"],
@@ -138,7 +138,7 @@ def capacity_line(ax, capacity: int, label: str, unit: str = "GiB") -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# memory over time and schedule diagrams (memlib.timeline)
+# memory over time and schedule diagrams (memlib.device.timeline)
 # ------------------------------------------------------------------------------------------------
 def _step_xy(rows, during, after) -> tuple[list[int], list[int]]:
     """A rank's steps as a step line: ``during(row)`` while the step runs, ``after(row)`` from its end
@@ -156,7 +156,7 @@ def _step_xy(rows, during, after) -> tuple[list[int], list[int]]:
 
 def memory_lines(ax, ranks, highlight: int, unit: str = "GiB", cmap: str = "cividis") -> list:
     """Every rank's allocated bytes over one iteration (``ranks``: per rank, its
-    :class:`memlib.timeline.MemoryStep` rows) as step lines coloured by rank, ``highlight`` in black."""
+    :class:`memlib.device.timeline.MemoryStep` rows) as step lines coloured by rank, ``highlight`` in black."""
     import matplotlib
 
     colors = matplotlib.colormaps[cmap]
@@ -190,7 +190,7 @@ def op_label(op, micro_batch: int) -> str:
 
 def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -> None:
     """A pipeline schedule as boxes: one row per rank (``slots``: per rank, its
-    :class:`memlib.timeline.Slot` list), one box per operation from its start for ``op_duration(op)``
+    :class:`memlib.device.timeline.Slot` list), one box per operation from its start for ``op_duration(op)``
     slots, coloured by kind (:data:`OP_COLORS`), hatched on chunk 1, labelled with its micro-batch
     (``micro_batch(op)``).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
     from matplotlib.patches import Rectangle
@@ -213,7 +213,7 @@ def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -
 
 
 def memory_time_panels(ot, xlabel: str):
-    """Memory over one iteration (``ot``: a :class:`memlib.timeline.OverTime`): top, every rank's
+    """Memory over one iteration (``ot``: a :class:`memlib.device.timeline.OverTime`): top, every rank's
     allocated bytes (:func:`memory_lines`, a colour bar for the ranks); bottom, the peak rank's split
     into model states and activations (:func:`memory_areas`). GiB per device."""
     import matplotlib

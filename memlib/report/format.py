@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..config import ModelConfig
-from ..symbols import SYMBOLS, latex
-from ..units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.symbols import SYMBOLS, latex
+from ..core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
@@ -199,10 +199,10 @@ def math(expr_or_key) -> str:
 
 def architecture_note(m: ModelConfig, subject: str) -> str:
     """One sentence for a book of a model that lacks the blocks of ``subject`` (``"MLA"``,
-    ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.architecture.block_kinds`),
+    ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.model.architecture.block_kinds`),
     and that the parts on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
     every section applies)."""
-    from ..architecture import block_kinds
+    from ..model.architecture import block_kinds
 
     k = block_kinds(m)
     if k["deepseek"]:

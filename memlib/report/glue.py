@@ -74,7 +74,7 @@ def glue_deepseek(prefix: str, values, est) -> None:
     blocks; for another architecture the same keys (read from the paper's model) get a placeholder:
     they sit in sections marked ``{.deepseek-arch}`` or ``{only} deepseek_arch`` blocks, which that
     model's book drops (Sphinx resolves the glue roles of a block before it drops it)."""
-    from ..architecture import is_deepseek_architecture
+    from ..model.architecture import is_deepseek_architecture
 
     if is_deepseek_architecture(est.model):
         glue_values(prefix, values(est))
@@ -85,7 +85,7 @@ def glue_deepseek(prefix: str, values, est) -> None:
 @lru_cache(maxsize=None)
 def _paper_estimate():
     """The paper's model under its configuration (the keys of a chapter's DeepSeek-only values)."""
-    from ..memory import estimate
+    from ..device.estimate import estimate
     from ..paper import PAPER_MODEL, paper_training
 
     return estimate(PAPER_MODEL, paper_training(PAPER_MODEL))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..memory import estimate
+from ..device.estimate import estimate
 from ..scenarios.deepseek import deepseek_recipe
 from . import ch09_deepseek
 from .figures import use_style

@@ -1,6 +1,6 @@
 """The summary page: every numbered equation with its number and meaning, the glossary of the book's
 symbols, and what each of DeepSeek-V3's memory techniques saves on the peak device, formatted from
-:mod:`memlib.formulas`, :mod:`memlib.symbols` and :mod:`memlib.scenarios.deepseek`.
+:mod:`memlib.formulas`, :mod:`memlib.core.symbols` and :mod:`memlib.scenarios.deepseek`.
 
 Nothing here computes a quantity.
 """

@@ -14,8 +14,8 @@ from typing import Sequence
 
 
 from ..paper.errata import KINDS, Erratum, Q
-from ..states import recipe
-from ..symbols import REGISTRY, SYMBOLS
+from ..model.states import recipe
+from ..core.symbols import REGISTRY, SYMBOLS
 from .format import fmt_billions, fmt_bytes, fmt_count, md_table, pct
 
 __all__ = ["attention_switch_values", "notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",

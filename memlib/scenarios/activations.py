@@ -1,6 +1,6 @@
 """Activations as one setting changes: the micro-batch size, the sequence length (where the attention
 scores, quadratic in s, overtake the rest), the recompute policy, and a longer sequence under full
-recomputation.  Every function takes the chapter's :class:`~memlib.memory.Estimate` and returns exact
+recomputation.  Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` and returns exact
 integers or :class:`~fractions.Fraction` s.
 
 >>> from memlib import PAPER_TRAINING, estimate
@@ -13,11 +13,11 @@ from fractions import Fraction
 
 import sympy as sp
 
-from ..activations import entry_bytes, ledger_bytes, parse_policy
+from ..ledgers.base import entry_bytes, ledger_bytes, parse_policy
 from ..ledgers import act_profile
-from ..memory import Estimate, estimate
+from ..device.estimate import Estimate, estimate
 from ..paper import analysed_stage
-from ..symbols import sym
+from ..core.symbols import sym
 
 __all__ = ["POLICIES_COMPARED", "MODULE_LIST", "stage_activations", "microbatch_sweep", "microbatch_facts",
            "layer_split", "crossover", "seqlen_sweep", "policy_comparison", "seq_len_change"]

@@ -4,7 +4,7 @@ attention, and dense against MoE models at (near) equal activated parameters, fo
 **Per token.**  Training keeps no KV cache: a layer saves what its backward needs, and MLA's
 compression of keys and values into a latent (arXiv 2405.04434) changes that only as far as the
 ledger says.  :func:`attention_token` reads one attention block's ledger entries (the ``paper`` or
-the ``megatron`` activation profile, :mod:`memlib.ledgers`) as bytes per token on one device with no
+the ``megatron`` activation profile, :mod:`memlib.ledgers.paper`) as bytes per token on one device with no
 parallelism (TP = CP = 1, sequence parallelism off) at :data:`SEQ_LEN` tokens per sequence, each entry
 with its :data:`ROLES` role.  :func:`mla_split` splits an MLA block's bytes into what the compression
 costs (the latents, the decoupled RoPE parts of the queries and keys) and what it can save (the
@@ -33,15 +33,15 @@ from typing import Sequence
 
 import sympy as sp
 
-from ..activations import Saved, entry_bytes, parse_policy
-from ..breakdown import exact_int
+from ..ledgers.base import Saved, entry_bytes, parse_policy
+from ..core.breakdown import exact_int
 from ..config import PAPER_TRAINING, PRESETS, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from ..ledgers import act_profile
-from ..memory import estimate
+from ..device.estimate import estimate
 from ..paper import paper_training
-from ..params import activated_params, model_params, values as model_values
-from ..states import recipe
-from ..symbols import sym
+from ..model.params import activated_params, model_params, values as model_values
+from ..model.states import recipe
+from ..core.symbols import sym
 
 __all__ = ["PROFILES", "SEQ_LEN", "ROLES", "ROLE_NAMES", "PAIR_RATIO", "CHAPTER_PRESETS", "TokenEntry",
            "token_training", "chapter_training", "attention_token", "attention_token_formula", "role_bytes",

@@ -10,7 +10,7 @@ up-projections recomputed in backward.  :func:`deepseek_recipe` is that recipe f
 DeepSeek-V3 the report's setup with memlib's layout (:data:`V3_LAYOUT`, the report does not give
 one), for another model the same recipe on a layout and an expert parallelism the model allows.
 
-Everything is computed by :func:`memlib.memory.estimate` under the ``megatron`` activation profile,
+Everything is computed by :func:`memlib.device.estimate.estimate` under the ``megatron`` activation profile,
 with the H800's capacity and (unless told otherwise) the low overhead preset, in exact integers.
 
 >>> t = deepseek_recipe("deepseek-v3")
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..activations import entry_bytes, fp8_cached
+from ..ledgers.base import entry_bytes, fp8_cached
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from ..ledgers import act_profile
-from ..memory import Estimate, StageMemory, estimate
-from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
+from ..device.estimate import Estimate, StageMemory, estimate
+from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
-from ..partition import balanced_layout
-from ..states import RECIPES, ZeroStage
+from ..model.partition import balanced_layout
+from ..model.states import RECIPES, ZeroStage
 from .together import CAPACITY_80GB, grid
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
@@ -39,7 +39,7 @@ __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "
            "attention_switch"]
 
 #: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
-#: (:data:`memlib.overhead.DEVICE_MEMORY`)
+#: (:data:`memlib.device.overhead.DEVICE_MEMORY`)
 GPU = "H800"
 CAPACITY = DEVICE_MEMORY[GPU]
 
@@ -66,7 +66,7 @@ def deepseek_recipe(model: ModelConfig | str) -> TrainingConfig:
     """DeepSeek-V3's recipe for ``model``: :data:`V3_TRAIN` for DeepSeek-V3; for another model the same
     recipe (DualPipe, no TP, DP128, ZeRO-1, the ``deepseek-v3`` precision and ``deepseek``
     recomputation) on the largest even number of stages up to 16 that the layers allow, the balanced
-    layout (:func:`memlib.partition.balanced_layout`) and EP the largest divisor of the routed
+    layout (:func:`memlib.model.partition.balanced_layout`) and EP the largest divisor of the routed
     experts not above 64 that divides DP (1 for a dense model)."""
     m = load_model(model)
     if is_paper_model(m):

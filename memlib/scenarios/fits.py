@@ -1,12 +1,12 @@
-"""What fits: every parallel configuration of a GPU count found by :func:`memlib.plan.search`, read against
+"""What fits: every parallel configuration of a GPU count found by :func:`memlib.search.plan.search`, read against
 the capacities of the cards the book sizes for.
 
 The space searched is DeepSeek-V3's own options (:data:`SPACE`: the ``megatron`` profile, the ``deepseek-v3``
 precision recipe, the ``deepseek`` recompute policy, the DualPipe schedule) with every PP, TP, CP, DP, EP, ETP,
 ZeRO stage, micro-batch size and layout rule the search allows, at DeepSeek-V3's global batch and sequence
 length.  One search per GPU count (kept for the process) answers every capacity: a configuration fits a card
-when its exact peak (:attr:`memlib.memory.Estimate.peak`, through :mod:`memlib.compiled`) is at most the card's
-bytes.  The cards are :data:`memlib.overhead.DEVICE_MEMORY`'s distinct capacities.
+when its exact peak (:attr:`memlib.device.estimate.Estimate.peak`, through :mod:`memlib.search.compiled`) is at most the card's
+bytes.  The cards are :data:`memlib.device.overhead.DEVICE_MEMORY`'s distinct capacities.
 
 >>> g = grid("deepseek-v3", 512)
 >>> g.searched > 0 and bool(g.fits(10**15).all())
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
-from ..memory import estimate
-from ..overhead import DEVICE_MEMORY
+from ..device.estimate import estimate
+from ..device.overhead import DEVICE_MEMORY
 from ..paper import is_paper_model
-from ..plan import Grid, search
+from ..search.plan import Grid, search
 
 __all__ = ["SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "grid", "Fit", "fits", "Region", "region", "pareto",
            "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe", "Split", "front_split"]
@@ -36,7 +36,7 @@ GPU_COUNTS = (2048, 1024, 512)
 
 @dataclass(frozen=True)
 class Card:
-    """One capacity of :data:`~memlib.overhead.DEVICE_MEMORY` and the cards that have it."""
+    """One capacity of :data:`~memlib.device.overhead.DEVICE_MEMORY` and the cards that have it."""
 
     names: tuple[str, ...]
     capacity: int
@@ -47,7 +47,7 @@ class Card:
 
 
 def cards() -> list[Card]:
-    """The distinct capacities of :data:`~memlib.overhead.DEVICE_MEMORY`, smallest first, each with its cards."""
+    """The distinct capacities of :data:`~memlib.device.overhead.DEVICE_MEMORY`, smallest first, each with its cards."""
     by_cap: dict[int, list[str]] = {}
     for name, cap in DEVICE_MEMORY.items():
         by_cap.setdefault(int(cap), []).append(name)
@@ -190,7 +190,7 @@ def recipe_rows(g: Grid, train: TrainingConfig) -> np.ndarray:
 class RecipeRank:
     """Where a recipe's parallel configuration stands among the configurations that fit one capacity."""
 
-    rank: int | None          #: 1-based, by :meth:`memlib.plan.Grid.ranking` (None: it does not fit)
+    rank: int | None          #: 1-based, by :meth:`memlib.search.plan.Grid.ranking` (None: it does not fit)
     fitting: int
     index: int | None         #: its row (the best ranked of its layout rules)
     layout_rule: str | None
@@ -221,7 +221,7 @@ def recipe_rank(g: Grid, train: TrainingConfig, capacity: int) -> RecipeRank:
 
 @dataclass(frozen=True)
 class Split:
-    """One configuration's peak device split into the book's categories (bytes): what :func:`memlib.memory.estimate`
+    """One configuration's peak device split into the book's categories (bytes): what :func:`memlib.device.estimate.estimate`
     gives for a row of a search."""
 
     train: TrainingConfig
@@ -238,7 +238,7 @@ class Split:
 
 def front_split(g: Grid, rows) -> list[Split]:
     """The peak device of each of ``rows`` (e.g. :func:`pareto`'s) split into model states, activations and
-    overheads by :func:`memlib.memory.estimate` (its total is the row's peak)."""
+    overheads by :func:`memlib.device.estimate.estimate` (its total is the row's peak)."""
     out = []
     for i in rows:
         train = g.train(int(i))

@@ -1,11 +1,11 @@
 """Measured peaks: memlib's ``peak_allocated`` beside what Megatron-LM's functional tests log.
 
 Every case is a Megatron-LM functional test that logs ``mem-max-allocated-bytes`` and
-``mem-allocated-bytes`` on the last global rank (:data:`memlib.reference.MEGATRON_RUNS`).  memlib reads the
-test's own ``model_config.yaml`` with :func:`memlib.megatron_args.parse_megatron_args` (the launch flags,
+``mem-allocated-bytes`` on the last global rank (:data:`memlib.data.reference.MEGATRON_RUNS`).  memlib reads the
+test's own ``model_config.yaml`` with :func:`memlib.megatron.flags.parse_megatron_args` (the launch flags,
 nothing retyped), with the world size of the test's recipe (or, for the DeepSeek-V3 proxies, derived from
-the logged post-step allocation: :data:`memlib.reference.MEGATRON_WORLD_SIZES` says which), and predicts
-the last pipeline stage's peak (:mod:`memlib.peak`) on the logging GPU's compute capability.
+the logged post-step allocation: :data:`memlib.data.reference.MEGATRON_WORLD_SIZES` says which), and predicts
+the last pipeline stage's peak (:mod:`memlib.device.peak`) on the logging GPU's compute capability.
 
 Two measured values per case:
 
@@ -23,7 +23,7 @@ A case memlib cannot express (another attention, another sharding of the model s
 listed with its reason (:data:`NOT_EXPRESSIBLE`), never given a number.
 
 Measurements published elsewhere: SimuMax's B200 runs of Llama-3-70B and -405B under Megatron-LM
-(:data:`memlib.reference.SIMUMAX_B200_RUNS`) are predicted stage by stage from the launch script's flags
+(:data:`memlib.data.reference.SIMUMAX_B200_RUNS`) are predicted stage by stage from the launch script's flags
 (:data:`SIMUMAX_ASSUMPTIONS`, :func:`published_cases`); the published Llama and Mixtral rows whose
 configuration cannot be recovered are listed with the reason (:data:`PUBLISHED_NOT_USED`).
 """
@@ -35,12 +35,12 @@ from functools import lru_cache
 from typing import Callable
 
 from ..config import ConfigError, TrainingConfig
-from ..memory import Estimate, estimate
-from ..megatron_args import MegatronRun, parse_megatron_args
-from ..megatron_buffers import FRAMEWORK_TERMS
-from ..overhead import Overheads
-from ..peak import StagePeak
-from ..reference import MEGATRON_RUNS, SIMUMAX_MODELS, SIMUMAX_SETUP
+from ..device.estimate import Estimate, estimate
+from ..megatron.flags import MegatronRun, parse_megatron_args
+from ..device.megatron_buffers import FRAMEWORK_TERMS
+from ..device.overhead import Overheads
+from ..device.peak import StagePeak
+from ..data.reference import MEGATRON_RUNS, SIMUMAX_MODELS, SIMUMAX_SETUP
 
 __all__ = ["Case", "CASES", "NOT_EXPRESSIBLE", "GAPS", "GAP_DEFAULT", "gap_text", "TARGET", "MeasuredCase", "run_of", "measured_case",
            "measured_cases", "implied_imbalance", "summary", "not_expressible", "SIMUMAX_ASSUMPTIONS", "PublishedCase",
@@ -101,12 +101,12 @@ NOT_EXPRESSIBLE: dict[str, str] = {
 
 
 def _loss_units(c: "MeasuredCase") -> str:
-    from ..units import fmt_decimal
+    from ..core.units import fmt_decimal
     return fmt_decimal(Fraction(abs(c.dynamic_gap), c.loss_softmax), 1) if c.loss_softmax else "?"
 
 
 def _proxy_gap(c: "MeasuredCase") -> str:
-    from ..units import fmt_decimal
+    from ..core.units import fmt_decimal
     held = Fraction(2 * c.loss_softmax + c.peak.transient.get("cross_entropy_logits", 0), c.loss_softmax)
     more = "less" if c.dynamic_gap < 0 else "more"
     return (f"the loss region: memlib holds the MTP head's fp32 softmax beside the main head's bf16 logits and fp32 "
@@ -124,7 +124,7 @@ def _moment_words(c: "MeasuredCase") -> str:
 
 
 def _te_gap(c: "MeasuredCase") -> str:
-    from ..units import fmt_bytes
+    from ..core.units import fmt_bytes
     return (f"not located in the code read: memlib's worst moment is {_moment_words(c)}, and the run holds "
             f"{fmt_bytes(c.dynamic_gap, 'GiB')} more above its post-step allocation. The native fused cross-entropy "
             "runs under torch.compile, whose handling of its in-place updates of the fp32 logits cannot be read "
@@ -133,7 +133,7 @@ def _te_gap(c: "MeasuredCase") -> str:
 
 
 def _offload_gap(c: "MeasuredCase") -> str:
-    from ..units import fmt_bytes
+    from ..core.units import fmt_bytes
     return (f"offloading's timing: memlib keeps one group of each offloaded module on the GPU and reloads one "
             f"layer's groups before its backward; its worst moment is {_moment_words(c)}; the run holds "
             f"{fmt_bytes(c.dynamic_gap, 'GiB')} more (the offload manager's prefetch and the first iteration's "
@@ -208,7 +208,7 @@ class MeasuredCase:
     framework: dict            #: memlib's framework terms of the last stage (bytes, by name)
     imbalance: Fraction | None  #: the routing imbalance at which memlib reaches the run maximum
     loss_softmax: int = 0       #: one micro-batch's fp32 cross-entropy softmax on the last stage (the ledger's)
-    moment: str = ""            #: the candidate moment of the chunk computing at the peak (memlib.transient)
+    moment: str = ""            #: the candidate moment of the chunk computing at the peak (memlib.device.transient)
 
     @property
     def predicted(self) -> int:
@@ -286,7 +286,7 @@ def summary(cases: list[MeasuredCase]) -> dict:
 # other published measurements: SimuMax's B200 runs of Llama-3; the rows not used, with the reason
 # ------------------------------------------------------------------------------------------------
 #: what each SimuMax run is read as, beyond its own name (model, layers, TP/PP/CP/DP, sequence length):
-#: the launcher's flags (:data:`memlib.reference.SIMUMAX_SETUP`), each set in the TrainingConfig or the Framework
+#: the launcher's flags (:data:`memlib.data.reference.SIMUMAX_SETUP`), each set in the TrainingConfig or the Framework
 SIMUMAX_ASSUMPTIONS: tuple[tuple[str, str], ...] = (
     (f"micro-batch {SIMUMAX_SETUP['micro_batch'][0]}", "micro_batch"),
     (f"sequence {SIMUMAX_SETUP['seq_len'][0]:,} (the CP rows: the one their name gives)", "seq_len"),
@@ -348,8 +348,8 @@ class PublishedCase:
 def simumax_model(model: str, layers: int, tp: int):
     """The launcher's Llama (``SIMUMAX_MODELS``) with ``layers`` layers and Megatron-LM's padded vocabulary."""
     from ..config import model_from_dict
-    from ..megatron_args import pad_vocab
-    from ..reference import SIMUMAX_MODELS
+    from ..megatron.flags import pad_vocab
+    from ..data.reference import SIMUMAX_MODELS
     shape = dict(SIMUMAX_MODELS[model])
     shape["vocab_size"] = pad_vocab(shape["vocab_size"] + 1, 128, tp)
     return model_from_dict({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
@@ -367,8 +367,8 @@ def _simumax_label(run: dict) -> str:
 @lru_cache(maxsize=None)
 def published_case(key: str) -> PublishedCase:
     """memlib's prediction for the SimuMax run ``key`` (the launcher's flags, read as SIMUMAX_ASSUMPTIONS)."""
-    from ..peak import Framework
-    from ..reference import SIMUMAX_B200_RUNS, SIMUMAX_SETUP
+    from ..device.peak import Framework
+    from ..data.reference import SIMUMAX_B200_RUNS, SIMUMAX_SETUP
     run = SIMUMAX_B200_RUNS[key]
     world = SIMUMAX_SETUP["world_size"][0]
     if run["tp"] * run["pp"] * run["cp"] * run["dp"] != world:
@@ -390,12 +390,12 @@ def published_case(key: str) -> PublishedCase:
 
 def published_cases() -> list[PublishedCase]:
     """Every measured SimuMax run, predicted (in the order of the published table)."""
-    from ..reference import SIMUMAX_B200_RUNS
+    from ..data.reference import SIMUMAX_B200_RUNS
     return [published_case(k) for k in SIMUMAX_B200_RUNS]
 
 
 def _pr482_rows() -> list[str]:
-    from ..reference import PR482_LLAMA2_7B as P
+    from ..data.reference import PR482_LLAMA2_7B as P
     return [f"MBS {r[0]}, DP {r[2]}, PP {r[3]}, TP {r[4]}" for r in P["rows"]]
 
 

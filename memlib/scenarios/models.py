@@ -14,15 +14,15 @@ from typing import Sequence
 
 import sympy as sp
 
-from ..architecture import attention_tensors, block_norm_tensors, dense_ffn_tensors, moe_tensors
+from ..model.architecture import attention_tensors, block_norm_tensors, dense_ffn_tensors, moe_tensors
 from ..config import PRESETS, ModelConfig, load_model
 from ..paper import PAPER_MODEL
 from ..paper.parameters import expert_counts, mtp_module, official, runs, totals
-from ..ledgers import paper_layer
-from ..params import values as model_values
-from ..partition import PROFILES
-from ..breakdown import exact_int
-from ..symbols import model_symbols, sym
+from ..ledgers.paper import paper_layer
+from ..model.params import values as model_values
+from ..model.partition import PROFILES
+from ..core.breakdown import exact_int
+from ..core.symbols import model_symbols, sym
 
 __all__ = ["PRESET_ORDER", "EXTRA_FIELDS", "model_fields", "layer_pattern", "layer_patterns", "attention_shapes",
            "contrasting_preset", "preset_summary", "preset_totals", "presets_where", "Node", "DIAGRAM_BLOCKS",
@@ -129,8 +129,8 @@ def presets_where(predicate, models: Sequence[str | ModelConfig] = PRESET_ORDER)
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Node:
-    """One tensor of a block diagram: a weight (from :mod:`memlib.architecture`, sliced as the partition
-    profile says) or a saved activation (from the paper's ledger, :func:`memlib.ledgers.paper_layer`)."""
+    """One tensor of a block diagram: a weight (from :mod:`memlib.model.architecture`, sliced as the partition
+    profile says) or a saved activation (from the paper's ledger, :func:`memlib.ledgers.paper.paper_layer`)."""
 
     key: str                 #: the tensor's key in its table (``attention.W_UQ``, ``attention.c_kv``)
     name: str                #: a weight's LaTeX name, an activation's name from the ledger
@@ -201,7 +201,7 @@ def block_nodes(m: ModelConfig | str, block: str, profile: str = "paper") -> lis
     """The tensors of one decoder-layer ``block`` (:data:`DIAGRAM_BLOCKS`: ``attention`` with its norm,
     ``moe``, ``dense_ffn`` with theirs) in data-flow order: each saved activation of the paper's ledger
     (masks and dropout outputs left out), followed by the weights that read it.  Shapes come from
-    :mod:`memlib.architecture` and the ledger; what slices a weight from the partition ``profile``
+    :mod:`memlib.model.architecture` and the ledger; what slices a weight from the partition ``profile``
     (TP; EP and ETP for routed experts; nothing when replicated), what slices an activation from its
     ledger entry."""
     m = load_model(m)

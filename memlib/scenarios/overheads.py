@@ -1,11 +1,11 @@
-"""Overheads on one device (chapter 7): what each preset of :mod:`memlib.overhead` adds to a device,
+"""Overheads on one device (chapter 7): what each preset of :mod:`memlib.device.overhead` adds to a device,
 the measured gap between reserved and allocated memory, and what exact accounting does not cover.
 
 The paper's §6 gives ranges, not formulas: 5 % to 30 % fragmentation and 0.8 to 2 "GB" (GiB) of
 communication buffers; memlib adds a CUDA-context term and carries the three as named terms
 (``none``, ``low`` and ``high`` presets).  Every function here is exact: the overhead terms of a
-device are :meth:`memlib.overhead.Overheads.terms` of its allocated bytes, the very rule
-:func:`memlib.memory.estimate` applies, so one estimate serves every preset.
+device are :meth:`memlib.device.overhead.Overheads.terms` of its allocated bytes, the very rule
+:func:`memlib.device.estimate.estimate` applies, so one estimate serves every preset.
 
 >>> from memlib import PAPER_TRAINING, estimate
 >>> base = estimate("deepseek-v3", base_training(PAPER_TRAINING))
@@ -18,17 +18,17 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..config import ModelConfig, TrainingConfig, load_model
-from ..memory import StageMemory
-from ..overhead import DEVICE_MEMORY, OVERHEAD_PRESETS, overheads
-from ..reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
-from ..states import ZeroStage
+from ..device.estimate import StageMemory
+from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS, overheads
+from ..data.reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
+from ..model.states import ZeroStage
 
 __all__ = ["CAPACITY_GPU", "CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
            "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
            "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
 
 #: an "80 GB" device (H800, H100 SXM) as its driver reports it, 81,559 MiB
-#: (:data:`memlib.overhead.DEVICE_MEMORY`).  The one capacity chapters 7 and 8 size against
+#: (:data:`memlib.device.overhead.DEVICE_MEMORY`).  The one capacity chapters 7 and 8 size against
 #: (:mod:`memlib.scenarios.together` imports it from here).
 CAPACITY_GPU = "H800"
 CAPACITY_80GB = DEVICE_MEMORY[CAPACITY_GPU]
@@ -95,7 +95,7 @@ def band_position(x: Fraction) -> str:
 
 
 def measured_ratios() -> list[dict[str, object]]:
-    """The measured runs of :data:`memlib.reference.MEASURED_RESERVED`: reserved and allocated GiB
+    """The measured runs of :data:`memlib.data.reference.MEASURED_RESERVED`: reserved and allocated GiB
     (exact Fractions of the printed decimals), the reserved memory beyond the allocated as a fraction
     of it (``excess``), and where that sits in the presets' fragmentation band."""
     rows = []

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..architecture import BLOCKS
+from ..model.architecture import BLOCKS
 from ..config import ConfigError, TrainingConfig, ZeroStage
-from ..memory import Estimate
-from ..partition import SHARDING, Partition, shard_divisor
+from ..device.estimate import Estimate
+from ..model.partition import SHARDING, Partition, shard_divisor
 from ..paper import analysed_stage
 from ..paper import static as pstatic
 

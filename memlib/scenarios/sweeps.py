@@ -7,8 +7,8 @@
 """
 from __future__ import annotations
 
-from ..memory import Estimate, estimate
-from ..states import ZeroStage
+from ..device.estimate import Estimate, estimate
+from ..model.states import ZeroStage
 
 __all__ = ["ep_sweep", "recipe_change"]
 

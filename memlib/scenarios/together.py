@@ -2,7 +2,7 @@
 against an H800 (81,559 MiB as its driver reports), what no recomputation costs, the pipeline
 schedules compared, and the chapter's worked problems.
 
-Every combination is one :func:`memlib.memory.estimate` with the ``low`` overhead preset; a
+Every combination is one :func:`memlib.device.estimate.estimate` with the ``low`` overhead preset; a
 combination *fits* when every stage's total, overheads included, is at most the capacity
 (:data:`memlib.scenarios.overheads.CAPACITY_80GB`).  Build the grid once (:func:`grid`) and hand it
 to the functions that read it.
@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..activations import parse_policy
+from ..ledgers.base import parse_policy
 from ..config import ModelConfig, TrainingConfig, load_model
-from ..memory import Estimate, StageMemory, estimate
-from ..overhead import OVERHEAD_PRESETS, Overheads
+from ..device.estimate import Estimate, StageMemory, estimate
+from ..device.overhead import OVERHEAD_PRESETS, Overheads
 from ..paper.activations import held_count_training
-from ..partition import Partition
-from ..states import ZeroStage
-from ..timeline import OverTime, over_time
+from ..model.partition import Partition
+from ..model.states import ZeroStage
+from ..device.timeline import OverTime, over_time
 from .overheads import CAPACITY_80GB, base_training
 
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Cell", "grid", "grid_counts",
@@ -248,7 +248,7 @@ def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads 
 
 def memory_timeline(runs: dict[str, "Run"], name: str = "1f1b") -> OverTime:
     """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
-    (:func:`memlib.timeline.over_time`, as many micro-batches as fill the pipeline)."""
+    (:func:`memlib.device.timeline.over_time`, as many micro-batches as fill the pipeline)."""
     return over_time(runs[name].est)
 
 

@@ -3,11 +3,11 @@
 Three kinds of evidence, each an exact comparison:
 
 * **Parameters** (:func:`parameter_checks`): the model, and every shipped preset, built at full size
-  by Hugging Face ``transformers`` on the ``meta`` device (:func:`memlib.measure.param_check`).
+  by Hugging Face ``transformers`` on the ``meta`` device (:func:`memlib.measure.hf.param_check`).
 * **Saved activations, measured on the CPU**, on the model *in miniature* (:func:`miniature`: the
   model's structure with small widths): against the ``hf-eager`` ledger with ``transformers``
-  (:func:`hf_comparisons`, :mod:`memlib.measure`) and against the ``megatron`` ledger's local path
-  with Megatron-Core's own modules (:func:`megatron_comparisons`, :mod:`memlib.measure_megatron`);
+  (:func:`hf_comparisons`, :mod:`memlib.measure.hf`) and against the ``megatron`` ledger's local path
+  with Megatron-Core's own modules (:func:`megatron_comparisons`, :mod:`memlib.measure.megatron`);
   and a few random small configurations (:func:`random_check`).
 * **One layer of the model at full size**, evaluated from the ledgers those measurements hold
   exact: the paper's ledger beside ``hf-eager`` (:func:`layer_groups`), and the three
@@ -33,15 +33,16 @@ import re
 from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
+from importlib import resources
 from math import ceil
 from pathlib import Path
 
-from ..activations import entry_bytes, ledger_bytes, training_values
+from ..ledgers.base import entry_bytes, ledger_bytes, training_values
 from ..config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, model_from_dict
 from ..ledgers import act_profile
-from ..params import values as param_values
-from ..partition import parallel_values
-from ..states import recipe
+from ..model.params import values as param_values
+from ..model.partition import parallel_values
+from ..model.states import recipe
 
 __all__ = ["MINIATURE", "miniature", "HF_CASES", "hf_cases", "hf_comparisons", "hf_summary", "MEGATRON_CASES",
            "megatron_cases", "megatron_comparisons", "megatron_summary", "measure_all", "COLUMNS", "by_group",
@@ -144,9 +145,9 @@ def hf_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, int, int]
 
 @lru_cache(maxsize=None)
 def hf_comparisons(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure.compare` (backward and one AdamW step included) of each case of
+    """:func:`memlib.measure.hf.compare` (backward and one AdamW step included) of each case of
     :func:`hf_cases`, with its ``label``, ``config`` (the model measured) and ``kinds`` (layer kinds)."""
-    from ..measure import compare
+    from ..measure.hf import compare
 
     out = []
     for label, m, b, s in hf_cases(model):
@@ -173,9 +174,10 @@ RANDOM_CONFIGS, RANDOM_SEED = 4, 0
 
 @lru_cache(maxsize=None)
 def random_check(n: int = RANDOM_CONFIGS, seed: int = RANDOM_SEED) -> dict:
-    """``n`` random small configurations (:func:`memlib.measure.random_config`) drawn from ``seed``,
+    """``n`` random small configurations (:func:`memlib.measure.random_configs.random_config`) drawn from ``seed``,
     forward pass only: how many match the ``hf-eager`` ledger exactly."""
-    from ..measure import compare, random_config
+    from ..measure.hf import compare
+    from ..measure.random_configs import random_config
 
     rng = random.Random(seed)
     exact = 0
@@ -208,9 +210,9 @@ def megatron_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, Tra
 
 @lru_cache(maxsize=None)
 def megatron_comparisons(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure_megatron.compare` of each case of :func:`megatron_cases`, in one worker
+    """:func:`memlib.measure.megatron.compare` of each case of :func:`megatron_cases`, in one worker
     process, with its ``label``, ``config``, ``train`` and ``kinds``."""
-    from ..measure_megatron import compare_many
+    from ..measure.megatron import compare_many
 
     cases = megatron_cases(model)
     results = compare_many([(m, t) for _, m, t in cases], step=True)
@@ -251,10 +253,10 @@ def measure_all(model: ModelConfig) -> dict:
 # ------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def parameter_checks(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure.param_check` of ``model`` and of every other DeepSeek preset the book compares, each at full
+    """:func:`memlib.measure.hf.param_check` of ``model`` and of every other DeepSeek preset the book compares, each at full
     size on the meta device, with ``difference`` (transformers − memlib), ``tensors_differing``,
     ``is_model`` and ``block_rows`` (per memlib block: memlib, transformers, difference)."""
-    from ..measure import param_check
+    from ..measure.hf import param_check
     from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/test_architectures.py)
 
     names = [model] + [p for p in PRESET_ORDER if p != model.name]
@@ -277,8 +279,8 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from ..ledgers_hf import HF_VERSIONS
-    from ..measure_megatron import MCORE_VERSION
+    from ..ledgers.hf import HF_VERSIONS
+    from ..measure.megatron import MCORE_VERSION
 
     got = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
            "megatron_core": version("megatron-core")}
@@ -325,7 +327,7 @@ def layer_entries(model: ModelConfig | str, kind: str = "moe", profile: str = "h
                   s: int | None = None) -> list[dict]:
     """The entries of one decoder layer on one device without parallelism: key, name, dtype, group,
     bytes formula (SymPy) and exact bytes at ``b``, ``s`` (default: the paper's)."""
-    from .. import ledgers_hf  # noqa: F401  (registers hf-eager)
+    from ..ledgers import hf as ledgers_hf  # noqa: F401  (registers hf-eager)
 
     m = load_model(model)
     b, s = _bs(b, s)
@@ -430,7 +432,7 @@ def ground_truths(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b
     eager (hf-eager), Megatron-Core's local modules (both measured exact in miniature) and
     Megatron-Core with Transformer Engine (its kernels' sources): bytes per entry and per group, the
     totals, and the groups where the local and Transformer Engine paths differ."""
-    from .. import ledgers_hf  # noqa: F401  (registers hf-eager)
+    from ..ledgers import hf as ledgers_hf  # noqa: F401  (registers hf-eager)
 
     m = load_model(model)
     b, s = _bs(b, s)
@@ -457,7 +459,7 @@ TE_SOURCES = ("flash_attention", "te_unfused_attention", "te_layernorm_linear", 
 def _source_of(note: str) -> str:
     """Where a Transformer Engine entry's bytes come from: a kernel of :data:`TE_SOURCES` (its source
     is cited in the note), or Megatron-Core's own code, ``measured`` on the CPU or ``read``."""
-    from ..ledgers_megatron import KERNEL_SOURCES
+    from ..ledgers.megatron_blocks import KERNEL_SOURCES
 
     for name in TE_SOURCES:
         if KERNEL_SOURCES[name] in note:
@@ -484,7 +486,8 @@ def megatron_layer_entries(model: ModelConfig | str = "deepseek-v3", kind: str =
     """Every entry of one ``megatron`` layer, local beside Transformer Engine: key, group, bytes on
     each path (None where the path keeps no such tensor) and, for Transformer Engine, ``source``:
     the kernel whose source gives it (a key of :data:`TE_SOURCES`), ``measured`` or ``read``."""
-    from ..ledgers_megatron import Kernels, megatron_layer
+    from ..ledgers.megatron_blocks import Kernels
+    from ..ledgers.megatron import megatron_layer
 
     m = load_model(model)
     gt = ground_truths(m, kind, b, s)
@@ -509,10 +512,10 @@ def kernel_differences(model: ModelConfig | str = "deepseek-v3", kind: str = "mo
 
 
 # ------------------------------------------------------------------------------------------------
-# the recorded GPU run (benchmarks/gpu_validation.py on one H200, committed as data)
+# the recorded GPU run (benchmarks/gpu_validation.py on one H200, committed as package data)
 # ------------------------------------------------------------------------------------------------
 #: the measured result of ``benchmarks/gpu_validation.py`` on one H200
-GPU_RESULT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_validation_h200.json"
+GPU_RESULT = resources.files("memlib.data") / "gpu_validation_h200.json"
 
 _GPU_BASE = {"qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "model_type": "deepseek_v3",
              "n_shared_experts": 1, "first_k_dense_replace": 1, "topk_method": "noaux_tc"}
@@ -551,7 +554,7 @@ def gpu_shared() -> dict[str, int]:
     """The model symbols every GPU configuration has with one value, by registry key, apart from
     those the GPU table lists per configuration (:data:`GPU_TABLE_SYMBOLS`): the rest of what
     defines each configuration."""
-    from ..symbols import model_symbols
+    from ..core.symbols import model_symbols
 
     models = [gpu_model(n) for n, _, _, _ in GPU_CONFIGS]
     out = {}
@@ -591,10 +594,10 @@ def gpu_run(path: Path = GPU_RESULT) -> dict:
     The run: ``cuda`` is the CUDA version PyTorch was built for (from its local version tag,
     ``2.11.0+cu130`` -> ``13.0``; None without one), ``order`` the configurations in the order they
     ran (each one built its model afresh, and the script emptied the allocator's cache after it)."""
-    from ..ledgers_hf import HF_VERSIONS
-    from ..measure import predicted
+    from ..ledgers.hf import HF_VERSIONS
+    from ..measure.hf import predicted
 
-    data = json.loads(Path(path).read_text())
+    data = json.loads((Path(path) if isinstance(path, str) else path).read_text())
     configs = {n: (b, s) for n, _, b, s in GPU_CONFIGS}
     rows = []
     for r in data["rows"]:

@@ -1,0 +1,276 @@
+"""The command line's parser: every sub-command's options, their types and one-line errors."""
+from __future__ import annotations
+
+import argparse
+import re
+
+from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig,
+                      show)
+from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..model.states import RECIPES
+from ..core.units import parse_number
+
+
+_QUOTED = re.compile(r"'([^']{60,})'")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2 (a long value it quotes, shortened)."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        one_line = " ".join(message.split())
+        raise ConfigError(_QUOTED.sub(lambda mo: show(mo.group(1)), one_line))
+
+
+_DIGITS = 20   # an integer option has at most this many digits (the LIMITS are far below 10^20)
+
+
+def _integer(name: str, text: str, minimum: int = 1) -> int:
+    """An integer option, read without converting an unbounded string: plain ASCII digits (an
+    optional minus sign, so that a negative value is named as such), at most 20 of them."""
+    t = text.strip()
+    body = t[1:] if t.startswith("-") else t
+    if body and len(body) > _DIGITS and all("0" <= c <= "9" for c in body):
+        raise ConfigError(f"{name}={show(text)} has {len(body)} digits, more than any size memlib accepts")
+    if not body or len(body) > _DIGITS or not all("0" <= c <= "9" for c in body):
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"{name}={show(text)} must be {rule}")
+    return int(t)
+
+
+def _count(name: str, minimum: int = 1):
+    def parse(text: str) -> int:
+        try:
+            return _integer(name, text, minimum)
+        except ConfigError as exc:           # argparse reports a type error as "argument --x: ..."
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = name
+    return parse
+
+
+def _layout(text: str):
+    """A comma list of layer counts, or a Megatron-LM layout string (``Et|(tt|)*30mL``)."""
+    if any(c in text for c in "EtmL|"):
+        from ..megatron.layout import parse_layout
+
+        try:
+            return parse_layout(text, name="layout")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parts = text.split(",")
+    if len(parts) > LIMITS["virtual_stages"]:
+        raise argparse.ArgumentTypeError(f"layout has {len(parts)} entries, more than {LIMITS['virtual_stages']} stages")
+    try:
+        return tuple(_integer("layout entry", x, minimum=0) for x in parts)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"layout={show(text)} must be a comma-separated list of non-negative layer counts, e.g. 4,4,4,1") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="memlib", description="GPU memory of DeepSeek-style MoE training, exactly.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    pp = sub.add_parser("params", help="parameter counts of a model")
+    pp.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
+    pp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    pf = sub.add_parser("formula", help="print an equation of the book (plain text or LaTeX)",
+                        description="Prints the equation NAME exactly as the book displays it (its number "
+                                    "is in --list), for the structure of --model.")
+    pf.add_argument("name", nargs="?", default=None, help="formula name; omit it (or --list) to list them")
+    pf.add_argument("--model", default="deepseek-v3", help="model whose structure the formula follows")
+    pf.add_argument("--latex", action="store_true", help="print the LaTeX the book renders")
+    pf.add_argument("--expand", action="store_true",
+                    help="print the right-hand side with every named block written out (ready to substitute)")
+    pf.add_argument("--list", action="store_true", help="list the formulas with their numbers in the book")
+
+    d = PAPER_TRAINING
+    pe = sub.add_parser("estimate", help="per-stage memory per device",
+                        description="Defaults are the paper's configuration: DeepSeek-V3, "
+                                    "PP16@TP2@EP8@ETP1, DP32, ZeRO 0, precision paper.")
+    pe.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
+    for name, helptext in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
+                           ("pp", "pipeline stages"), ("ep", "expert-parallel size"),
+                           ("etp", "expert tensor-parallel size"), ("cp", "context-parallel size")):
+        pe.add_argument(f"--{name}", type=_count(name), default=getattr(d, name),
+                        help=f"{helptext} (default {getattr(d, name)})")
+    pe.add_argument("--no-sp", dest="sp", action="store_false", help="disable sequence parallelism")
+    pe.add_argument("--layout", type=_layout, default=None,
+                    help="decoder layers per stage, e.g. 4,4,...,4,1 (default: ceil(l/pp) per stage, remainder "
+                         "last), or a Megatron-LM layout such as 'Et|(tt|)*30mL' (its stages set --vpp)")
+    pe.add_argument("--zero", type=_count("zero", 0), default=d.zero, help="ZeRO stage: 0, 1, 2 or 3")
+    pe.add_argument("--precision", default=d.precision,
+                    help=f"precision recipe: {', '.join(RECIPES)}, or a spec BASE:FIELD=BYTES,... such as "
+                         f"megatron:exp_avg=bf16,exp_avg_sq=bf16 (fields: weights, gradients, activations, "
+                         f"master_weights, main_grad, exp_avg, exp_avg_sq)")
+    pe.add_argument("--profile", default=d.profile, help="partition convention: paper or megatron")
+    pe.add_argument("--micro-batch", type=_count("micro_batch"), default=d.micro_batch, help=f"b, sequences per micro-batch (default {d.micro_batch})")
+    pe.add_argument("--seq-len", type=_count("seq_len"), default=d.seq_len, help=f"s, tokens per sequence (default {d.seq_len})")
+    pe.add_argument("--recompute", default=d.recompute,
+                    help="none, selective, deepseek, full, full-block:K, or a comma list of modules "
+                         "(core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, shared_experts)")
+    pe.add_argument("--schedule", default=d.schedule, help="gpipe, 1f1b, interleaved or dualpipe (default 1f1b)")
+    pe.add_argument("--num-microbatches", type=_count("num_microbatches"), default=None,
+                    help="M per step (default: enough to fill the pipeline)")
+    pe.add_argument("--vpp", type=_count("vpp"), default=1, help="V, model chunks per device (interleaved schedule)")
+    _kernel_options(pe, d)
+    _carried_options(pe, d)
+    pe.add_argument("--megatron-args", default=None, metavar="FILE",
+                    help="Megatron-LM flags: a launch script, a flag list or a test's model_config.yaml ('-': "
+                         "standard input); the model and training configuration come from it, options given "
+                         "here override it")
+    pe.add_argument("--world-size", type=_count("world_size"), default=None,
+                    help="with --megatron-args: the number of GPUs (when the file does not say)")
+    pe.add_argument("--vocab-size", type=_count("vocab_size"), default=None,
+                    help="with --megatron-args: the tokenizer's vocabulary before Megatron's padding")
+    pe.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GiB or 80GB: adds 'fits'")
+    pe.add_argument("--gpu", default=None, metavar="NAME",
+                    help="the GPU (A100, H100, H800, H200, B200, GB200): sizes the framework's workspaces in the "
+                         "predicted peak (default: a Hopper GPU) and, without --gpu-memory, gives the capacity "
+                         "its driver reports (nvidia-smi's total, memlib.device.overhead.DEVICE_MEMORY): adds 'fits'")
+    pe.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
+    pe.add_argument("--cuda-context", default=None, help="CUDA context size, e.g. 500MiB (overrides the preset)")
+    pe.add_argument("--comm-buffers", default=None, help="communication buffers, e.g. 2GiB (overrides the preset)")
+    pe.add_argument("--fragmentation", default=None, help="fraction of allocated memory, e.g. 0.1 (overrides the preset)")
+    pe.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
+    pe.add_argument("--json", action="store_true", help="machine-readable output")
+
+    pl = sub.add_parser("plan", help="every parallel configuration of N GPUs that fits, ranked",
+                        description="Enumerates every valid configuration of --gpus GPUs (DP TP PP CP = N, EP, ETP, "
+                                    "ZeRO 0-3, micro-batch sizes, the allowed profiles, precisions, recompute "
+                                    "policies, schedules and layouts), keeps those whose peak stage fits "
+                                    "--gpu-memory (estimate's total, to the byte) and ranks them by a stated cost "
+                                    "model (memlib.search.plan: pipeline bubble, recomputation, communication volume). "
+                                    "Not a throughput simulator: every term is shown.")
+    pl.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
+    pl.add_argument("--gpus", type=_count("gpus"), required=True, help="N, the number of GPUs")
+    pl.add_argument("--gpu-memory", required=True, help="device capacity, e.g. 80GB or 141GB")
+    pl.add_argument("--seq-len", type=_count("seq_len"), default=4096, help="s, tokens per sequence (default 4096)")
+    pl.add_argument("--global-batch", type=_count("global_batch"), default=None,
+                    help="B, sequences per step (default 15360, DeepSeek-V3's)")
+    pl.add_argument("--profile", default="megatron", help="comma list of profiles (default megatron)")
+    pl.add_argument("--precision", default="megatron", help="comma list of precision recipes (default megatron)")
+    pl.add_argument("--recompute", default="none,selective,full",
+                    help="comma list of recompute policies (default none,selective,full); a module list is "
+                         "joined by '+', e.g. layernorm+mla_up_proj")
+    pl.add_argument("--schedule", default="1f1b,interleaved,dualpipe",
+                    help="comma list of schedules (default 1f1b,interleaved,dualpipe)")
+    pl.add_argument("--zero", default="0,1,2,3", help="comma list of ZeRO stages (default 0,1,2,3)")
+    pl.add_argument("--layout-rule", default="default,balanced", help="comma list: default, balanced")
+    pl.add_argument("--fix", action="append", default=[], metavar="K=V,...",
+                    help="pin knobs: dp, tp, pp, ep, etp, cp, zero, b, vpp (e.g. tp=1,pp=16)")
+    pl.add_argument("--max-micro-batch", type=_count("max_micro_batch"), default=16,
+                    help="largest micro-batch size searched (default 16)")
+    pl.add_argument("--max-vpp", type=_count("max_vpp"), default=4,
+                    help="most model chunks per rank for the interleaved schedule (default 4)")
+    pl.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
+    pl.add_argument("--top", type=_count("top"), default=10, help="configurations listed (default 10)")
+    pl.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+
+    pm = sub.add_parser("measure", help="measured against predicted activation bytes (needs memlib[measure])",
+                        description="Builds the model with random weights on the CPU, runs one training forward "
+                                    "pass with labels and counts what autograd saves for backward, per layer and "
+                                    "per tensor, beside the activation ledger's prediction; then gradient (and "
+                                    "optimizer-state) bytes after backward. --framework transformers (default): "
+                                    "Hugging Face transformers against the hf-eager ledger. --framework "
+                                    "megatron-core: Megatron-Core's GPTModel (transformer_impl local) against the "
+                                    "megatron ledger, with its parameters and main_grad buffers. Exit code 0 only "
+                                    "when every number agrees.")
+    pm.add_argument("--framework", default="transformers", choices=("transformers", "megatron-core"),
+                    help="the implementation measured (default transformers)")
+    pm.add_argument("--model", required=True, help="preset name or path to a config.json (keep it small)")
+    pm.add_argument("--micro-batch", type=_count("micro_batch"), default=1, help="b, sequences per micro-batch (default 1)")
+    pm.add_argument("--seq-len", type=_count("seq_len"), default=16, help="s, tokens per sequence (default 16)")
+    pm.add_argument("--profile", default=None,
+                    help="activation ledger to compare with (default hf-eager; megatron for megatron-core)")
+    pm.add_argument("--recompute", default="none", help="megatron-core: recompute policy (as for estimate)")
+    pm.add_argument("--precision", default="megatron", choices=("megatron", "fp32"),
+                    help="megatron-core: megatron (bf16, Float16Module, fp32 main grads) or fp32 (default megatron)")
+    _kernel_options(pm, TrainingConfig(transformer_impl=TransformerImpl.LOCAL), measure=True)
+    pm.add_argument("--seed", type=_count("seed", 0), default=0, help="seed of the random weights and tokens (default 0)")
+    pm.add_argument("--no-step", dest="step", action="store_false", help="skip backward and the optimizer step")
+    pm.add_argument("--peak", action="store_true",
+                    help="megatron-core: the allocation of whole training steps instead (two iterations of M "
+                         "micro-batches and the optimizer step): before, peak per phase, after, max")
+    pm.add_argument("--num-microbatches", type=_count("num_microbatches"), default=1,
+                    help="with --peak: M micro-batches per step (default 1)")
+    pm.add_argument("--no-distributed-optimizer", dest="distributed_optimizer", action="store_false",
+                    help="with --peak: megatron-core's optimizer without the distributed optimizer")
+    pm.add_argument("--adam", default="fused", choices=("fused", "foreach"),
+                    help="with --peak: torch's Adam standing in for Transformer Engine's FusedAdam (default fused)")
+    pm.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _kernel_options(p: argparse.ArgumentParser, d: TrainingConfig, measure: bool = False) -> None:
+    """The megatron profile's kernel choices, spelled as Megatron-LM's arguments."""
+    if not measure:
+        p.add_argument("--transformer-impl", default=d.transformer_impl.value,
+                       choices=[x.value for x in TransformerImpl],
+                       help=f"megatron profile: modules built from (default {d.transformer_impl})")
+        p.add_argument("--attention-backend", default=d.attention_backend.value, choices=[x.value for x in AttnBackend],
+                       help=f"megatron profile: attention kernel; local and unfused keep the s x s probabilities "
+                            f"(default {d.attention_backend})")
+        p.add_argument("--cross-entropy-fusion-impl", default=d.cross_entropy_fusion_impl.value,
+                       choices=[x.value for x in CrossEntropyFusionImpl],
+                       help="megatron profile: with --cross-entropy-loss-fusion (default native)")
+    p.add_argument("--attention-softmax-in-fp32", action="store_true",
+                   help="megatron profile: the s x s softmax in fp32 (local and unfused attention)")
+    p.add_argument("--no-bias-swiglu-fusion", dest="bias_swiglu_fusion", action="store_false",
+                   help="megatron profile: unfused SwiGLU (keeps SiLU(gate) and up as well)")
+    p.add_argument("--cross-entropy-loss-fusion", action="store_true",
+                   help="megatron profile: fused cross-entropy (see --cross-entropy-fusion-impl)")
+    p.add_argument("--moe-router-load-balancing-type", dest="moe_aux_loss", default=d.moe_aux_loss.value,
+                   choices=[x.value for x in LoadBalancing],
+                   help=f"megatron profile: the auxiliary loss (default {d.moe_aux_loss}, as DeepSeek-V3)")
+
+
+def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
+    """Megatron-LM features: FP8 compute, overlap, offloading, uneven routing, DDP buckets."""
+    p.add_argument("--fp8-format", dest="fp8", default=d.fp8, choices=FP8_FORMATS,
+                   help="Megatron-LM's FP8 compute format: Linear inputs saved in FP8")
+    p.add_argument("--fp8-recipe", default=d.fp8_recipe, choices=FP8_RECIPES,
+                   help=f"Megatron-LM's FP8 scaling recipe (default {d.fp8_recipe}): the scales saved beside FP8 activations")
+    p.add_argument("--overlap-moe-expert-parallel-comm", dest="moe_a2a_overlap", action="store_true",
+                   help="overlap the MoE all-to-all with computation: one more layer's forward at the peak")
+    p.add_argument("--offload-modules", type=_modules, default=d.offload_modules,
+                   help="fine-grained activation offloading, a comma list of " + ", ".join(OFFLOAD_MODULES)
+                        + ": their inputs move to the host")
+    p.add_argument("--overlap-grad-reduce", action="store_true", help="overlap the gradient reduction (bucketed gradient buffers)")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="overlap the parameter all-gather; needs --overlap-grad-reduce and ZeRO >= 1")
+    p.add_argument("--routing-imbalance", type=_imbalance, default=d.routing_imbalance,
+                   help="the busiest rank's routed tokens over the balanced share, >= 1, e.g. 1.25")
+    p.add_argument("--ddp-bucket-size", type=_count("ddp_bucket_size"), default=d.ddp_bucket_size,
+                   help="elements per gradient bucket (Megatron-Core's DDP)")
+
+
+def _modules(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _imbalance(text: str):
+    try:
+        return parse_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"routing_imbalance={show(text)} {exc}") from None
+
+
+#: ``estimate`` options that are TrainingConfig fields (an explicit one overrides --megatron-args)
+_TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "precision", "profile", "micro_batch",
+                  "seq_len", "recompute", "schedule", "num_microbatches", "vpp", "transformer_impl",
+                  "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion",
+                  "cross_entropy_fusion_impl", "moe_aux_loss", "fp8", "fp8_recipe", "moe_a2a_overlap",
+                  "offload_modules", "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance",
+                  "ddp_bucket_size")
+
+
+def _explicit(argv: list[str]) -> set[str]:
+    """The ``estimate`` options given on the command line (not left at their defaults)."""
+    p = _parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices["estimate"]
+    for action in sub._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv))) - {"command"}

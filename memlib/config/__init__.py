@@ -1,0 +1,22 @@
+"""Configurations: the model (Hugging Face ``config.json`` field names), the training setup and its strategies.
+
+:mod:`~memlib.config.checks` (the one-line :class:`ConfigError`, the bounds) →
+:mod:`~memlib.config.model` (:class:`ModelConfig`, the families, presets, :func:`load_model`) →
+:mod:`~memlib.config.strategies` (:class:`Schedule`, :class:`ZeroStage`, the kernel choices) →
+:mod:`~memlib.config.training` (:class:`TrainingConfig`, the paper's configuration).  Both configs are
+frozen dataclasses; nothing in memlib mutates them.  Bad input raises :class:`ConfigError` with one
+line that names the field, its value and the rule.  The names below are the package's API.
+"""
+from __future__ import annotations
+
+from .checks import LIMITS, ConfigError, check_count, show
+from .model import (FAMILIES, MAX_CONFIG_BYTES, PRESETS, Family, ModelConfig, family_of, load_model, model_from_dict,
+                    preset_names)
+from .strategies import FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, Schedule, ZeroStage
+from .training import PAPER_TRAINING, TrainingConfig
+
+__all__ = [
+    "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
+    "preset_names", "LIMITS", "show", "check_count", "Schedule", "ZeroStage", "FP8_FORMATS", "FP8_RECIPES",
+    "OFFLOAD_MODULES", "Family", "FAMILIES", "family_of", "PAPER_TRAINING", "MAX_CONFIG_BYTES",
+]

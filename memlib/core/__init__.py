@@ -1,0 +1,8 @@
+"""The leaves every other package uses: byte units, the notation registry, the Breakdown type and its exact compiler.
+
+:mod:`~memlib.core.units` formats and parses byte counts (GiB and GB kept apart),
+:mod:`~memlib.core.symbols` defines every symbol once, :mod:`~memlib.core.breakdown` is the ordered set
+of named SymPy terms every result is, and :mod:`~memlib.core.exact` compiles such terms into exact
+Python arithmetic.
+Nothing here knows about models or devices.
+"""

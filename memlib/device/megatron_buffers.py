@@ -1,0 +1,782 @@
+"""Persistent memory of one rank under Megatron-Core's DDP and distributed optimizer, exactly.
+
+What a Megatron-LM rank still holds after ``optimizer.step()`` (the ``mem-allocated-bytes`` its
+functional tests log, :data:`memlib.data.reference.MEGATRON_RUNS`): the model states in DDP's padded
+contiguous buffers and the distributed optimizer's shards (:func:`model_state_memory`), and the
+framework's own buffers (:func:`framework_memory`), every tensor rounded as PyTorch's caching allocator
+rounds it (:data:`ALLOC_BLOCK`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
+the ``megatron`` profile.
+
+The derivation, with its sources (file:line), is in ``docs/derivations/megatron_buffers.md``.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+import sympy as sp
+
+from ..model.architecture import Tensor, decoder_layer_tensors, mtp_tensors
+from ..core.breakdown import Breakdown
+from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..model.partition import Chunk, Partition, Stage, shard_divisor
+from ..core.symbols import sym
+
+__all__ = [
+    "MEGATRON_COMMIT", "TE_COMMIT", "ALLOC_BLOCK", "allocation", "MegatronParam", "chunk_params", "rank_params",
+    "BufferLayout", "buffer_layout", "shard_numels", "default_bucket_size", "Buffer", "buffers_of", "rank_buffers",
+    "logging_rank", "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
+    "te_cublas_workspace_bytes", "torch_cublas_workspace_bytes", "FRAMEWORK_TERMS", "framework_tensors",
+    "framework_memory", "persistent_memory", "Derivation", "derive_data_parallel_size",
+]
+
+#: Megatron-LM snapshot the ``file:line`` references point at (megatron-core 0.20.0 dev)
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+#: Transformer Engine snapshot (2.20.0 dev) the TE references point at
+TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
+
+#: PyTorch's caching allocator rounds every request up to a multiple of this (c10/cuda/
+#: CUDACachingAllocator.cpp ``kMinBlockSize``; memlib.data.reference.PYTORCH_ALLOCATOR holds the same)
+ALLOC_BLOCK = 512
+
+MiB = 2**20
+
+
+def allocation(nbytes: int) -> int:
+    """Bytes the caching allocator counts for a request of ``nbytes`` (0 for an empty tensor).
+
+    >>> allocation(0), allocation(1), allocation(512), allocation(513)
+    (0, 512, 512, 1024)
+    """
+    if nbytes <= 0:
+        return 0
+    return -(-nbytes // ALLOC_BLOCK) * ALLOC_BLOCK
+
+
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={show(value)} must be true or false")
+    return value
+
+
+def _check_int(name: str, value, allowed: Iterable[int] | None = None, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}={show(value)} must be an integer >= {minimum}")
+    if allowed is not None and value not in allowed:
+        raise ConfigError(f"{name}={show(value)} must be one of {', '.join(map(str, allowed))}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------
+# the parameters Megatron-Core registers
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MegatronParam:
+    """One ``nn.Parameter`` of a Megatron-Core model chunk, as one rank holds it."""
+
+    name: str                 #: Megatron-Core's name within the chunk (Transformer Engine spec)
+    shape: tuple[int, ...]    #: the local shape on this rank
+    expert: bool = False      #: in the expert-parallel buffer (``allreduce=False``), sharded over EDP
+    shared_embedding: bool = False  #: an embedding copy that gets a bucket of its own
+    te_gemm: bool = False     #: the weight of a Transformer Engine GEMM module (dummy wgrad, FP8 copy)
+    dummy_wgrad: bool = False  #: its fused weight-gradient accumulation returns TE's cached dummy tensor
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+h, n_h, d_v, d_cq, d_c, h_F, h_E, N_s, N = (sym(k) for k in ("h", "n_h", "d_v", "d_cq", "d_c", "h_F", "h_E",
+                                                               "N_s", "N"))
+d_head, h_S = sym("d_head"), sym("h_S")
+TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
+
+#: memlib tensor keys -> (Megatron-Core parameter, its number of columns, a TE GEMM weight); tensors mapped
+#: to one parameter are fused (rows stacked), in Megatron-Core's registration order (transformer_layer.py,
+#: multi_latent_attention.py, moe/moe_layer.py, extensions/transformer_engine.py at MEGATRON_COMMIT).  A key
+#: ``kind:key`` applies only to a layer of that kind (``dense``, ``moe``), attention kind (``mla``, ``gqa``) or
+#: MoE kind (``deepseek``, ``qwen2_moe``, ...).  The grouped-query rows (attention.py SelfAttention: linear_proj,
+#: then linear_qkv with the input norm fused, then the q/k layernorms; TELayerNormColumnParallelLinear registers
+#: layer_norm_weight, layer_norm_bias, weight, bias) are read from megatron-core 0.19.2's code, not measured
+_LAYER_PARAMS: tuple[tuple[str, tuple[str, ...], object, bool], ...] = (
+    ("input_layernorm.weight", ("mla:norms.attn_norm",), None, False),
+    ("self_attention.linear_proj.weight", ("mla:attention.W_O",), n_h * d_v / TP, True),
+    ("self_attention.linear_proj.weight", ("gqa:attention.W_O",), n_h * d_head / TP, True),
+    ("self_attention.linear_proj.bias", ("attention.b_O",), None, False),
+    ("self_attention.linear_qkv.layer_norm_weight", ("gqa:norms.attn_norm",), None, False),
+    ("self_attention.linear_qkv.layer_norm_bias", ("gqa:norms.attn_norm_bias",), None, False),
+    ("self_attention.linear_qkv.weight", ("gqa:attention.W_Q", "attention.W_K", "attention.W_V"), h, True),
+    ("self_attention.linear_qkv.bias", ("attention.b_Q", "attention.b_K", "attention.b_V"), None, False),
+    ("self_attention.q_layernorm.weight", ("attention.q_head_norm",), None, False),
+    ("self_attention.k_layernorm.weight", ("attention.k_head_norm",), None, False),
+    ("self_attention.linear_q_proj.weight", ("mla:attention.W_Q", "attention.W_QR"), h, True),
+    ("self_attention.linear_q_down_proj.weight", ("attention.W_DQ",), h, True),
+    ("self_attention.linear_q_up_proj.layer_norm_weight", ("attention.q_norm",), None, False),
+    ("self_attention.linear_q_up_proj.weight", ("attention.W_UQ", "attention.W_QR"), d_cq, True),
+    ("self_attention.linear_kv_down_proj.weight", ("attention.W_DKV", "attention.W_KR"), h, True),
+    ("self_attention.linear_kv_up_proj.layer_norm_weight", ("attention.kv_norm",), None, False),
+    ("self_attention.linear_kv_up_proj.weight", ("attention.W_UK", "attention.W_UV"), d_c, True),
+    # dense layer: the pre-MLP norm is fused into linear_fc1 (TELayerNormColumnParallelLinear)
+    ("mlp.linear_fc1.layer_norm_weight", ("dense:norms.ffn_norm",), None, False),
+    ("mlp.linear_fc1.layer_norm_bias", ("dense:norms.ffn_norm_bias",), None, False),
+    ("mlp.linear_fc1.weight", ("dense_ffn.gate", "dense_ffn.up"), h, True),
+    ("mlp.linear_fc1.weight", ("dense_ffn.fc1",), h, True),
+    ("mlp.linear_fc1.bias", ("dense_ffn.gate_bias", "dense_ffn.up_bias"), None, False),
+    ("mlp.linear_fc1.bias", ("dense_ffn.fc1_bias",), None, False),
+    ("mlp.linear_fc2.weight", ("dense_ffn.down",), h_F / TP, True),
+    ("mlp.linear_fc2.weight", ("dense_ffn.fc2",), h_F / TP, True),
+    ("mlp.linear_fc2.bias", ("dense_ffn.down_bias",), None, False),
+    ("mlp.linear_fc2.bias", ("dense_ffn.fc2_bias",), None, False),
+    # MoE layer
+    ("pre_mlp_layernorm.weight", ("moe:norms.ffn_norm",), None, False),
+    ("pre_mlp_layernorm.bias", ("moe:norms.ffn_norm_bias",), None, False),
+    ("mlp.router.weight", ("router.gate",), h, False),
+    ("mlp.experts.linear_fc1.weight{e}", ("routed_experts.gate", "routed_experts.up"), h, True),
+    ("mlp.experts.linear_fc2.weight{e}", ("routed_experts.down",), h_E / ETP, True),
+    ("mlp.shared_experts.linear_fc1.weight", ("shared_experts.gate", "shared_experts.up"), h, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("deepseek:shared_experts.down",), N_s * h_E / TP, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("qwen2_moe:shared_experts.down",), h_S / TP, True),
+    ("mlp.shared_experts.gate_weight", ("shared_experts.gate_weight",), h, False),
+)
+
+
+def _local(part: Partition, t: Tensor) -> int:
+    return int((t.numel / shard_divisor(part.sharding(t))).xreplace(part.values))
+
+
+def _layer_params(part: Partition, prefix: str, tensors: list[Tensor], kind: str, expert_buffer: bool,
+                  strip: str = "") -> list[MegatronParam]:
+    by_key = {t.key.removeprefix(strip): t for t in tensors if t.kind != "buffer"}
+    used: set[str] = set()
+    out = []
+    local_experts = int((N / EP).xreplace(part.values))
+    for name, keys, cols, te in _LAYER_PARAMS:
+        wanted = []
+        for k in keys:
+            if ":" in k:
+                k_kind, k = k.split(":")
+                if k_kind not in (kind, part.model.attention, part.model.moe):
+                    continue
+            if k in by_key and k not in used:
+                wanted.append(k)
+        if not wanted or wanted[0] != keys[0].split(":")[-1]:
+            continue      # the parameter exists when its first tensor does (W^Q without q LoRA, W^UQ with it)
+        used.update(wanted)
+        numel = sum(_local(part, by_key[k]) for k in wanted)
+        if cols is None:
+            shapes = [(numel,)]
+        else:
+            c = int(sp.sympify(cols).xreplace(part.values))
+            per = local_experts if "{e}" in name else 1
+            if numel % (per * c):  # pragma: no cover - a wrong column count in the table
+                raise ConfigError(f"megatron_buffers: {name} has {numel} elements, not a multiple of {per} x {c}")
+            shapes = [(numel // per // c, c)] * per
+        for e, shape in enumerate(shapes):
+            out.append(MegatronParam(prefix + name.format(e=e), shape, expert=expert_buffer and "{e}" in name,
+                                     te_gemm=te, dummy_wgrad=te))
+    missing = set(by_key) - used
+    if missing:  # pragma: no cover - a tensor memlib knows and this table does not
+        raise ConfigError(f"megatron_buffers: no Megatron-Core parameter for {sorted(missing)}")
+    return out
+
+
+def _expert_buffer(train: TrainingConfig) -> bool:
+    """Routed experts have a buffer of their own when EP > 1 or ETP != TP: their parameters are marked
+    ``allreduce=False`` (tensor_parallel/layers.py:1033-1036) and grouped apart (param_and_grad_buffer.py:924-925)."""
+    return train.ep > 1 or train.etp != train.tp
+
+
+def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
+    """The parameters of one model chunk on one rank, in Megatron-Core's registration order
+    (gpt_model.py:174-277: embedding, decoder, MTP block, output layer).
+
+    Their element counts are memlib's (:meth:`Partition.tensors`); the total is checked against
+    :meth:`Partition.params` for the chunk."""
+    m, t = part.model, part.train
+    if part.profile.name != "megatron":
+        raise ConfigError(f"profile={part.profile.name}: Megatron-Core's buffers need the megatron profile")
+    vals = part.values
+    experts = _expert_buffer(t)
+    hidden, vocab_local = m.hidden_size, int((sym("v") / TP).xreplace(vals))
+    pp_last_rank_chunk = chunk.last
+    mtp_here = part.profile.include_mtp and m.num_nextn_predict_layers > 0 and pp_last_rank_chunk
+    out: list[MegatronParam] = []
+    if chunk.first or mtp_here:
+        # language_module.py:270-292: a copy on a stage without the embedding (MTP, tied head) is
+        # marked shared_embedding, and so is the first stage's when a copy exists elsewhere
+        shared = t.pp > 1 and (not chunk.first or (not chunk.last and (m.tie_word_embeddings or mtp_here
+                                                                          or m.num_nextn_predict_layers > 0)))
+        out.append(MegatronParam("embedding.word_embeddings.weight", (vocab_local, hidden), shared_embedding=shared))
+        if chunk.first and m.positions == "learned":   # language_model_embedding.py: torch.nn.Embedding, replicated
+            out.append(MegatronParam("embedding.position_embeddings.weight", (m.max_position_embeddings, hidden)))
+    for k, i in enumerate(chunk.layers):
+        kind = m.layer_kinds[i]
+        out += _layer_params(part, f"decoder.layers.{k}.", decoder_layer_tensors(m, kind), kind, experts)
+    if chunk.last:
+        out.append(MegatronParam("decoder.final_layernorm.weight", (hidden,)))
+        if m.norm == "layernorm":
+            out.append(MegatronParam("decoder.final_layernorm.bias", (hidden,)))
+    if mtp_here:
+        kind = m.layer_kinds[-1]
+        for j in range(m.num_nextn_predict_layers):
+            p = f"mtp.layers.{j}."
+            out += [MegatronParam(p + "enorm.weight", (hidden,)), MegatronParam(p + "hnorm.weight", (hidden,)),
+                    MegatronParam(p + "eh_proj.weight", (hidden // t.tp, 2 * hidden), te_gemm=True,
+                                  dummy_wgrad=True)]
+            block = [x for x in mtp_tensors(m, j, kind) if x.key.split(".")[1] not in ("enorm", "hnorm", "eh_proj",
+                                                                                        "final_norm")]
+            out += _layer_params(part, p + "mtp_model_layer.", block, kind, experts, strip="mtp.")
+            out.append(MegatronParam(p + "final_layernorm.weight", (hidden,)))
+    if chunk.last and not (m.tie_word_embeddings and chunk.first):
+        # tied: the last stage keeps its own output weight (gpt_model.py:277-293 allocates it unless the
+        # stage holds the embedding); it is the shared copy unless an MTP embedding copy is (language_module.py)
+        shared = m.tie_word_embeddings and not mtp_here and t.pp > 1
+        out.append(MegatronParam("output_layer.weight", (vocab_local, hidden), shared_embedding=shared,
+                                 dummy_wgrad=True))
+    total = sum(p.numel for p in out)
+    expected = part.params(chunk).evaluate_total(vals)
+    if total != expected:  # pragma: no cover - the table above and memlib's tensors disagree
+        raise ConfigError(f"megatron_buffers: chunk {chunk.index} has {total} parameters, memlib counts {expected}")
+    return out
+
+
+def rank_params(part: Partition, stage: int | Stage = -1) -> list[list[MegatronParam]]:
+    """The parameters of every model chunk pipeline rank ``stage`` holds (one list per chunk)."""
+    st = _stage(part, stage)
+    return [chunk_params(part, c) for c in st.chunks]
+
+
+def _stage(part: Partition, stage: int | Stage) -> Stage:
+    if isinstance(stage, Stage):
+        return stage
+    if isinstance(stage, bool) or not isinstance(stage, int) or not -part.train.pp <= stage < part.train.pp:
+        raise ConfigError(f"stage={show(stage)} must be a pipeline rank in 0..{part.train.pp - 1} (or -1 for the last)")
+    return part.stages[stage]
+
+
+# ------------------------------------------------------------------------------------------------
+# the contiguous buffers and their shards
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BufferLayout:
+    """Where each parameter sits in one DDP buffer (element offsets), and its buckets."""
+
+    param_ranges: tuple[tuple[int, int], ...]   #: (start, end) of each parameter, in the given order
+    buckets: tuple[tuple[int, int], ...]        #: (start, end) of each bucket, padded
+    numel: int                                  #: elements allocated (with padding)
+    numel_unpadded: int                         #: elements of the parameters themselves
+
+    @property
+    def padding(self) -> int:
+        return self.numel - self.numel_unpadded
+
+
+def _pad(x: int, d: int) -> int:
+    return -(-x // d) * d
+
+
+def buffer_layout(numels: Sequence[int], data_parallel_size: int, *, bucket_size: Optional[int] = None,
+                  distributed_optimizer: bool = True, shared_embedding: Sequence[bool] | None = None,
+                  pad_buckets_for_high_nccl_busbw: bool = False) -> BufferLayout:
+    """The layout of one DDP buffer holding parameters of ``numels`` (registration order).
+
+    Parameters are placed in reverse (backward) order.  With the distributed optimizer
+    (distrib_optimizer.py:506-588): each parameter starts on a multiple of 64 elements
+    (param_layout.py:24-26); a bucket closes once it holds ``bucket_size`` elements or at a
+    ``shared_embedding`` parameter, which gets a bucket of its own; every bucket end is padded to a
+    multiple of lcm(DP, 128), or lcm(DP, 128, 2^16) with ``pad_buckets_for_high_nccl_busbw``
+    (param_layout.py:29-42).  Without it (param_and_grad_buffer.py:954-1001) nothing is padded.
+
+    >>> buffer_layout([100, 30], 2, distributed_optimizer=False).numel
+    130
+    >>> buffer_layout([10, 20, 30], 2, shared_embedding=[True, False, False]).buckets
+    ((0, 128), (128, 256))
+    """
+    dp = _check_int("data_parallel_size", data_parallel_size)
+    if bucket_size is not None:
+        _check_int("bucket_size", bucket_size)
+    flags = list(shared_embedding) if shared_embedding is not None else [False] * len(numels)
+    if len(flags) != len(numels):
+        raise ConfigError(f"shared_embedding has {len(flags)} entries for {len(numels)} parameters")
+    ranges: list[tuple[int, int]] = [(0, 0)] * len(numels)
+    buckets: list[tuple[int, int]] = []
+    if not distributed_optimizer:
+        start = bucket_start = 0
+        for i in reversed(range(len(numels))):
+            end = start + numels[i]
+            ranges[i] = (start, end)
+            start = end
+            if bucket_size is not None and end - bucket_start >= bucket_size:
+                buckets.append((bucket_start, end))
+                bucket_start = end
+        if start > bucket_start or not buckets:
+            buckets.append((bucket_start, start))
+        return BufferLayout(tuple(ranges), tuple(buckets), start, start)
+    divisor = math.lcm(dp, 128, 2**16) if pad_buckets_for_high_nccl_busbw else math.lcm(dp, 128)
+    start = bucket_start = 0
+    in_bucket = 0
+
+    def close(end: int) -> int:
+        padded = _pad(end, divisor)
+        buckets.append((bucket_start, padded))
+        return padded
+
+    end = 0
+    for i in reversed(range(len(numels))):
+        start = _pad(start, 64)
+        if flags[i] and in_bucket:
+            bucket_start = close(start)
+            start, in_bucket = bucket_start, 0
+        end = start + numels[i]
+        ranges[i] = (start, end)
+        in_bucket += 1
+        if (bucket_size is not None and end - bucket_start >= bucket_size) or flags[i]:
+            bucket_start = close(end)
+            start, in_bucket = bucket_start, 0
+        else:
+            start = end
+    if in_bucket:
+        close(end)
+    # numel_unpadded: the parameters' own elements (Megatron-Core's own numel_unpadded counts the 64-element
+    # alignment gaps as used; memlib counts them as padding)
+    return BufferLayout(tuple(ranges), tuple(buckets), buckets[-1][1] if buckets else 0, sum(numels))
+
+
+def shard_numels(layout: BufferLayout, data_parallel_size: int, rank: int) -> tuple[int, ...]:
+    """Elements of each parameter that data-parallel rank ``rank`` owns: the ``rank``-th of
+    ``data_parallel_size`` equal slices of every bucket (distrib_optimizer.py:200-256 and 134-197).
+
+    >>> shard_numels(buffer_layout([100, 30], 2), 2, 1)
+    (36, 0)
+    """
+    dp = _check_int("data_parallel_size", data_parallel_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < dp:
+        raise ConfigError(f"rank={show(rank)} must be a data-parallel rank in 0..{dp - 1}")
+    owned = []
+    for b0, b1 in layout.buckets:
+        if (b1 - b0) % dp:
+            raise ConfigError(f"bucket of {b1 - b0} elements is not divisible by data_parallel_size={dp}")
+        size = (b1 - b0) // dp
+        owned.append((b0 + rank * size, b0 + (rank + 1) * size))
+    out = []
+    for p0, p1 in layout.param_ranges:
+        out.append(sum(max(0, min(p1, o1) - max(p0, o0)) for o0, o1 in owned))
+    return tuple(out)
+
+
+def default_bucket_size(data_parallel_size: int, *, overlap_grad_reduce: bool, bucket_size: Optional[int] = None,
+                        pp_rank: int = 0, chunk_index: int = 0) -> Optional[int]:
+    """The bucket size Megatron-LM gives one model chunk's DDP: ``--ddp-bucket-size`` or
+    max(4e7, 1e6 DP) elements with ``--overlap-grad-reduce``, else one bucket (training.py:2179-2194);
+    one bucket too on pipeline ranks after the first and for chunks after the first (training.py:
+    2503-2515).
+
+    >>> default_bucket_size(64, overlap_grad_reduce=True)
+    64000000
+    >>> default_bucket_size(8, overlap_grad_reduce=True, pp_rank=1) is None
+    True
+    """
+    if not overlap_grad_reduce or pp_rank > 0 or chunk_index > 0:
+        return None
+    return bucket_size if bucket_size is not None else max(40_000_000, 1_000_000 * data_parallel_size)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One DDP buffer of one model chunk on one rank."""
+
+    chunk: int                          #: position of the model chunk on the rank
+    group: str                          #: ``"dense"`` (sharded over DP CP) or ``"expert"`` (over EDP)
+    params: tuple[MegatronParam, ...]   #: in registration order
+    layout: BufferLayout
+    data_parallel_size: int
+    rank: int                           #: this rank's position in that group
+    owned: tuple[int, ...]              #: elements of each parameter in this rank's optimizer shard
+
+
+def _check_rank(name: str, r, n: int) -> int:
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
+        raise ConfigError(f"{name}={show(r)} must be in 0..{n - 1}")
+    return r
+
+
+def buffers_of(chunks: Sequence[Sequence[MegatronParam]], *, data_parallel_size: int,
+               expert_data_parallel_size: Optional[int] = None, dp_rank: Optional[int] = None,
+               edp_rank: Optional[int] = None, pp_rank: int = 0, distributed_optimizer: bool = True,
+               overlap_grad_reduce: bool = False, bucket_size: Optional[int] = None,
+               pad_buckets_for_high_nccl_busbw: bool = False) -> tuple[Buffer, ...]:
+    """The DDP buffers of a rank holding the model ``chunks`` (each a list of :class:`MegatronParam`):
+    per chunk a dense buffer over ``data_parallel_size`` (DP CP) ranks and an expert buffer over
+    ``expert_data_parallel_size`` (EDP) ranks, laid out by :func:`buffer_layout` with the bucket size
+    Megatron-LM gives the chunk (:func:`default_bucket_size`); ``dp_rank`` and ``edp_rank`` (default:
+    the last, as on the rank that logs) pick the optimizer shard."""
+    _check_flag("distributed_optimizer", distributed_optimizer)
+    _check_flag("overlap_grad_reduce", overlap_grad_reduce)
+    _check_flag("pad_buckets_for_high_nccl_busbw", pad_buckets_for_high_nccl_busbw)
+    dp = _check_int("data_parallel_size", data_parallel_size)
+    edp = _check_int("expert_data_parallel_size", dp if expert_data_parallel_size is None else expert_data_parallel_size)
+    dp_rank = _check_rank("dp_rank", dp - 1 if dp_rank is None else dp_rank, dp)
+    edp_rank = _check_rank("edp_rank", edp - 1 if edp_rank is None else edp_rank, edp)
+    out = []
+    for ci, params in enumerate(chunks):
+        for group, size, rank in (("dense", dp, dp_rank), ("expert", edp, edp_rank)):
+            ps = tuple(p for p in params if p.expert == (group == "expert"))
+            if not ps:
+                continue
+            bsize = default_bucket_size(size, overlap_grad_reduce=overlap_grad_reduce, bucket_size=bucket_size,
+                                        pp_rank=pp_rank, chunk_index=ci)
+            lay = buffer_layout([p.numel for p in ps], size, bucket_size=bsize,
+                                distributed_optimizer=distributed_optimizer,
+                                shared_embedding=[p.shared_embedding for p in ps],
+                                pad_buckets_for_high_nccl_busbw=pad_buckets_for_high_nccl_busbw)
+            owned = shard_numels(lay, size, rank) if distributed_optimizer else tuple(p.numel for p in ps)
+            out.append(Buffer(ci, group, ps, lay, size, rank, owned))
+    return tuple(out)
+
+
+def rank_buffers(part: Partition, stage: int | Stage = -1, *, dp_rank: Optional[int] = None,
+                 edp_rank: Optional[int] = None, distributed_optimizer: bool = True, overlap_grad_reduce: bool = False,
+                 bucket_size: Optional[int] = None, pad_buckets_for_high_nccl_busbw: bool = False
+                 ) -> tuple[Buffer, ...]:
+    """The DDP buffers of pipeline rank ``stage`` of ``part`` (default: the last, which logs the metrics)."""
+    t = part.train
+    st = _stage(part, stage)
+    return buffers_of(rank_params(part, st), data_parallel_size=t.dp * t.cp, expert_data_parallel_size=t.edp,
+                      dp_rank=dp_rank, edp_rank=edp_rank, pp_rank=st.index, distributed_optimizer=distributed_optimizer,
+                      overlap_grad_reduce=overlap_grad_reduce, bucket_size=bucket_size,
+                      pad_buckets_for_high_nccl_busbw=pad_buckets_for_high_nccl_busbw)
+
+
+def logging_rank(train: TrainingConfig) -> dict[str, int]:
+    """The coordinates of the rank that writes the TensorBoard metrics, the last global rank
+    (global_vars.py:241): the last pipeline stage and the last DP, EDP and TP rank."""
+    return {"pp": train.pp - 1, "dp": train.dp * train.cp - 1, "edp": train.edp - 1, "tp": train.tp - 1}
+
+
+# ------------------------------------------------------------------------------------------------
+# model states
+# ------------------------------------------------------------------------------------------------
+#: the caching allocator without expandable segments: requests of at least kMinLargeAlloc bytes get a
+#: segment rounded up to kRoundLarge, and the block is not split when at most kSmallSize would remain
+_MIN_LARGE_ALLOC, _ROUND_LARGE, _SMALL_SIZE = 10 * MiB, 2 * MiB, MiB
+
+
+def fresh_segment_slack(nbytes: int) -> int:
+    """Bytes the caching allocator counts beyond the request when, without expandable segments, a
+    request of at least 10 MiB gets a fresh segment (rounded up to 2 MiB) that it does not split because
+    at most 1 MiB would remain (c10/cuda/CUDACachingAllocator.cpp ``get_allocation_size``,
+    ``should_split``).  A cached block reused instead may leave more or less.
+
+    >>> fresh_segment_slack(51_642_368), fresh_segment_slack(25_821_184), fresh_segment_slack(4 * MiB)
+    (786432, 0, 0)
+    """
+    a = allocation(nbytes)
+    if a < _MIN_LARGE_ALLOC:
+        return 0
+    rest = _pad(a, _ROUND_LARGE) - a
+    return rest if rest <= _SMALL_SIZE else 0
+
+
+#: the model-state terms, in the order :func:`model_state_memory` lists them
+STATE_TERMS = ("param_buffer", "param_buffer_padding", "grad_buffer", "grad_buffer_padding", "main_params",
+               "exp_avg", "exp_avg_sq", "allocator_rounding", "allocator_slack")
+
+
+def states_of(buffers: Sequence[Buffer], *, distributed_optimizer: bool = True, grad_dtype_bytes: int = 4,
+              param_dtype_bytes: int = 2, expandable_segments: bool = True) -> Breakdown:
+    """The model-state bytes of :func:`buffers_of`'s buffers: see :func:`model_state_memory`."""
+    _check_int("grad_dtype_bytes", grad_dtype_bytes, (2, 4))
+    _check_int("param_dtype_bytes", param_dtype_bytes, (1, 2, 4))
+    _check_flag("expandable_segments", expandable_segments)
+    terms = dict.fromkeys(STATE_TERMS, 0)
+    asked: list[int] = []
+
+    def alloc(nbytes: int) -> int:
+        asked.append(nbytes)
+        return allocation(nbytes)
+
+    for buf in buffers:
+        lay = buf.layout
+        grad = alloc(grad_dtype_bytes * lay.numel)
+        terms["grad_buffer"] += grad_dtype_bytes * lay.numel_unpadded
+        terms["grad_buffer_padding"] += grad - grad_dtype_bytes * lay.numel_unpadded
+        if distributed_optimizer:
+            pbuf = alloc(param_dtype_bytes * lay.numel)
+            terms["param_buffer"] += param_dtype_bytes * lay.numel_unpadded
+            terms["param_buffer_padding"] += pbuf - param_dtype_bytes * lay.numel_unpadded
+        else:
+            terms["param_buffer"] += param_dtype_bytes * lay.numel_unpadded
+            terms["allocator_rounding"] += sum(alloc(param_dtype_bytes * p.numel) - param_dtype_bytes * p.numel
+                                               for p in buf.params)
+        for key in ("main_params", "exp_avg", "exp_avg_sq"):
+            terms[key] += 4 * sum(buf.owned)
+            terms["allocator_rounding"] += sum(alloc(4 * n) - 4 * n for n in buf.owned)
+    if not expandable_segments:
+        terms["allocator_slack"] = sum(fresh_segment_slack(n) for n in asked)
+    return Breakdown(terms)
+
+
+def model_state_memory(part: Partition, stage: int | Stage = -1, *, dp_rank: Optional[int] = None,
+                       edp_rank: Optional[int] = None, distributed_optimizer: bool = True,
+                       grad_dtype_bytes: int = 4, param_dtype_bytes: int = 2, overlap_grad_reduce: bool = False,
+                       bucket_size: Optional[int] = None, pad_buckets_for_high_nccl_busbw: bool = False,
+                       expandable_segments: bool = True) -> Breakdown:
+    """Bytes of the model states one rank holds after ``optimizer.step()``, as allocated.
+
+    Terms: ``param_buffer`` and ``grad_buffer`` (the parameters' own elements), their
+    ``param_buffer_padding`` and ``grad_buffer_padding`` (alignment and bucket-end padding), the
+    optimizer's ``main_params``, ``exp_avg`` and ``exp_avg_sq`` (fp32, one tensor per parameter
+    shard); ``allocator_rounding`` is the rounding of those separate tensors (and of the parameters
+    without the distributed optimizer) up to :data:`ALLOC_BLOCK`; ``allocator_slack`` (only with
+    ``expandable_segments=False``) what :func:`fresh_segment_slack` adds to each large tensor.
+
+    Sources (MEGATRON_COMMIT): buffers param_and_grad_buffer.py:1180-1194 (param_data bf16 only with
+    the distributed optimizer; grad_data fp32 when ``grad_reduce_in_fp32``, which Megatron-LM sets
+    for bf16 unless ``--grad-reduce-in-bf16``, arguments.py:1205-1216); main-parameter shards
+    distrib_optimizer.py:445 (``shard_model_param.clone().float()``); Adam's moments one per
+    parameter (TE transformer_engine/pytorch/optimizers/fused_adam.py:393-452 at TE_COMMIT).
+    Without the distributed optimizer the parameters stay separate tensors and
+    Float16OptimizerWithFloat16Params keeps a whole fp32 copy of each (megatron/core/optimizer/optimizer.py).
+    """
+    bufs = rank_buffers(part, stage, dp_rank=dp_rank, edp_rank=edp_rank, distributed_optimizer=distributed_optimizer,
+                        overlap_grad_reduce=overlap_grad_reduce, bucket_size=bucket_size,
+                        pad_buckets_for_high_nccl_busbw=pad_buckets_for_high_nccl_busbw)
+    return states_of(bufs, distributed_optimizer=distributed_optimizer, grad_dtype_bytes=grad_dtype_bytes,
+                     param_dtype_bytes=param_dtype_bytes, expandable_segments=expandable_segments)
+
+
+# ------------------------------------------------------------------------------------------------
+# framework buffers
+# ------------------------------------------------------------------------------------------------
+def te_cublas_workspace_bytes(compute_capability: int) -> int:
+    """One Transformer Engine cuBLAS workspace: 32 MiB + 1 KiB from Hopper on, 4 MiB before
+    (TE transformer_engine/pytorch/cpp_extensions/gemm.py:40-46 at TE_COMMIT; the + 1 KiB since TE
+    commit aee5a82, 2025-10-01, 256 B before it).
+
+    >>> te_cublas_workspace_bytes(9), te_cublas_workspace_bytes(8)
+    (33555456, 4194304)
+    """
+    return 32 * MiB + 1024 if compute_capability >= 9 else 4 * MiB
+
+
+def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_config: Optional[str] = None,
+                                 minor: int = 0) -> int:
+    """PyTorch's cuBLAS workspace, one per (handle, stream): ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT``
+    pairs in KiB, summed SIZE x COUNT), else 32 MiB on sm 9.0 and 4096 KiB x 2 + 16 KiB x 8 elsewhere
+    (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``).
+
+    >>> torch_cublas_workspace_bytes(9), torch_cublas_workspace_bytes(8), torch_cublas_workspace_bytes(8, ":4096:8")
+    (33554432, 8519680, 33554432)
+    """
+    if cublas_workspace_config is not None:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", cublas_workspace_config)
+        if not pairs:
+            raise ConfigError(f"cublas_workspace_config={show(cublas_workspace_config)} must be :SIZE:COUNT pairs "
+                              f"(KiB), e.g. :4096:8")
+        return sum(int(a) * 1024 * int(b) for a, b in pairs)
+    return 4096 * 8 * 1024 if (compute_capability, minor) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+#: the framework terms, in the order :func:`framework_memory` lists them
+FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
+                   "sequence_parallel_gather_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
+                   "fp8_weight_copies", "optimizer_flags")
+
+
+def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capability: int = 9,
+                      gradient_accumulation_fusion: bool = True, rope_fusion: bool = True, fp8: Optional[str] = None,
+                      fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
+                      permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
+                      torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096
+                      ) -> list[tuple[str, str, int]]:
+    """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
+    :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
+    m, t = part.model, part.train
+    cc = _check_int("compute_capability", compute_capability, minimum=7)
+    for name, value in (("gradient_accumulation_fusion", gradient_accumulation_fusion), ("rope_fusion", rope_fusion),
+                        ("moe_grouped_gemm", moe_grouped_gemm), ("permute_fusion", permute_fusion)):
+        _check_flag(name, value)
+    if fp8 not in (None, "hybrid", "e4m3"):
+        raise ConfigError(f"fp8={show(fp8)} must be null, hybrid or e4m3")
+    if fp8 is not None and fp8_recipe not in ("delayed", "tensorwise"):
+        raise ConfigError(f"fp8_recipe={show(fp8_recipe)} must be delayed or tensorwise (the recipes memlib "
+                          f"sizes; blockwise and mxfp8 keep other scale layouts)")
+    if token_dispatcher not in ("alltoall", "allgather", "flex"):
+        raise ConfigError(f"token_dispatcher={show(token_dispatcher)} must be alltoall, allgather or flex")
+    _check_int("torch_cublas_handles", torch_cublas_handles, minimum=0)
+    _check_int("original_max_position_embeddings", original_max_position_embeddings)
+    st = _stage(part, stage)
+    params = [p for chunk in rank_params(part, st) for p in chunk]
+    te = [p for p in params if p.te_gemm]
+    mtp_here = st.last and part.profile.include_mtp and m.num_nextn_predict_layers > 0
+    mla_modules = len(st.layers) + (m.num_nextn_predict_layers if mtp_here else 0)
+    moe_layers = sum(m.layer_kinds[i] == "moe" for i in st.layers) + (
+        m.num_nextn_predict_layers if mtp_here and m.layer_kinds[-1] == "moe" else 0)
+    out: list[tuple[str, str, int]] = []
+    ws = te_cublas_workspace_bytes(cc)
+    if te:
+        out.append(("te_cublas_workspaces", "TE GEMM workspace", ws))
+    if moe_layers and moe_grouped_gemm:
+        out += [("te_cublas_workspaces", f"TE grouped-GEMM workspace, stream {i}", ws) for i in range(4)]
+    out += [("torch_cublas_workspaces", f"PyTorch cuBLAS workspace, handle {i}",
+             torch_cublas_workspace_bytes(cc, cublas_workspace_config)) for i in range(torch_cublas_handles)]
+    if gradient_accumulation_fusion:
+        shapes = sorted({p.shape for p in params if p.dummy_wgrad})
+        out += [("te_dummy_wgrads", f"dummy wgrad {s[0]}x{s[1]} bf16", 2 * math.prod(s)) for s in shapes]
+    if st.last and t.sp and t.tp > 1:
+        out.append(("sequence_parallel_gather_buffer", "GlobalMemoryBuffer 'mpu' [s, b, h] bf16",
+                    2 * t.micro_batch * (t.seq_len // t.cp) * m.hidden_size))
+    d_r, s = m.qk_rope_head_dim, t.seq_len // t.cp
+    rows = s if rope_fusion else original_max_position_embeddings
+    if m.attention != "mla":
+        mla_modules = 0
+    if m.attention == "gqa" and m.positions == "rope":
+        # gpt_model.py builds one RotaryEmbedding per model chunk: inv_freq [d_head/2] fp32 and the
+        # lru_cache-d forward [s, 1, 1, d_head] fp32 (rotary_pos_embedding.py; read from code, not measured)
+        for c in st.chunks:
+            out += [("rope_caches", f"chunk {c.index}: RotaryEmbedding inv_freq [{m.head_dim // 2}] fp32",
+                     4 * (m.head_dim // 2)),
+                    ("rope_caches", f"chunk {c.index}: lru_cache-d forward [{s}, {m.head_dim}] fp32",
+                     4 * s * m.head_dim)]
+    for i in range(mla_modules):
+        out += [("rope_caches", f"MLA module {i}: cos_cached [{rows}, {d_r}] bf16", 2 * rows * d_r),
+                ("rope_caches", f"MLA module {i}: sin_cached [{rows}, {d_r}] bf16", 2 * rows * d_r),
+                ("rope_caches", f"MLA module {i}: lru_cache-d forward [{s}, {d_r}] fp32", 4 * s * d_r)]
+        out += [("rope_caches", f"MLA module {i}: {name} [{d_r // 2}] fp32", 4 * (d_r // 2))
+                for name in ("inv_freq", "inv_freq_extra", "inv_freq_inter")]
+    n, k = m.n_routed_experts, m.num_experts_per_tok
+    if m.router_bias:
+        for i in range(moe_layers):
+            out += [("router_buffers", f"MoE layer {i}: expert_bias [{n}] fp32", 4 * n),
+                    ("router_buffers", f"MoE layer {i}: local_tokens_per_expert [{n}] bf16", 2 * n)]
+    tokens = t.micro_batch * t.seq_len // (t.tp * t.cp) if t.sp and t.tp > 1 else t.micro_batch * t.seq_len // t.cp
+    if token_dispatcher == "alltoall":
+        for i in range(moe_layers):
+            out += [("token_dispatcher_state", f"MoE layer {i}: probs [{tokens}, {n}] fp32", 4 * tokens * n),
+                    ("token_dispatcher_state", f"MoE layer {i}: routing_map [{tokens}, {n}] bool", tokens * n)]
+            if permute_fusion:
+                out += [("token_dispatcher_state", f"MoE layer {i}: row_id_map [{tokens}, {2 * n + 1}] int32",
+                         4 * tokens * (2 * n + 1)),
+                        ("token_dispatcher_state", f"MoE layer {i}: sort_input_by_local_experts [{n}] int64", 8 * n),
+                        ("token_dispatcher_state", f"MoE layer {i}: restore_output_by_local_experts [{n}] int64",
+                         8 * n)]
+            else:
+                out.append(("token_dispatcher_state", f"MoE layer {i}: permutation indices [{tokens * k}] int64",
+                            8 * tokens * k))
+    if fp8 is not None:
+        for p in te:
+            out += [("fp8_weight_copies", f"{p.name} fp8", p.numel), ("fp8_weight_copies", f"{p.name} fp8 transpose",
+                                                                       p.numel),
+                    ("fp8_weight_copies", f"{p.name} scale_inv fp32", 4)]
+    out.append(("optimizer_flags", "FusedAdam _dummy_overflow_buf int32", 4))
+    return out
+
+
+def framework_memory(part: Partition, stage: int | Stage = -1, **options) -> Breakdown:
+    """Persistent buffers of one rank besides the model states, as allocated; each from source
+    (``file:line`` at MEGATRON_COMMIT, TE files at TE_COMMIT).  Options: see :func:`framework_tensors`.
+
+    ``te_cublas_workspaces``
+        one workspace for Transformer Engine's GEMMs and, with grouped-GEMM experts, one per compute
+        stream (4) for the grouped GEMM, 32 MiB + 1 KiB each from Hopper on; ``functools.lru_cache`` keeps
+        them (TE cpp_extensions/gemm.py:40-66, common/util/multi_stream.cpp:52-54).
+    ``torch_cublas_workspaces``
+        PyTorch's, one per (cuBLAS handle, stream): the forward pass (main thread) and the backward pass
+        (autograd's device thread) each hold a handle, ``torch_cublas_handles`` = 2, for the output
+        layer's and the router's GEMMs (aten/src/ATen/cuda/CublasHandlePool.cpp, ``setWorkspaceForHandle``).
+    ``te_dummy_wgrads``
+        with gradient-accumulation fusion the weight gradient goes straight into ``main_grad`` and the
+        backward returns a cached dummy tensor, one per distinct shape: TE's GEMM modules (TE
+        module/base.py:134-148, module/linear.py:1355-1375, module/grouped_linear.py:1230-1236) and the
+        output layer, whose ColumnParallelLinear takes TE's ``get_dummy_wgrad`` when TE is installed
+        (tensor_parallel/layers.py:733-762): [v/TP, h] bf16, the largest.
+    ``sequence_parallel_gather_buffer``
+        the output layer all-gathers its sequence-parallel input into the "mpu" GlobalMemoryBuffer, which
+        keeps the largest tensor it was asked for (tensor_parallel/layers.py:623-628, utils.py:727-750):
+        [s/CP, b, h] bf16.
+    ``rope_caches``
+        each MLA module's YaRN embedding (multi_latent_attention.py:182-199): ``cos_cached`` and
+        ``sin_cached`` (yarn_rotary_pos_embedding.py:189-206), made for ``original_max_position_embeddings``
+        positions and cast to bf16 by Float16Module, re-made for the sequence length with RoPE fusion
+        (yarn_rotary_pos_embedding.py:208-237); the ``lru_cache``-d ``forward`` (line 159) keeps the fp32
+        [s, d_h^R] embedding; ``inv_freq``, ``inv_freq_extra``, ``inv_freq_inter``.
+    ``router_buffers``
+        ``expert_bias`` (fp32) and ``local_tokens_per_expert`` (bf16 after Float16Module), N each per MoE
+        layer with expert bias (moe/router.py:181-197).
+    ``token_dispatcher_state``
+        the all-to-all dispatcher keeps the last micro-batch's ``probs`` [T, N] fp32, ``routing_map``
+        [T, N] bool and its permutation map as attributes (moe/token_dispatcher.py:624-668): TE's fused
+        permute's row_id_map [T, 2N + 1] int32 (TE pytorch/triton/permutation.py:52) and the sort orders
+        on the GPU, or [T k] int64 indices unfused; T = b s / (TP CP) tokens.  Not modelled for the flex
+        (DeepEP, HybridEP) dispatcher.
+    ``fp8_weight_copies``
+        without FP8 parameters TE caches every GEMM weight's FP8 copy for the step (``_fp8_workspaces``,
+        TE module/base.py ``get_weight_workspace``): 1 byte per element and 1 for the transpose Hopper's
+        FP8 GEMMs need, and a 1-element fp32 scale-inverse.
+    ``optimizer_flags``
+        FusedAdam's ``_dummy_overflow_buf`` (TE optimizers/fused_adam.py:189).
+
+    Not counted: cuBLASLt's own workspace, NCCL's buffers, DeepEP/HybridEP buffers, CUDA graphs' pools,
+    the allocator's unsplit remainders without expandable segments, loss and logging scalars, the last
+    micro-batch's data.
+    """
+    terms = dict.fromkeys(FRAMEWORK_TERMS, 0)
+    for term, _, nbytes in framework_tensors(part, stage, **options):
+        terms[term] += allocation(nbytes)
+    return Breakdown(terms)
+
+
+def persistent_memory(part: Partition, stage: int | Stage = -1, **options) -> Breakdown:
+    """:func:`model_state_memory` and :func:`framework_memory` of one rank together (the keyword
+    options go to whichever takes them)."""
+    ms_keys = set(inspect.signature(model_state_memory).parameters) - {"part", "stage"}
+    fw_keys = set(inspect.signature(framework_tensors).parameters) - {"part", "stage"}
+    unknown = set(options) - ms_keys - fw_keys
+    if unknown:
+        raise ConfigError(f"persistent_memory: unknown option(s) {', '.join(sorted(unknown))}")
+    ms = model_state_memory(part, stage, **{k: v for k, v in options.items() if k in ms_keys})
+    fw = framework_memory(part, stage, **{k: v for k, v in options.items() if k in fw_keys})
+    return ms + fw
+
+
+# ------------------------------------------------------------------------------------------------
+# deriving the data-parallel size from a logged allocation
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Derivation:
+    """The data-parallel size whose account comes closest to a logged post-step allocation."""
+
+    dp: int
+    world_size: int
+    residual: int                         #: logged - account at ``dp``, bytes
+    table: tuple[tuple[int, int, int], ...]   #: (dp, account, logged - account) for every candidate
+
+
+def derive_data_parallel_size(model: ModelConfig, train: TrainingConfig, logged: int,
+                              candidates: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+                              **options) -> Derivation:
+    """The DP of ``candidates`` (those the partition accepts) for which :func:`persistent_memory`
+    of the last pipeline rank is closest to ``logged`` without exceeding it.
+
+    The optimizer-state shards scale as 12/DP bytes per parameter, so neighbouring candidates are
+    GiBs apart on a large model, while everything the account leaves out is positive (allocated
+    memory the account does not know); the largest account at or below the logged value wins.
+    This derives the world size, world = DP TP CP PP; it does not measure it."""
+    _check_int("logged", logged)
+    rows = []
+    for dp in candidates:
+        try:
+            part = Partition(model, train.with_(dp=dp))
+        except ConfigError:
+            continue
+        total = persistent_memory(part, -1, **options).evaluate_total()
+        rows.append((dp, total, logged - total))
+    below = [r for r in rows if r[2] >= 0]
+    if not below:
+        raise ConfigError(f"logged={logged:,} is below the account of every candidate DP "
+                          f"({', '.join(str(r[0]) for r in rows) or 'none valid'})")
+    best = min(below, key=lambda r: r[2])
+    return Derivation(best[0], train.with_(dp=best[0]).world_size, best[2], tuple(rows))

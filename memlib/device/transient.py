@@ -1,0 +1,181 @@
+"""What is alive beyond the held activations while a chunk computes: the candidate moments of a micro-batch.
+
+:mod:`memlib.device.peak` adds to the activations the schedule holds the *transient* bytes of a chunk
+computing.  This module finds them from the chunk's ledgers (every saved tensor, in the order the forward
+saves it) and from the order of the backward pass, as a few candidate moments of one micro-batch
+(:func:`candidates`); each is the bytes alive then minus that micro-batch's held activations, as named
+terms.  The largest candidate is the chunk's transient.  Integers only; every rule is read from the code
+that runs and checked against :mod:`memlib.measure.step` on the CPU; the Transformer Engine rules are read
+from its sources (TransformerEngine v2.18, Megatron-LM d98e8a64dd), not measured.
+
+The derivation, with its sources (file:line), is in ``docs/derivations/transient.md``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..ledgers.base import Policy, Saved
+
+__all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies"]
+
+#: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
+TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
+         "forward_transients", "backward_released")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One ledger of a chunk in the order the forward runs it: ``entries`` key -> (bytes, entry), in the
+    ledger's (forward) order, dropped ones included; ``policy`` the recompute policy it runs under."""
+
+    name: str                 #: embedding, layer.<i>, head.norm, mtp.<j>, head
+    kind: str                 #: embedding, dense, moe, mtp, head
+    entries: Mapping[str, tuple[int, Saved]]
+    policy: Policy
+
+    def kept(self, e: Saved) -> bool:
+        return not self.policy.drops(e)
+
+    def find(self, local: str) -> tuple[int, int] | None:
+        """(index, bytes) of the entry whose key ends with ``local`` (``attention.softmax_out``...)."""
+        for i, (k, (x, e)) in enumerate(self.entries.items()):
+            if k == local or k.endswith("." + local):
+                return i, x
+        return None
+
+    def entry(self, index: int) -> Saved:
+        return list(self.entries.values())[index][1]
+
+    def kept_after(self, index: int) -> int:
+        return sum(x for i, (x, e) in enumerate(self.entries.values()) if i > index and self.kept(e))
+
+    def dropped_upto(self, index: int | None = None) -> int:
+        return sum(x for i, (x, e) in enumerate(self.entries.values())
+                   if (index is None or i <= index) and not self.kept(e) and not e.only_when)
+
+    def kept_total(self) -> int:
+        return sum(x for x, e in self.entries.values() if self.kept(e))
+
+
+def te_fused_softmax(batch: int, heads: int, sq: int, sk: int, half: bool) -> bool:
+    """Whether Transformer Engine's ``FusedScaleMaskSoftmax`` runs its CUDA kernel for ``[batch, heads, sq,
+    sk]`` scores (``is_kernel_available``, attention/dot_product_attention/softmax.py: fp16/bf16 input,
+    ``16 < sk < 16384``, ``sk % 8 == 0``, ``sq > 1``, causal ``sq == sk``, ``sq % 4 == 0``, ``batch * heads %
+    4 == 0`` and ``sq`` a multiple of the kernel's batches per block); otherwise its torch fallback runs."""
+    if not (half and 16 < sk < 16384 and sk % 8 == 0 and sq > 1 and sq == sk and sq % 4 == 0
+            and (batch * heads) % 4 == 0):
+        return False
+    pow2 = 1 << (sk - 1).bit_length()                 # get_batch_per_block
+    warp = pow2 if pow2 < 32 else 32
+    per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
+    return sq % per_block == 0
+
+
+def moe_copies(*, te: bool, grouped_gemm: bool, dispatcher: str, permute_fusion: bool, fp8: bool, etp: int,
+               local_experts: int) -> int:
+    """How many tensors the size of the dispatched tokens are alive at forward_moe's moment (see the module
+    docstring): 4 for TE's ``GroupedLinear`` experts behind the all-to-all dispatcher with the fused
+    permutation and several local experts (3 with one), 3 otherwise (the local rule, measured; not derived
+    for the other paths: ETP > 1, FP8's padded copies).  Under the all-to-all overlap
+    (``--overlap-moe-expert-parallel-comm``) the same MoELayer steps run as schedule nodes, which keep each
+    node's detached inputs and its output until the backward (megatron/core/pipeline_parallel/utils.py:
+    ``ScheduleNode._forward``): at least these copies are alive; the rule is kept as a lower bound there."""
+    if te and grouped_gemm and dispatcher == "alltoall" and permute_fusion and not fp8 and etp == 1:
+        return 4 if local_experts > 1 else 3
+    return 3
+
+
+def _terms(**kw) -> dict[str, int]:
+    out = dict.fromkeys(TERMS, 0)
+    out.update({k: int(v) for k, v in kw.items()})
+    return out
+
+
+def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, first: bool, last: bool,
+               shared_experts: bool, fused_softmax: bool = False,
+               moe_copies: int = 3) -> dict[str, dict[str, int]]:
+    """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
+    as named terms beyond the micro-batch's held activations (see the module docstring).
+
+    ``fused_softmax``: the ``s x s`` probabilities come from Transformer Engine's unfused attention with its
+    fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
+    dispatched tokens' size are alive at forward_moe's moment (3: the local experts with the unfused
+    permutation; see :func:`moe_copies` for the TE grouped-GEMM experts with the fused permutation)."""
+    out: dict[str, dict[str, int]] = {}
+    D = mtp_depth if last else 0
+    layers = [i for i, s in enumerate(segments) if s.kind in ("dense", "moe", "mtp")]
+
+    def keeps(seg: Segment, local: str) -> bool:      # a checkpoint keeps that hidden state already
+        f = seg.find(local)
+        return bool(f) and seg.kept(seg.entry(f[0]))
+
+    chunk_input = 0 if layers and keeps(segments[layers[0]], "attention.layer_input") else H
+    mtp_hidden = [s for s in segments if s.kind == "mtp"]
+    final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input")) else H
+    out["forward_end"] = _terms(cross_entropy_logits=L, forward_transients=chunk_input + final_hidden) if last \
+        else _terms(forward_transients=chunk_input)
+    if not layers:
+        return out
+    grad_hidden = H + ((1 + D) * H if D else (0 if last else H))
+
+    def tail(i: int) -> int:
+        return sum(s.kept_total() for s in segments[i + 1:])
+
+    # backward of the first attention (the last layer with the s x s probabilities)
+    att = [i for i in layers if segments[i].find("attention.softmax_out")]
+    if att:
+        i = att[-1]
+        seg = segments[i]
+        j, P = seg.find("attention.softmax_out")
+        pe = seg.entry(j)
+        vi = seg.find("attention.v")
+        V, ve = (vi[1], seg.entry(vi[0])) if vi else (0, None)
+        ci = seg.find("attention.context")
+        C = ci[1] if ci else 0
+        core = "core_attn" in seg.policy.modules and not seg.policy.full
+        if fused_softmax:
+            # TE: the context bmm's backward (dP, dV beside dC), the probabilities and v still saved; under
+            # core_attn the checkpoint's recomputed output and probabilities are alive too
+            released = tail(i) + seg.kept_after(j)
+            grads = P + V + C + grad_hidden
+            working = C + P if core else seg.dropped_upto(j)
+        else:
+            released = tail(i) + seg.kept_after(j) + (P if seg.kept(pe) else 0)
+            grads = 4 * P + V + grad_hidden
+            if core:    # CheckpointFunction.backward holds q, k, v, its recomputed output and that one's gradient
+                working = C
+                grads += C
+            else:       # the softmax's and the bmm's backward have run: the probabilities and v are freed
+                released += V if ve is not None and seg.kept(ve) else 0
+                working = (seg.dropped_upto(j) - (0 if seg.kept(pe) else P)
+                           - (V if ve is not None and not seg.kept(ve) else 0))
+        out["backward_attention"] = _terms(backward_released=-released, backward_gradients=grads,
+                                           recompute_working_set=working)
+    # forward of the last MoE layer's experts
+    moe = [i for i in layers if segments[i].find("moe.routed.fc1_input")]
+    if moe:
+        i = moe[-1]
+        seg = segments[i]
+        R = seg.find("moe.routed.fc1_input")[1]
+        last_moe = max(n for n, k in enumerate(seg.entries) if k.startswith(("moe.", "mtp.moe.")))
+        if seg.kind == "mtp":
+            hidden = 5 + shared_experts
+        else:
+            hidden = 2 + (i != layers[0]) + shared_experts
+        out["forward_moe"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_moe)),
+                                    forward_transients=moe_copies * R + hidden * H)
+    # the recomputation of the last layer (or MTP block) at the start of its backward
+    i = layers[-1]
+    seg = segments[i]
+    working = seg.dropped_upto()
+    if working:
+        last_dropped = max(n for n, (x, e) in enumerate(seg.entries.values()) if not seg.kept(e) and not e.only_when)
+        fc1 = seg.find("moe.routed.fc1_input")
+        remoe = 3 * fc1[1] if fc1 and not seg.kept(seg.entry(fc1[0])) else 0
+        norm = seg.find("head.norm_input_fp32")
+        renorm = 5 * norm[1] if norm and not seg.kept(seg.entry(norm[0])) else 0
+        out["recompute"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_dropped)),
+                                  recompute_working_set=working, forward_transients=remoe,
+                                  backward_gradients=renorm + grad_hidden)
+    return out

@@ -1,0 +1,8 @@
+"""Megatron-LM's launch flags read as a memlib configuration (``memlib estimate --megatron-args``).
+
+:mod:`~memlib.megatron.reader` (the flags of a launch script, a list or a ``model_config.yaml``) →
+:mod:`~memlib.megatron.listexpr` (``--moe-layer-freq`` list expressions, parsed, never evaluated) →
+:mod:`~memlib.megatron.layout` (``--pipeline-model-parallel-layout`` and Megatron-Core's default split) →
+:mod:`~memlib.megatron.flags` (the mapping onto a model, a training configuration and the framework's
+settings).  How each flag maps, with its sources: ``docs/derivations/megatron_flags.md``.
+"""

@@ -1,0 +1,363 @@
+"""The architecture: which parameter tensors a model has, with symbolic shapes.
+
+A decoder layer is built from block kinds, each one table entry: :data:`ATTENTION` (``mla``, ``gqa``),
+:data:`DENSE_FFN` (``swiglu``, ``gelu``), :data:`MOE` (``deepseek``, ``mixtral``, ``qwen2_moe``,
+``qwen3_moe``) and :data:`NORMS` (``rmsnorm``, ``layernorm``); the model's kinds come from its
+:data:`memlib.config.FAMILIES` entry.  Nothing here asks which model it is, only which kinds it has.
+
+Each tensor is a :class:`Tensor` with a symbolic shape in the notation of :mod:`memlib.core.symbols`,
+the Hugging Face module that holds it, and what its dimensions mean for sharding.  The *structure*
+(which tensors exist) comes from the config: q compression or not (``q_lora_rank: null``), dense or
+MoE layers (``first_k_dense_replace``, ``moe_layer_freq``), shared experts, tied embeddings, the
+router's bias buffer and the MTP modules.  The *sizes* stay symbols until a config is substituted.
+
+MLA's eight matrices follow the DeepSeek-V2/V3 papers (arXiv 2405.04434, 2412.19437):
+Hugging Face fuses some of them, which :attr:`Tensor.hf` records (``q_b_proj`` = W^UQ and W^QR,
+``kv_a_proj_with_mqa`` = W^DKV and W^KR, ``kv_b_proj`` = W^UK and W^UV).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import sympy as sp
+
+from ..config import ModelConfig
+from ..core.symbols import latex, sym
+
+__all__ = [
+    "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
+    "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
+    "tied_head_copy",
+    "model_values",
+    "MLA_EQUATIONS", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
+]
+
+h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
+n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
+d_cq, d_c = sym("d_cq"), sym("d_c")
+N, N_s, v = sym("N"), sym("N_s"), sym("v")
+n_kv, d_head, h_S, n_pos = sym("n_kv"), sym("d_head"), sym("h_S"), sym("n_pos")
+
+#: display names of the blocks a parameter can belong to, in the order data flows
+BLOCKS = {
+    "embedding": "embedding",
+    "attention": "MLA",
+    "norms": "block RMSNorms",
+    "dense_ffn": "dense FFN",
+    "router": "router",
+    "shared_experts": "shared experts",
+    "routed_experts": "routed experts",
+    "final_norm": "final RMSNorm",
+    "head": "output head",
+    "mtp": "MTP module",
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor (or buffer) of a block."""
+
+    key: str                    #: component key, unique within a layer, e.g. ``"attention.W_UQ"``
+    latex: str                  #: LaTeX name, e.g. ``"W^{UQ}"``
+    shape: tuple                #: symbolic shape (rows = output features for a Linear)
+    hf: str                     #: Hugging Face parameter name within its module
+    kind: str = "matrix"        #: ``"matrix"``, ``"norm"``, ``"bias"``, ``"embedding"`` or ``"buffer"``
+    tp_dim: Optional[sp.Expr] = None   #: the size TP splits when the tensor is TP-sharded
+    expert: bool = False        #: a routed-expert tensor (leading dimension N)
+
+    @property
+    def block(self) -> str:
+        return self.key.split(".")[0]
+
+    @property
+    def numel(self) -> sp.Expr:
+        return sp.Mul(*self.shape)
+
+
+def attention_name(m: ModelConfig) -> str:
+    """The attention's name: ``MLA``, ``GQA`` (fewer key-value heads than query heads) or ``MHA``
+    (grouped-query attention with as many key-value heads as query heads: GPT-2)."""
+    if m.attention == "mla":
+        return "MLA"
+    return "MHA" if m.num_key_value_heads == m.num_attention_heads else "GQA"
+
+
+def is_deepseek_architecture(m: ModelConfig) -> bool:
+    """Whether ``m`` has the blocks the paper analyses: MLA and (where it has MoE layers) DeepSeekMoE."""
+    return m.attention == "mla" and m.moe in ("deepseek", None)
+
+
+#: what each MoE kind is, in words
+MOE_NAMES = {"deepseek": "DeepSeekMoE (shared and routed experts)", "mixtral": "Mixtral's top-k MoE (no shared expert)",
+             "qwen3_moe": "Qwen3-MoE (no shared expert)", "qwen2_moe": "Qwen2-MoE (a gated shared expert)"}
+
+
+def block_kinds(m: ModelConfig) -> dict:
+    """The blocks of ``m`` as the book describes them: ``attention`` (:func:`attention_name`), ``n_h``,
+    ``n_kv`` and ``d_head`` (GQA; None for MLA), ``qk_norm``, ``ffn`` (``SwiGLU`` or ``GeLU``), ``moe``
+    (:data:`MOE_NAMES`, None for a dense model), ``N``, ``N_r``, ``shared`` (whether an MoE layer has a
+    shared expert), ``norm`` (``RMSNorm`` or ``LayerNorm``), ``positions`` (``RoPE`` or ``learned``),
+    ``tied`` and ``deepseek`` (:func:`is_deepseek_architecture`)."""
+    gqa = m.attention != "mla"
+    return {"attention": attention_name(m), "n_h": m.num_attention_heads,
+            "n_kv": m.num_key_value_heads if gqa else None, "d_head": m.head_dim if gqa else None,
+            "qk_norm": m.qk_norm, "ffn": {"swiglu": "SwiGLU", "gelu": "GeLU"}[m.mlp],
+            "moe": MOE_NAMES[m.moe] if m.moe else None, "N": m.n_routed_experts, "N_r": m.num_experts_per_tok,
+            "shared": bool(m.n_shared_experts) or m.moe == "qwen2_moe",
+            "norm": "LayerNorm" if NORMS[m.norm] else "RMSNorm", "positions": "learned" if m.positions == "learned" else "RoPE",
+            "tied": m.tie_word_embeddings, "deepseek": is_deepseek_architecture(m)}
+
+
+def attention_tensors(m: ModelConfig) -> list[Tensor]:
+    """The attention block of ``m``'s kind (:data:`ATTENTION`)."""
+    return ATTENTION[m.attention](m)
+
+
+def _bias(key: str, latex: str, size, hf: str, tp_dim=None) -> Tensor:
+    """A Linear's bias: split with a column-parallel weight (``tp_dim``), replicated with a row-parallel one."""
+    return Tensor(key, latex, (size,), hf, "bias", tp_dim=tp_dim)
+
+
+def _gqa_tensors(m: ModelConfig) -> list[Tensor]:
+    """Grouped-query attention (multi-head when n_kv = n_h): W^Q over n_h heads, W^K and W^V over n_kv
+    key-value heads of d_head each, W^O; optional q, k, v biases and an output bias; optional RMSNorms
+    of each query and key head over d_head (Qwen3).  TP splits the query heads and the key-value heads
+    (their tp_dim is the output width n_kv d_head: Megatron-Core splits its fused QKV weight evenly)."""
+    t = [Tensor("attention.W_Q", "W^{Q}", (n_h * d_head, h), "self_attn.q_proj.weight", tp_dim=n_h)]
+    if m.qkv_bias:
+        t.append(_bias("attention.b_Q", "b^{Q}", n_h * d_head, "self_attn.q_proj.bias", n_h))
+    t.append(Tensor("attention.W_K", "W^{K}", (n_kv * d_head, h), "self_attn.k_proj.weight", tp_dim=n_kv * d_head))
+    if m.qkv_bias:
+        t.append(_bias("attention.b_K", "b^{K}", n_kv * d_head, "self_attn.k_proj.bias", n_kv * d_head))
+    t.append(Tensor("attention.W_V", "W^{V}", (n_kv * d_head, h), "self_attn.v_proj.weight", tp_dim=n_kv * d_head))
+    if m.qkv_bias:
+        t.append(_bias("attention.b_V", "b^{V}", n_kv * d_head, "self_attn.v_proj.bias", n_kv * d_head))
+    t.append(Tensor("attention.W_O", "W^{O}", (h, n_h * d_head), "self_attn.o_proj.weight", tp_dim=n_h))
+    if m.o_bias:
+        t.append(_bias("attention.b_O", "b^{O}", h, "self_attn.o_proj.bias"))
+    if m.qk_norm:
+        t += [Tensor("attention.q_head_norm", r"\mathrm{RMSNorm}(q_i)", (d_head,), "self_attn.q_norm.weight", "norm"),
+              Tensor("attention.k_head_norm", r"\mathrm{RMSNorm}(k_i)", (d_head,), "self_attn.k_norm.weight", "norm")]
+    return t
+
+
+def _mla_tensors(m: ModelConfig) -> list[Tensor]:
+    """MLA: the eight projection matrices and the two latent RMSNorms (or W^Q without q LoRA)."""
+    t = []
+    if m.q_lora_rank is not None:
+        t += [
+            Tensor("attention.W_DQ", "W^{DQ}", (d_cq, h), "self_attn.q_a_proj.weight"),
+            Tensor("attention.q_norm", r"\mathrm{RMSNorm}(c^Q)", (d_cq,), "self_attn.q_a_layernorm.weight", "norm"),
+            Tensor("attention.W_UQ", "W^{UQ}", (n_h * d_h, d_cq), "self_attn.q_b_proj.weight", tp_dim=n_h),
+            Tensor("attention.W_QR", "W^{QR}", (n_h * d_hR, d_cq), "self_attn.q_b_proj.weight", tp_dim=n_h),
+        ]
+    else:
+        t += [
+            Tensor("attention.W_Q", "W^{Q}", (n_h * d_h, h), "self_attn.q_proj.weight", tp_dim=n_h),
+            Tensor("attention.W_QR", "W^{QR}", (n_h * d_hR, h), "self_attn.q_proj.weight", tp_dim=n_h),
+        ]
+    t += [
+        Tensor("attention.W_DKV", "W^{DKV}", (d_c, h), "self_attn.kv_a_proj_with_mqa.weight"),
+        Tensor("attention.W_KR", "W^{KR}", (d_hR, h), "self_attn.kv_a_proj_with_mqa.weight"),
+        Tensor("attention.kv_norm", r"\mathrm{RMSNorm}(c^{KV})", (d_c,), "self_attn.kv_a_layernorm.weight", "norm"),
+        Tensor("attention.W_UK", "W^{UK}", (n_h * d_h, d_c), "self_attn.kv_b_proj.weight", tp_dim=n_h),
+        Tensor("attention.W_UV", "W^{UV}", (n_h * d_v, d_c), "self_attn.kv_b_proj.weight", tp_dim=n_h),
+        Tensor("attention.W_O", "W^{O}", (h, n_h * d_v), "self_attn.o_proj.weight", tp_dim=n_h),
+    ]
+    return t
+
+
+def _norm_tensors(m: ModelConfig | None, key: str, latex: str, hf: str) -> list[Tensor]:
+    """A norm over h: RMSNorm (a weight) or LayerNorm (a weight and a bias), as :data:`NORMS` says."""
+    t = [Tensor(key, latex, (h,), hf + ".weight", "norm")]
+    if m is not None and NORMS[m.norm]:
+        t.append(Tensor(key + "_bias", latex.replace("RMSNorm", "LayerNorm") + "^{b}", (h,), hf + ".bias", "norm"))
+    return t
+
+
+def block_norm_tensors(m: ModelConfig | None = None) -> list[Tensor]:
+    """The two norms of a decoder layer (before attention, before the FFN): RMSNorms, or LayerNorms
+    with their biases."""
+    return (_norm_tensors(m, "norms.attn_norm", r"\mathrm{RMSNorm}_1", "input_layernorm")
+            + _norm_tensors(m, "norms.ffn_norm", r"\mathrm{RMSNorm}_2", "post_attention_layernorm"))
+
+
+def _swiglu_tensors(m: ModelConfig | None) -> list[Tensor]:
+    """SwiGLU FFN of width h_F (gate, up, down), with biases when ``mlp_bias``."""
+    t = [
+        Tensor("dense_ffn.gate", r"W^{gate}", (h_F, h), "mlp.gate_proj.weight", tp_dim=h_F),
+        Tensor("dense_ffn.up", r"W^{up}", (h_F, h), "mlp.up_proj.weight", tp_dim=h_F),
+        Tensor("dense_ffn.down", r"W^{down}", (h, h_F), "mlp.down_proj.weight", tp_dim=h_F),
+    ]
+    if m is not None and m.mlp_bias:
+        t += [_bias("dense_ffn.gate_bias", "b^{gate}", h_F, "mlp.gate_proj.bias", h_F),
+              _bias("dense_ffn.up_bias", "b^{up}", h_F, "mlp.up_proj.bias", h_F),
+              _bias("dense_ffn.down_bias", "b^{down}", h, "mlp.down_proj.bias")]
+    return t
+
+
+def _gelu_tensors(m: ModelConfig | None) -> list[Tensor]:
+    """The classic GPT MLP: fc1 (h -> h_F), GeLU, fc2 (h_F -> h), with biases when ``mlp_bias``."""
+    bias = m is not None and m.mlp_bias
+    t = [Tensor("dense_ffn.fc1", r"W^{fc1}", (h_F, h), "mlp.c_fc.weight", tp_dim=h_F)]
+    if bias:
+        t.append(_bias("dense_ffn.fc1_bias", "b^{fc1}", h_F, "mlp.c_fc.bias", h_F))
+    t.append(Tensor("dense_ffn.fc2", r"W^{fc2}", (h, h_F), "mlp.c_proj.weight", tp_dim=h_F))
+    if bias:
+        t.append(_bias("dense_ffn.fc2_bias", "b^{fc2}", h, "mlp.c_proj.bias"))
+    return t
+
+
+def dense_ffn_tensors(m: ModelConfig | None = None) -> list[Tensor]:
+    """The dense FFN of ``m``'s kind (:data:`DENSE_FFN`; SwiGLU without ``m``)."""
+    return DENSE_FFN["swiglu" if m is None else m.mlp](m)
+
+
+def _router(m: ModelConfig) -> list[Tensor]:
+    t = [Tensor("router.gate", "W^{G}", (N, h), "mlp.gate.weight")]
+    if m.router_bias:
+        t.append(Tensor("router.e_score_correction_bias", "b^{G}", (N,), "mlp.gate.e_score_correction_bias", "buffer"))
+    return t
+
+
+def _routed(m: ModelConfig) -> list[Tensor]:
+    return [
+        Tensor("routed_experts.gate", r"W^{gate}_{i}", (N, h_E, h), "mlp.experts.*.gate_proj.weight", expert=True),
+        Tensor("routed_experts.up", r"W^{up}_{i}", (N, h_E, h), "mlp.experts.*.up_proj.weight", expert=True),
+        Tensor("routed_experts.down", r"W^{down}_{i}", (N, h, h_E), "mlp.experts.*.down_proj.weight", expert=True),
+    ]
+
+
+def _shared(width, hf: str) -> list[Tensor]:
+    return [
+        Tensor("shared_experts.gate", r"W^{gate}_{s}", (width, h), f"mlp.{hf}.gate_proj.weight", tp_dim=width),
+        Tensor("shared_experts.up", r"W^{up}_{s}", (width, h), f"mlp.{hf}.up_proj.weight", tp_dim=width),
+        Tensor("shared_experts.down", r"W^{down}_{s}", (h, width), f"mlp.{hf}.down_proj.weight", tp_dim=width),
+    ]
+
+
+def _deepseek_moe(m: ModelConfig) -> list[Tensor]:
+    """Router (and its bias buffer), shared experts (one MLP of width N_s h_E), routed experts."""
+    return _router(m) + (_shared(N_s * h_E, "shared_experts") if m.n_shared_experts else []) + _routed(m)
+
+
+def _topk_moe(m: ModelConfig) -> list[Tensor]:
+    """Mixtral and Qwen3-MoE: a router over N experts (top-k, no groups, no shared expert), routed experts
+    (transformers 5 fuses gate and up into one ``gate_up_proj`` parameter: the same count)."""
+    return _router(m) + _routed(m)
+
+
+def _qwen2_moe(m: ModelConfig) -> list[Tensor]:
+    """Qwen2-MoE: router, routed experts, one shared expert of width h_S and its sigmoid gate (1 x h)."""
+    return (_router(m) + _routed(m) + _shared(h_S, "shared_expert")
+            + [Tensor("shared_experts.gate_weight", r"W^{gate}_{S}", (1, h), "mlp.shared_expert_gate.weight")])
+
+
+def moe_tensors(m: ModelConfig) -> list[Tensor]:
+    """The MoE block of ``m``'s kind (:data:`MOE`)."""
+    if m.moe is None:
+        raise ValueError(f"{m.name} has no MoE layers")   # pragma: no cover - callers check has_moe
+    return MOE[m.moe](m)
+
+
+def decoder_layer_tensors(m: ModelConfig, kind: str) -> list[Tensor]:
+    """All tensors of one decoder layer of ``kind`` (``"dense"`` or ``"moe"``)."""
+    ffn = dense_ffn_tensors(m) if kind == "dense" else moe_tensors(m)
+    return attention_tensors(m) + block_norm_tensors(m) + ffn
+
+
+def embedding_tensors(m: ModelConfig | None = None) -> list[Tensor]:
+    """The token embedding (vocab-parallel), and learned absolute positions where the model has them
+    (replicated over TP, as Megatron-Core's LanguageModelEmbedding holds them)."""
+    t = [Tensor("embedding.weight", "W^{E}", (v, h), "model.embed_tokens.weight", "embedding", tp_dim=v)]
+    if m is not None and m.positions == "learned":
+        t.append(Tensor("embedding.positions", "W^{P}", (n_pos, h), "transformer.wpe.weight", "embedding"))
+    return t
+
+
+def head_tensors(m: ModelConfig) -> list[Tensor]:
+    """Final norm and, unless tied to the embedding, the output head."""
+    t = _norm_tensors(m, "final_norm.weight", r"\mathrm{RMSNorm}_{final}", "model.norm")
+    if len(t) == 2:
+        t[1] = Tensor("final_norm.bias", t[1].latex, t[1].shape, t[1].hf, "norm")
+    if not m.tie_word_embeddings:
+        t.append(Tensor("head.weight", "W^{head}", (v, h), "lm_head.weight", "embedding", tp_dim=v))
+    return t
+
+
+def mtp_tensors(m: ModelConfig, j: int = 0, kind: str | None = None) -> list[Tensor]:
+    """One MTP module (DeepSeek-V3 report, Sec. 2.2): its own norms, projection and decoder block.
+
+    Its embedding and output head are shared with the main model and are not counted again.  The
+    block is typed like decoder layer ``l + j`` (MoE in DeepSeek-V3), or as ``kind`` says (Megatron-Core
+    builds it like the last decoder layer).
+    """
+    if kind is None:
+        kind = "moe" if m.is_moe_layer(m.num_hidden_layers + j) else "dense"
+    own = [
+        Tensor("mtp.enorm", r"\mathrm{RMSNorm}_{e}", (h,), "enorm.weight", "norm"),
+        Tensor("mtp.hnorm", r"\mathrm{RMSNorm}_{h}", (h,), "hnorm.weight", "norm"),
+        Tensor("mtp.eh_proj", r"M", (h, 2 * h), "eh_proj.weight", tp_dim=h),
+        Tensor("mtp.final_norm", r"\mathrm{RMSNorm}_{MTP}", (h,), "shared_head.norm.weight", "norm"),
+    ]
+    block = [
+        Tensor("mtp." + t.key, t.latex, t.shape, t.hf, t.kind, t.tp_dim, t.expert)
+        for t in decoder_layer_tensors(m, kind)
+    ]
+    return own[:3] + block + own[3:]
+
+
+#: the block kinds: kind -> its tensors (a function of the model config)
+ATTENTION = {"mla": _mla_tensors, "gqa": _gqa_tensors}
+DENSE_FFN = {"swiglu": _swiglu_tensors, "gelu": _gelu_tensors}
+MOE = {"deepseek": _deepseek_moe, "mixtral": _topk_moe, "qwen3_moe": _topk_moe, "qwen2_moe": _qwen2_moe}
+#: norm kind -> whether it has a bias
+NORMS = {"rmsnorm": False, "layernorm": True}
+
+
+def mtp_embedding_copy() -> list[Tensor]:
+    """The embedding copy a pipeline stage keeps for its MTP modules when it does not hold the
+    embedding itself (a copy of a shared parameter, not a parameter of its own)."""
+    return [Tensor("mtp.embedding_copy", "W^{E}_{MTP}", (v, h), "model.embed_tokens.weight", "embedding", tp_dim=v)]
+
+
+def tied_head_copy() -> list[Tensor]:
+    """The copy of a tied embedding that the last pipeline stage keeps as its output weight when
+    the first stage (the embedding) is on another rank (a copy of a shared parameter, with its own
+    gradient and optimizer state, not a parameter of the model)."""
+    return [Tensor("head.tied_copy", "W^{E}_{head}", (v, h), "lm_head.weight", "embedding", tp_dim=v)]
+
+
+def model_values(m: ModelConfig) -> dict:
+    """Symbol -> value for every model symbol (unused ones, e.g. d_c' without q LoRA, get 1)."""
+    from ..core.symbols import REGISTRY
+
+    vals = {}
+    for n in REGISTRY:
+        if n.kind != "model":
+            continue
+        x = getattr(m, n.field)
+        vals[n.symbol] = 1 if x is None else int(x)
+    return vals
+
+
+#: MLA, as in the paper (its eqs. following DeepSeek-V2 App. C); LaTeX built from the registry
+def _mla_equations() -> list[tuple[str, str]]:
+    L = lambda k: latex(sym(k))  # noqa: E731 - tiny local alias for readability
+    dh, dhR = L("d_h"), L("d_hR")
+    return [
+        ("mla-cq", r"c_t^{Q} = W^{DQ} h_t \in \mathbb{R}^{" + L("d_cq") + "}"),
+        ("mla-q", r"[q^C_{t,1};\dots;q^C_{t,n_h}] = W^{UQ} c^Q_t,\quad "
+                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\quad "
+                  r"q_{t,i} = [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + "}"),
+        ("mla-ckv", r"c_t^{KV} = W^{DKV} h_t \in \mathbb{R}^{" + L("d_c") + "}"),
+        ("mla-k", r"[k^C_{t,1};\dots;k^C_{t,n_h}] = W^{UK} c^{KV}_t,\quad "
+                  r"k^R_t = \mathrm{RoPE}(W^{KR} h_t),\quad k_{t,i} = [k^C_{t,i}; k^R_t]"),
+        ("mla-v", r"[v^C_{t,1};\dots;v^C_{t,n_h}] = W^{UV} c^{KV}_t \in \mathbb{R}^{" + L("n_h") + " " + L("d_v") + "}"),
+        ("mla-o", r"o_{t,i} = \sum_{j=1}^{t} \mathrm{Softmax}_j\!\left(\frac{q_{t,i}^{\top} k_{j,i}}{\sqrt{"
+                  + dh + "+" + dhR + r"}}\right) v^C_{j,i},\qquad u_t = W^{O} [o_{t,1};\dots;o_{t,n_h}]"),
+    ]
+
+
+MLA_EQUATIONS: list[tuple[str, str]] = _mla_equations()
