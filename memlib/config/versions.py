@@ -1,0 +1,136 @@
+"""Megatron-LM versions: what a launch flag meant in the version that ran it (``--megatron-version``).
+
+A flag's meaning can change between Megatron-LM versions, and a launch script, or a functional test's
+golden values, belongs to the version that ran it.  :data:`RULES` lists the rules memlib knows changed,
+each with the main-branch commit that changed it and the release branches that have the change;
+:func:`parse_version` reads a version as
+
+* a release: ``core_r0.14.0`` (the release branch) or ``core_v0.14.0`` (a tag of it); the rules are those
+  the branch has (read from each branch's sources, cherry-picks included, not from its date);
+* a date of the main branch, ``2026-05-25`` (a commit's date, ``git log -1 --format=%cs``): a rule
+  applies from its commit's date on;
+* a commit and its date, ``be2b2cd70d@2026-05-25`` (memlib cannot look a commit up; the date places it);
+  or one of the commits of :data:`KNOWN_COMMITS` alone.
+
+Without a version memlib assumes :data:`DEFAULT_VERSION`, the commit its Megatron-LM semantics are read at.
+Each rule's sources are in ``docs/issue22-findings.md``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from .checks import ConfigError, show
+
+__all__ = ["Rule", "RULES", "RELEASES", "KNOWN_COMMITS", "DEFAULT_VERSION", "MegatronVersion", "parse_version"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule of Megatron-LM that changed at ``commit`` (on the main branch, on ``date``)."""
+
+    key: str
+    commit: str
+    date: str
+    subject: str
+    before: str       #: what holds in the versions before the commit
+    after: str        #: what holds from the commit on
+
+
+#: the rules that changed, oldest first
+RULES: tuple[Rule, ...] = (
+    Rule("cross_entropy_fusion_impl", "3b141a2471", "2025-04-05",
+         "Add output-discarding recomputation method to reduce activation memory",
+         "--cross-entropy-loss-fusion runs Megatron-Core's native kernel; there is no --cross-entropy-fusion-impl",
+         "--cross-entropy-fusion-impl native (default) or te chooses the fused kernel"),
+    Rule("null_tokenizer_eod", "c9dfe34798", "2026-04-22", "Enable NullTokenizer for pretraining to reduce I/O access",
+         "NullTokenizer adds one end-of-document token: --vocab-size N gives N + 1 tokens before padding",
+         "NullTokenizer has --vocab-size tokens (its end-of-document token is the last of them)"),
+    Rule("te_cross_entropy_refused", "168cb15d70", "2026-06-03", "Disable TE cross entropy loss fusion",
+         "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te runs Transformer Engine's kernel",
+         "Megatron-LM refuses --cross-entropy-fusion-impl te with --cross-entropy-loss-fusion (validate_args)"),
+)
+
+#: release branch -> the rules of RULES it has (read from each branch's sources: core_r0.12.0 has the
+#: --cross-entropy-fusion-impl flag by a cherry-pick though it branched before 3b141a2471)
+RELEASES: dict[str, frozenset[str]] = {
+    "core_r0.10.0": frozenset(), "core_r0.11.0": frozenset(),
+    **{f"core_r0.{n}.0": frozenset({"cross_entropy_fusion_impl"}) for n in range(12, 18)},
+    "core_r0.18.0": frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod"}),
+    "core_r0.19.0": frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod", "te_cross_entropy_refused"}),
+}
+
+#: commits memlib knows by name: the pin and the commits of RULES (commit -> its date)
+KNOWN_COMMITS: dict[str, str] = {"d98e8a64dd": "2026-08-22", **{r.commit: r.date for r in RULES}}
+
+#: the version memlib assumes when none is given: the Megatron-LM commit its flag semantics are read at
+DEFAULT_VERSION = "d98e8a64dd@2026-08-22"
+
+_RELEASE = re.compile(r"core_[rv]0\.(\d{1,3})\.\d{1,3}(rc\d{1,3})?")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+@dataclass(frozen=True)
+class MegatronVersion:
+    """A Megatron-LM version as memlib reads it: its text and the rules it has."""
+
+    text: str
+    rules: frozenset[str]
+
+    def has(self, key: str) -> bool:
+        """Whether the change of rule ``key`` is in this version."""
+        if key not in {r.key for r in RULES}:
+            raise KeyError(key)   # pragma: no cover - a programming error
+        return key in self.rules
+
+
+def _date(text: str, what: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"megatron_version={show(what)}: {text} is not a date (YYYY-MM-DD)") from None
+
+
+def _by_date(day: date) -> frozenset[str]:
+    return frozenset(r.key for r in RULES if day >= date.fromisoformat(r.date))
+
+
+def parse_version(text) -> MegatronVersion:
+    """``text`` (a release, a main-branch date, ``commit@date`` or a known commit) as a version.
+
+    >>> sorted(parse_version("core_r0.14.0").rules)
+    ['cross_entropy_fusion_impl']
+    >>> parse_version("2026-06-03").has("te_cross_entropy_refused")
+    True
+    >>> parse_version("be2b2cd70d@2026-05-25").has("null_tokenizer_eod")
+    True
+    """
+    if not isinstance(text, str) or not text or len(text) > 80:
+        raise ConfigError(f"megatron_version={show(text)} must be a release (core_r0.14.0), a date (YYYY-MM-DD) "
+                          f"or a commit with its date (abc1234@YYYY-MM-DD)")
+    t = text.strip()
+    m = _RELEASE.fullmatch(t)
+    if m:
+        branch = f"core_r0.{int(m.group(1))}.0"
+        if branch not in RELEASES:
+            known = ", ".join(RELEASES)
+            raise ConfigError(f"megatron_version={show(t)}: memlib knows the rules of the releases {known}; give "
+                              f"the date of the release's commit instead (YYYY-MM-DD)")
+        return MegatronVersion(t, RELEASES[branch])
+    if _DATE.fullmatch(t):
+        return MegatronVersion(t, _by_date(_date(t, t)))
+    commit, at, day = t.partition("@")
+    if _COMMIT.fullmatch(commit.lower()):
+        if at:
+            if not _DATE.fullmatch(day):
+                raise ConfigError(f"megatron_version={show(t)}: after '@' comes the commit's date (YYYY-MM-DD)")
+            return MegatronVersion(f"{commit.lower()}@{day}", _by_date(_date(day, t)))
+        known = [c for c in KNOWN_COMMITS if c.startswith(commit.lower()[:10]) or commit.lower().startswith(c)]
+        if known:
+            return MegatronVersion(f"{known[0]}@{KNOWN_COMMITS[known[0]]}", _by_date(_date(KNOWN_COMMITS[known[0]], t)))
+        raise ConfigError(f"megatron_version={show(t)}: memlib cannot look the commit up; give it with its date, "
+                          f"{commit}@YYYY-MM-DD (git log -1 --format=%cs {commit})")
+    raise ConfigError(f"megatron_version={show(t)} must be a release (core_r0.14.0), a date (YYYY-MM-DD) or a commit "
+                      f"with its date (abc1234@YYYY-MM-DD)")
