@@ -64,6 +64,9 @@ class Kernels:
     policy: Policy = Policy("none")  #: the recompute policy (for the checkpoints that exist once per model)
     gathered_rope_key: bool = False  #: TP > 1 with SP: MLA gathers k^R over TP before RoPE
     tp: int = 1                      #: the TP size (grouped-query attention with TP > n_kv is not in the ledger)
+    hidden_dropout: bool = False     #: --hidden-dropout > 0: the bias-dropout-adds and the embedding keep masks
+    attention_dropout: bool = False  #: --attention-dropout > 0: the s x s attention keeps a mask and its output
+    cp_a2a: bool = False             #: CP > 1 with --cp-comm-type a2a or a2a+p2p (TE): the pre-all-to-all output
 
     @property
     def local_norm(self) -> bool:
@@ -90,7 +93,8 @@ class Kernels:
                    swiglu_fusion=train.bias_swiglu_fusion, ce_fusion=train.cross_entropy_loss_fusion,
                    ce_impl=train.cross_entropy_fusion_impl, aux_loss=train.moe_aux_loss,
                    fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp,
-                   tp=train.tp)
+                   tp=train.tp, hidden_dropout=train.hidden_dropout > 0, attention_dropout=train.attention_dropout > 0,
+                   cp_a2a=train.cp > 1 and train.cp_comm_type in ("a2a", "a2a+p2p") and impl.uses_te)
 
 
 TE_DEFAULT = Kernels()
