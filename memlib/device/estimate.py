@@ -45,7 +45,7 @@ from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_ro
 from ..model.params import by_block, values as model_values
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from .schedule import Moment, check_schedule, moments
-from .transient import Segment, candidates, moe_copies, te_fused_softmax
+from .transient import Segment, candidates, embedding_backward_bytes, loss_kind, moe_copies, te_fused_softmax
 from ..model.states import P_e, P_ne, Recipe, recipe, states_formula
 from ..core.symbols import sym
 
@@ -608,8 +608,22 @@ class Estimate:
         copies = moe_copies(te=te, grouped_gemm=fw.moe_grouped_gemm, dispatcher=fw.token_dispatcher,
                             permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
                             local_experts=max(1, (m.n_routed_experts or 0) // t.ep))
+        extra: dict = {}
+        if t.profile == "megatron":       # the loss's and the output layer's backward; the embedding's backward
+            act, vocab = self.recipe.activations, int(self.partition.values[sym("v")])
+            full = t.micro_batch * -(-t.seq_len // t.cp)          # tokens of a micro-batch on a CP rank
+            extra["loss"] = loss_kind(t.cross_entropy_loss_fusion, t.cross_entropy_fusion_impl.value)
+            if chunk.last:
+                extra.update(head_grad=full * m.hidden_size * act, head_scatter=H if t.sp and t.tp > 1 else 0,
+                             head_wgrad=0 if fw.gradient_accumulation_fusion
+                             else -(-vocab // t.tp) * m.hidden_size * self.recipe.weights)
+            if chunk.first:
+                extra["embedding_backward"] = embedding_backward_bytes(
+                    tokens=full, hidden=m.hidden_size, vocab=-(-vocab // t.tp), weight_bytes=self.recipe.weights,
+                    act_bytes=act, deterministic=fw.deterministic)
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
-                          shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies)
+                          shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies,
+                          **extra)
 
     @cached_property
     def peaks(self) -> list[StagePeak]:

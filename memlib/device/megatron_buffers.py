@@ -565,11 +565,14 @@ def te_cublas_workspace_bytes(compute_capability: int) -> int:
 def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_config: Optional[str] = None,
                                  minor: int = 0) -> int:
     """PyTorch's cuBLAS workspace, one per (handle, stream): ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT``
-    pairs in KiB, summed SIZE x COUNT), else 32 MiB on sm 9.0 and 4096 KiB x 2 + 16 KiB x 8 elsewhere
-    (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``).
+    pairs in KiB, summed SIZE x COUNT), else 32 MiB on Hopper and Blackwell (major 9, 10, 12) and 4096 KiB x 2 +
+    16 KiB x 8 elsewhere (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``: "32MiB for Hopper
+    and Blackwell"; older releases gave 32 MiB to sm 9.0 only).
 
     >>> torch_cublas_workspace_bytes(9), torch_cublas_workspace_bytes(8), torch_cublas_workspace_bytes(8, ":4096:8")
     (33554432, 8519680, 33554432)
+    >>> torch_cublas_workspace_bytes(10)
+    33554432
     """
     if cublas_workspace_config is not None:
         pairs = re.findall(r":([0-9]+):([0-9]+)", cublas_workspace_config)
@@ -577,7 +580,7 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
             raise ConfigError(f"cublas_workspace_config={show(cublas_workspace_config)} must be :SIZE:COUNT pairs "
                               f"(KiB), e.g. :4096:8")
         return sum(int(a) * 1024 * int(b) for a, b in pairs)
-    return 4096 * 8 * 1024 if (compute_capability, minor) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    return 4096 * 8 * 1024 if compute_capability in (9, 10, 12) else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 #: the framework terms, in the order :func:`framework_memory` lists them

@@ -86,6 +86,7 @@ class Framework:
     permute_fusion: bool = True
     cublas_workspace_config: Optional[str] = None
     expandable_segments: bool = True
+    deterministic: bool = False      #: --deterministic-mode (the embedding's backward: index_put, no partial sums)
 
     def buffer_options(self, train: TrainingConfig, grad_dtype_bytes: int, param_dtype_bytes: int) -> dict:
         """The keyword options of :func:`~memlib.device.megatron_buffers.persistent_memory` for ``train``."""
