@@ -1,4 +1,4 @@
-"""Extract memlib's validation set from Megatron-LM's functional tests into tools/data/functional_tests.json.gz.
+"""Extract memlib's validation set from Megatron-LM's functional tests into memlib/data/functional_tests.json.gz.
 
 Usage: ``python tools/functional_tests.py /path/to/Megatron-LM.git [OUT]`` (a clone or bare mirror that holds
 commit ``COMMIT``, the Megatron-LM commit memlib pins, and its history; a few minutes).  The output is gzipped JSON
@@ -44,7 +44,7 @@ RECIPES = "tests/test_utils/recipes"
 #: where the recipes lived before (the test system's older layout)
 OLD_RECIPES = ("tests/functional_tests/jet_recipes",)
 METRICS = ("mem-allocated-bytes", "mem-max-allocated-bytes")
-OUT = Path(__file__).resolve().parent / "data" / "functional_tests.json.gz"
+OUT = Path(__file__).resolve().parents[1] / "memlib" / "data" / "functional_tests.json.gz"
 #: GPU platform of a golden-values file name when it names none (``golden_values_lts.json``): the recipes'
 #: default platform (``spec.platforms``)
 DEFAULT_PLATFORM = "dgx_a100"
