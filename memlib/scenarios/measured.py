@@ -298,6 +298,7 @@ SIMUMAX_ASSUMPTIONS: tuple[tuple[str, str], ...] = (
      "128 TP", "vocab"),
     (f"{SIMUMAX_SETUP['gpu'][0][0]} (compute capability {SIMUMAX_SETUP['gpu'][0][1]}), Megatron-LM "
      f"{SIMUMAX_SETUP['megatron_commit'][0][:8]}", "megatron_commit"),
+    (f"context parallelism over {SIMUMAX_SETUP['cp_comm_type'][0]} (--cp-comm-type)", "cp_comm_type"),
     (f"rank order {SIMUMAX_SETUP['rank_order'][0]}: the stage of a rank", "rank_order"),
     (f"{SIMUMAX_SETUP['world_size'][0]} GPUs", "world_size"),
 )
@@ -376,7 +377,7 @@ def published_case(key: str) -> PublishedCase:
     train = TrainingConfig(dp=run["dp"], tp=run["tp"], pp=run["pp"], cp=run["cp"], sp=run["tp"] > 1, zero=1,
                            precision="megatron", profile="megatron", micro_batch=SIMUMAX_SETUP["micro_batch"][0],
                            seq_len=run["seq_len"], num_microbatches=run["micro_batches"], cross_entropy_loss_fusion=True,
-                           cross_entropy_fusion_impl="te")
+                           cross_entropy_fusion_impl="te", cp_comm_type=SIMUMAX_SETUP["cp_comm_type"][0])
     model = simumax_model(run["model"], run["layers"], run["tp"])
     fw = Framework(compute_capability=SIMUMAX_SETUP["gpu"][0][1])
     est = estimate(model, train, Overheads(0, 0, Fraction(0)), framework=fw)
