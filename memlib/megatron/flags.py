@@ -637,9 +637,11 @@ class _Mapper:
                     self.not_modelled("--moe-router-dtype", f"--moe-router-dtype={rdtype} (memlib counts fp32)")
                 else:
                     self.notes.append("no --moe-router-dtype (memlib counts an fp32 router)")
-        if f.switch("--no-rope-fusion") and not self.mla and self.impl.uses_te:
-            self.not_modelled("--no-rope-fusion", "--no-rope-fusion (memlib counts the fused RoPE of grouped-query "
-                                                  "attention with transformer_engine)")
+        if f.switch("--no-rope-fusion") and self.impl.uses_te:
+            self.not_modelled("--no-rope-fusion", "--no-rope-fusion (memlib counts the fused MLA RoPE with "
+                                                  "transformer_engine)" if self.mla else
+                              "--no-rope-fusion (memlib counts the fused RoPE of grouped-query attention with "
+                              "transformer_engine)")
 
     # -- parallelism -----------------------------------------------------------------------------
     def parallel(self, m: dict, dense: bool) -> dict:
