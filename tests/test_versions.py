@@ -1,0 +1,93 @@
+"""memlib.config.versions: a Megatron-LM version and the flag rules it has (--megatron-version).
+
+The release table was read from each release branch's sources (git merge-base --is-ancestor of the rule's commit,
+and the branch's files for the cherry-picks); the dates are the commits' (git log -1 --format=%cs).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memlib.cli import main
+from memlib.config import ConfigError, TrainingConfig
+from memlib.config.versions import DEFAULT_VERSION, RELEASES, RULES, parse_version
+from memlib.megatron.flags import parse_megatron_args
+
+FLAGS = """--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128
+--micro-batch-size 1 --bf16 --tokenizer-type NullTokenizer --vocab-size 1000 --world-size 1"""
+
+
+def test_the_rules_and_their_commits():
+    assert [(r.key, r.commit, r.date) for r in RULES] == [
+        ("cross_entropy_fusion_impl", "3b141a2471", "2025-04-05"),
+        ("null_tokenizer_eod", "c9dfe34798", "2026-04-22"),
+        ("te_cross_entropy_refused", "168cb15d70", "2026-06-03"),
+    ]
+
+
+@pytest.mark.parametrize("release, te_refused, null_eod_dropped, impl_flag", [
+    ("core_r0.11.0", False, False, False),
+    ("core_r0.12.0", False, False, True),       # the flag came by a cherry-pick
+    ("core_v0.14.0", False, False, True),
+    ("core_r0.17.0", False, False, True),
+    ("core_r0.18.0", False, True, True),        # branched 2026-06-01: after c9dfe34798, before 168cb15d70
+    ("core_r0.19.0", True, True, True),
+])
+def test_releases(release, te_refused, null_eod_dropped, impl_flag):
+    v = parse_version(release)
+    assert (v.has("te_cross_entropy_refused"), v.has("null_tokenizer_eod"), v.has("cross_entropy_fusion_impl")) == \
+        (te_refused, null_eod_dropped, impl_flag)
+
+
+def test_dates_and_commits():
+    assert not parse_version("2026-06-02").has("te_cross_entropy_refused")
+    assert parse_version("2026-06-03").has("te_cross_entropy_refused")
+    assert parse_version("be2b2cd70d@2026-05-25").rules == frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod"})
+    assert parse_version("168cb15d70").text == "168cb15d70@2026-06-03"
+    assert DEFAULT_VERSION == "d98e8a64dd@2026-08-22" and len(RELEASES) == 10
+
+
+@pytest.mark.parametrize("text, message", [
+    ("foo", "must be a release"), ("core_r0.3.0", "memlib knows the rules of the releases"),
+    ("abc1234", "cannot look the commit up"), ("abc1234@2026-13-01", "is not a date"), ("", "must be a release"),
+])
+def test_errors_are_one_line(text, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        parse_version(text)
+    assert "\n" not in str(e.value)
+
+
+def test_te_loss_is_read_as_its_version_read_it():
+    te = FLAGS + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+    with pytest.raises(ConfigError, match="refuses it .* core_r0.18.0 and older accept it"):
+        parse_megatron_args(te)
+    run = parse_megatron_args(te, overrides={"megatron_version": "core_r0.14.0"})
+    assert run.train.cross_entropy_fusion_impl.value == "te" and run.train.megatron_version == "core_r0.14.0"
+    with pytest.raises(ConfigError, match="has no such flag"):
+        parse_megatron_args(te, overrides={"megatron_version": "core_r0.11.0"})
+
+
+def test_null_tokenizer_adds_its_token_before_c9dfe34798():
+    """--vocab-size 1000 is 1001 tokens before the change (padded to 1024 either way at 128 x TP 1) and 1000 after;
+    at 1024 the extra token crosses a multiple: 1025 pads to 1152."""
+    old = parse_megatron_args(FLAGS.replace("1000", "1024"), overrides={"megatron_version": "core_r0.17.0"})
+    new = parse_megatron_args(FLAGS.replace("1000", "1024"), overrides={"megatron_version": "core_r0.18.0"})
+    assert (old.vocab["size"], old.model.vocab_size) == (1025, 1152)
+    assert (new.vocab["size"], new.model.vocab_size) == (1024, 1024)
+
+
+def test_the_json_config_states_the_version():
+    assert TrainingConfig().values()["megatron_version"] == DEFAULT_VERSION
+    assert TrainingConfig(megatron_version="core_v0.14.0").values()["megatron_version"] == "core_v0.14.0"
+
+
+def test_cli(capsys):
+    assert main(["estimate", "--model", "llama-3-8b", "--profile", "megatron", "--precision", "megatron", "--dp", "8",
+                 "--tp", "1", "--pp", "1", "--ep", "1", "--etp", "1", "--megatron-version", "core_r0.14.0",
+                 "--cp-comm-type", "a2a", "--hidden-dropout", "0.1", "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)["config"]
+    assert (cfg["megatron_version"], cfg["cp_comm_type"], cfg["hidden_dropout"], cfg["attention_dropout"]) == \
+        ("core_r0.14.0", "a2a", "1/10", "0")
+    assert main(["estimate", "--model", "llama-3-8b", "--megatron-version", "yesterday"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
