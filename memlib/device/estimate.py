@@ -629,17 +629,27 @@ class Estimate:
     def peaks(self) -> list[StagePeak]:
         """The prediction of ``torch.cuda.max_memory_allocated()`` on every stage's device
         (:mod:`memlib.device.peak`)."""
-        part, out = self.partition, []
-        rec = self.recipe
+        return [self._stage_peak(st, self._evaluated_stages[st.index], mem.bytes)
+                for st, mem in zip(self.partition.stages, self.stages)]
+
+    def peak_of(self, index: int) -> StagePeak:
+        """``peaks[index]`` without evaluating the other stages (the validation set predicts the last stage)."""
+        if "peaks" in self.__dict__:
+            return self.peaks[index]
+        st = self.partition.stages[index]
+        memo: dict = {}
+        ex = self._evaluated_stage(st, memo)
+        return self._stage_peak(st, ex, memo[("states_int", self._keys()[0], _signature(self.model, st.chunks),
+                                             int(self.train.zero))])
+
+    def _stage_peak(self, st: Stage, ex: StageExpressions, states: Mapping[str, int]) -> StagePeak:
+        part, rec = self.partition, self.recipe
         grad_bytes = dict(rec.optimizer).get("main_grad", rec.gradients)
-        for st, mem in zip(part.stages, self.stages):
-            ex = self._evaluated_stages[st.index]
-            loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
-                     for i, c in enumerate(st.chunks)]
-            states = {k: mem.bytes[k] for k in ("parameters", "gradients", "optimizer_states")}
-            pers = persistent_terms(part, st.index, states, self.framework, grad_bytes, rec.weights, rec.optimizer)
-            out.append(stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation))
-        return out
+        loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
+                 for i, c in enumerate(st.chunks)]
+        held = {k: states[k] for k in ("parameters", "gradients", "optimizer_states")}
+        pers = persistent_terms(part, st.index, held, self.framework, grad_bytes, rec.weights, rec.optimizer)
+        return stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation)
 
     @property
     def peak(self) -> StageMemory:

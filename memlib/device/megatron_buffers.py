@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Sequence
 
 import sympy as sp
@@ -212,9 +212,12 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
         out.append(MegatronParam("embedding.word_embeddings.weight", (vocab_local, hidden), shared_embedding=shared))
         if chunk.first and m.positions == "learned":   # language_model_embedding.py: torch.nn.Embedding, replicated
             out.append(MegatronParam("embedding.position_embeddings.weight", (m.max_position_embeddings, hidden)))
+    cache = part.__dict__.setdefault("_megatron_layer_params", {})   # one rank's layers of a kind are alike
     for k, i in enumerate(chunk.layers):
         kind = m.layer_kinds[i]
-        out += _layer_params(part, f"decoder.layers.{k}.", decoder_layer_tensors(m, kind), kind, experts)
+        if kind not in cache:
+            cache[kind] = _layer_params(part, "", decoder_layer_tensors(m, kind), kind, experts)
+        out += [replace(x, name=f"decoder.layers.{k}." + x.name) for x in cache[kind]]
     if chunk.last:
         out.append(MegatronParam("decoder.final_layernorm.weight", (hidden,)))
         if m.norm == "layernorm":
@@ -246,7 +249,11 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
 def rank_params(part: Partition, stage: int | Stage = -1) -> list[list[MegatronParam]]:
     """The parameters of every model chunk pipeline rank ``stage`` holds (one list per chunk)."""
     st = _stage(part, stage)
-    return [chunk_params(part, c) for c in st.chunks]
+    cache = part.__dict__.setdefault("_megatron_chunk_params", {})
+    for c in st.chunks:
+        if c.index not in cache:
+            cache[c.index] = chunk_params(part, c)
+    return [cache[c.index] for c in st.chunks]
 
 
 def _stage(part: Partition, stage: int | Stage) -> Stage:

@@ -29,7 +29,7 @@ from .layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
 from .listexpr import moe_layer_pattern, pattern_to_hf
 from .reader import Flag, _fraction, _Flags, read_env, read_flags
 
-__all__ = ["MegatronRun", "parse_megatron_args", "pad_vocab", "precision_spec", "TOKENIZER_SIZES", "SOURCE"]
+__all__ = ["MegatronRun", "parse_megatron_args", "parse_megatron_config", "pad_vocab", "precision_spec", "TOKENIZER_SIZES", "SOURCE"]
 
 #: where the semantics come from
 SOURCE = "NVIDIA/Megatron-LM at d98e8a64dd and megatron-core 0.19.2"
@@ -253,19 +253,37 @@ def parse_megatron_args(text: str, world_size: Optional[int] = None, vocab_size:
     file's (the CLI's explicit options): TP, PP, CP, EP and ETP before anything is derived from them
     (DP, the padded vocabulary, the layout), the rest on the result."""
     over = dict(overrides or {})
+    _check_call(over, world_size, vocab_size)
+    mapper = _Mapper(read_flags(text, name), world_size, vocab_size, over, name)
+    mapper.env = read_env(text)
+    return mapper.run()
+
+
+def parse_megatron_config(model_args: Mapping, env_vars: Optional[Mapping] = None, world_size: Optional[int] = None,
+                          vocab_size: Optional[int] = None, overrides: Optional[Mapping] = None,
+                          name: str = "megatron") -> MegatronRun:
+    """:func:`parse_megatron_args` of a ``model_config.yaml`` already read: its ``MODEL_ARGS`` and ``ENV_VARS``
+    mappings (the validation set reads hundreds of them)."""
+    from .reader import ENV_READ, mapping_flags
+
+    over = dict(overrides or {})
+    _check_call(over, world_size, vocab_size)
+    mapper = _Mapper(mapping_flags(dict(model_args), f"megatron_args={show(name, 120)}"), world_size, vocab_size,
+                     over, name)
+    mapper.env = {k: str(v) for k, v in (env_vars or {}).items() if k in ENV_READ and v is not None}
+    return mapper.run()
+
+
+def _check_call(over: dict, world_size, vocab_size) -> None:
     unknown = sorted(set(over) - set(OVERRIDABLE))
     if unknown:
         raise ConfigError(f"overrides={show(unknown)}: only TrainingConfig fields {', '.join(OVERRIDABLE)} may be given")
-    check_world = world_size
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
                                    or not 1 <= world_size <= LIMITS["ranks"] * LIMITS["pp"]):
         raise ConfigError(f"world_size={show(world_size)} must be a positive integer")
     if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
                                    or not 1 <= vocab_size <= LIMITS["width"]):
         raise ConfigError(f"vocab_size={show(vocab_size)} must be a positive integer")
-    mapper = _Mapper(read_flags(text, name), check_world, vocab_size, over, name)
-    mapper.env = read_env(text)
-    return mapper.run()
 
 
 #: the flags behind each overridable field (a shell variable in them is tolerated when the field is given)

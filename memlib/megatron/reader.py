@@ -108,6 +108,11 @@ def _yaml_flags(text: str, where: str) -> list[Flag]:
     except RecursionError:
         raise ConfigError(f"{where}: the YAML is nested too deeply to be a model_config.yaml") from None
     args = doc.get("MODEL_ARGS") if isinstance(doc, dict) else None
+    return mapping_flags(args, where)
+
+
+def mapping_flags(args, where: str) -> list[Flag]:
+    """The flags of a ``MODEL_ARGS`` mapping (flag -> value, as YAML reads a model_config.yaml)."""
     if not isinstance(args, dict):
         raise ConfigError(f"{where}: MODEL_ARGS must be a mapping of flags to values (a model_config.yaml)")
     out = []

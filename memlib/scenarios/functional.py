@@ -29,13 +29,14 @@ from ..device.megatron_buffers import derive_data_parallel_size
 from ..device.overhead import Overheads
 from ..device.peak import StagePeak
 from ..ledgers.megatron import te_attention_backend
-from ..megatron.flags import MegatronRun, parse_megatron_args
+from ..megatron.flags import MegatronRun, parse_megatron_config
 
-__all__ = ["TARGET", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
+__all__ = ["TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
            "family_of_run", "OTHER_MODELS"]
 
-#: the accuracy aimed at (|error| against the steady peak)
+#: the accuracy aimed at (|error| against the steady peak), and the share of the cases it is aimed at (issue 22)
 TARGET = Fraction(1, 100)
+TARGET_SHARE = Fraction(95, 100)
 
 #: the model families of the table, in order
 FAMILIES = ("DeepSeek-style (MLA, MoE)", "Mixtral-style (MoE)", "Llama-style", "GPT-3 shell")
@@ -120,14 +121,8 @@ def family_of_run(run: MegatronRun) -> str:
     return FAMILIES[3]
 
 
-def _text(g: Golden) -> str:
-    import yaml   # PyYAML (pinned): a model_config.yaml is YAML
-
-    return yaml.safe_dump({"MODEL_ARGS": g.model_args, "ENV_VARS": g.env_vars})
-
-
 def _parse(g: Golden, **kw) -> MegatronRun:
-    return parse_megatron_args(_text(g), name=g.key, **kw)
+    return parse_megatron_config(g.model_args, g.env_vars, name=g.key, **kw)
 
 
 def _world(g: Golden) -> tuple[int, str]:
@@ -178,7 +173,7 @@ def _case(g: Golden) -> Validation | NotExpressible:
         run = replace(run, train=train)
     try:
         est = estimate(run.model, train, Overheads(0, 0, Fraction(0)), framework=fw)
-        peak = est.peaks[-1]
+        peak = est.peak_of(train.pp - 1)
     except ConfigError as exc:
         return NotExpressible(g, str(exc))
     return Validation(g, run, family_of_run(run), world, how, peak)
