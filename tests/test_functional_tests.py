@@ -141,3 +141,43 @@ def test_a_refused_flag_is_a_reason_not_a_number():
     with pytest.raises(ConfigError):
         fv._parse(golden("moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4", "golden_values_dev_dgx_h100.json"),
                   world_size=8)
+
+
+def test_each_golden_names_its_container():
+    """The NGC PyTorch container of the CI image that wrote each golden (docker/.ngc_version.<env>, before that
+    file the build stage's matrix): the lts image was NGC 24.01 until 2025-11-06, 25.09 after."""
+    assert all(g.container and g.container.startswith("nvcr.io/nvidia/pytorch:") for g in goldens())
+    for g in goldens():
+        if g.environment == "lts":
+            assert g.container.endswith(("24.01-py3" if g.values_date < "2025-11-06" else "25.09-py3"))
+    assert golden("gpt/gpt3_mcore_te_tp2_pp2", "golden_values_dev_dgx_a100.json").container.endswith("25.03-py3")
+    h = golden("moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed", "golden_values_dev_dgx_h100.json")
+    assert h.container == "nvcr.io/nvidia/pytorch:25.11-py3"
+
+
+def test_the_lts_image_s_transformer_engine_runs_the_unfused_attention_when_deterministic(validation):
+    """TE 1.2 (NGC 24.01) turns flash-attn 2 and cuDNN's fused attention below sm90 off under
+    NVTE_ALLOW_NONDETERMINISTIC_ALGO=0: the unfused attention's s x s probabilities are what those A100 goldens
+    hold (before this rule: -18 % to -42 %); the same test's non-resume twin asks for --attention-backend unfused."""
+    ok, _ = validation
+    cases = [c for c in ok if c.golden.environment == "lts" and c.golden.container.endswith("24.01-py3")
+             and c.run.train.transformer_impl.uses_te and c.golden.env_vars.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == 0
+             and "--attention-backend" not in c.golden.model_args]
+    assert len(cases) == 36 and all(c.run.train.attention_backend.value == "unfused" for c in cases)
+    assert all(c.within_target for c in cases)
+
+
+def test_blackwell_s_cublas_workspaces_follow_the_container_s_pytorch(validation):
+    """pytorch#175344 (merged 2026-02-19) gave Blackwell 32 MiB cuBLAS workspaces: GB200 goldens written in an NGC
+    26.02 image or older hold the 8 MiB + 128 KiB ones (their post-step allocation was 40-48 MiB below memlib's
+    account with 32 MiB); from 26.04 on, 32 MiB."""
+    ok, _ = validation
+    gb = [c for c in ok if c.golden.gpu == "GB200" and c.run.framework.cublas_workspace_config is None]
+    old = [c for c in gb if c.golden.container < "nvcr.io/nvidia/pytorch:26.03"]
+    new = [c for c in gb if c.golden.container >= "nvcr.io/nvidia/pytorch:26.03"]
+    assert old and new
+    ws = {c.golden.container: c.peak.persistent.get("torch_cublas_workspaces") for c in gb}
+    assert {v for k, v in ws.items() if k < "nvcr.io/nvidia/pytorch:26.03"} == {2 * (8 * 2**20 + 128 * 2**10)}
+    assert {v for k, v in ws.items() if k >= "nvcr.io/nvidia/pytorch:26.03"} == {2 * 32 * 2**20}
+    # what stays after the step is now within 10 MiB of memlib's account for the GPT shells of those images
+    assert all(0 <= c.post_step_gap < 10 * 2**20 for c in old if c.family == fv.FAMILIES[3])

@@ -91,3 +91,38 @@ def test_cli(capsys):
         ("core_r0.14.0", "a2a", "1/10", "0")
     assert main(["estimate", "--model", "llama-3-8b", "--megatron-version", "yesterday"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_container_rules():
+    """The NGC PyTorch container of a run: its own Transformer Engine (24.01: TE 1.2.x, TE v1.3 being tagged on
+    2024-02-02) and whether its PyTorch has pytorch#175344 (merged 2026-02-19)."""
+    from memlib.config.versions import container_rules
+
+    old = container_rules("nvcr.io/nvidia/pytorch:24.01-py3")
+    assert old.te_version == (1, 2) and not old.blackwell_cublas_32mib
+    assert container_rules("nvcr.io/nvidia/pytorch:25.09-py3").te_version is None
+    assert not container_rules("nvcr.io/nvidia/pytorch:26.02-py3").blackwell_cublas_32mib
+    assert container_rules("nvcr.io/nvidia/pytorch:26.04-py3").blackwell_cublas_32mib
+    assert container_rules(None).blackwell_cublas_32mib and container_rules("my/image:1").te_version is None
+
+
+def test_te_1_2_runs_the_unfused_attention_when_deterministic_below_hopper():
+    from memlib.ledgers.megatron import te_attention_backend
+
+    assert te_attention_backend(8, deterministic=True, dropout=True, te_version=(1, 2)).value == "unfused"
+    assert te_attention_backend(8, deterministic=False, dropout=True, te_version=(1, 2)).value == "flash"
+    assert te_attention_backend(9, deterministic=True, dropout=True, te_version=(1, 2)).value == "fused"
+    assert te_attention_backend(8, deterministic=True, dropout=True).value == "flash"
+
+
+def test_blackwell_cublas_workspaces_by_pytorch():
+    from memlib.device.megatron_buffers import torch_cublas_workspace_bytes
+    from memlib.device.peak import Framework
+
+    assert torch_cublas_workspace_bytes(10) == 32 * 2**20
+    assert torch_cublas_workspace_bytes(10, blackwell_32mib=False) == 8 * 2**20 + 128 * 2**10
+    assert torch_cublas_workspace_bytes(9, blackwell_32mib=False) == 32 * 2**20
+    assert torch_cublas_workspace_bytes(10, ":4096:8", blackwell_32mib=False) == 32 * 2**20
+    assert Framework().blackwell_cublas_32mib
+    with pytest.raises(ConfigError):
+        torch_cublas_workspace_bytes(10, blackwell_32mib="no")

@@ -22,7 +22,10 @@ Every directory under ``tests/functional_tests/test_cases/`` whose golden-values
     without a new run); ``model_args_at_values`` and ``env_vars_at_values``, the test's ``model_config.yaml`` at
     ``values_commit`` where it differs from ``COMMIT``'s (``null`` where it is the same); the world size from the
     recipe entry of the file's environment and platform (``world_size_source`` says which), or ``null`` where no
-    recipe gives it (memlib derives it from the logged post-step allocation then, and says so).
+    recipe gives it (memlib derives it from the logged post-step allocation then, and says so); ``container``, the
+    NGC PyTorch container the CI image of the file's environment was built on at ``values_commit``
+    (``docker/.ngc_version.<env>``, or before that file the build stage's matrix), which fixes the PyTorch and, for
+    the ``lts`` image, the Transformer Engine the values were measured with.
 
 Everything is read with ``git`` from the mirror; nothing is run.  The values are copied, not interpreted: memlib
 (memlib.scenarios.measured) reads them.  Megatron-LM is BSD 3-Clause licensed; this is reference data.
@@ -185,6 +188,31 @@ def _writer(repo: Repo, path: str, metrics: dict) -> tuple[dict, dict]:
     return last, wrote
 
 
+#: where the CI's base image (the NGC PyTorch container) is named: a file per environment since 2025-11-05, the
+#: build stage's matrix before
+NGC_VERSION = "docker/.ngc_version.{env}"
+BUILD_STAGES = (".gitlab/stages/01.build.yml", ".gitlab/stages/01.test.yml")
+
+
+def _container(repo: Repo, commit: str, env: str) -> str | None:
+    """The NGC PyTorch container the CI image of ``env`` (dev or lts) was built on at ``commit``."""
+    text = (repo.show(commit, NGC_VERSION.format(env=env)) or "").strip()
+    if text:
+        return text
+    for stage in BUILD_STAGES:
+        try:
+            doc = yaml.safe_load(repo.show(commit, stage) or "") or {}
+        except yaml.YAMLError:
+            continue
+        for job in doc.values() if isinstance(doc, dict) else ():
+            matrix = ((job or {}).get("parallel") or {}).get("matrix") if isinstance(job, dict) else None
+            for row in matrix or ():
+                if (isinstance(row, dict) and row.get("IMAGE") == f"CI_MCORE_{env.upper()}_IMAGE"
+                        and "nvcr.io/nvidia/pytorch" in str(row.get("BASE_IMAGE", ""))):
+                    return row["BASE_IMAGE"]
+    return None
+
+
 def _listed(recipes: list[dict], env: str, platform: str, where: str) -> tuple[int | None, str]:
     """The world size of the recipe entries for ``env`` and ``platform`` (live ones first)."""
     live = [r for r in recipes if r["environment"] == env and r["platform"] == platform and not r["commented_out"]]
@@ -260,6 +288,7 @@ def main(repo_path: str, out: Path = OUT) -> None:
         world, how = _world(repo, t["recipes"], environment, platform, wrote, case, cache)
         t["goldens"][name] = {
             "environment": environment, "platform": platform, "second_run": second,
+            "container": _container(repo, wrote["sha"], environment),
             "world_size": world, "world_size_source": how,
             "last_commit": last, "values_commit": wrote,
             "model_args_at_values": None if args == t["model_args"] else args,

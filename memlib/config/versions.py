@@ -23,7 +23,8 @@ from datetime import date
 
 from .checks import ConfigError, show
 
-__all__ = ["Rule", "RULES", "RELEASES", "KNOWN_COMMITS", "DEFAULT_VERSION", "MegatronVersion", "parse_version"]
+__all__ = ["Rule", "RULES", "RELEASES", "KNOWN_COMMITS", "DEFAULT_VERSION", "MegatronVersion", "parse_version",
+           "ContainerRules", "NGC_TRANSFORMER_ENGINE", "NGC_BLACKWELL_CUBLAS_32MIB", "container_rules"]
 
 
 @dataclass(frozen=True)
@@ -134,3 +135,51 @@ def parse_version(text) -> MegatronVersion:
                           f"{commit}@YYYY-MM-DD (git log -1 --format=%cs {commit})")
     raise ConfigError(f"megatron_version={show(t)} must be a release (core_r0.14.0), a date (YYYY-MM-DD) or a commit "
                       f"with its date (abc1234@YYYY-MM-DD)")
+
+
+# ------------------------------------------------------------------------------------------------
+# the software around Megatron-LM: the NGC PyTorch container a run's image is built on
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContainerRules:
+    """What memlib reads from the NGC PyTorch container a run was built on (``nvcr.io/nvidia/pytorch:YY.MM-py3``).
+
+    ``te_version``
+        the container's own Transformer Engine where the run used it and it decides a kernel memlib counts
+        differently: NGC 24.01, the ``lts`` image of Megatron-LM's CI until 2025-11-06 (that image installs no
+        TE of its own: docker/Dockerfile.ci.lts, pyproject.toml's ``lts`` extra), holds TE 1.2.x (TE v1.3 was
+        tagged on 2024-02-02, after that container); ``None``: a TE from 1.3 on (the ``dev`` image installs
+        its own, ``transformer-engine[pytorch]>=2.6`` in pyproject.toml).
+    ``blackwell_cublas_32mib``
+        whether its PyTorch has pytorch#175344 (merged 2026-02-19: 32 MiB cuBLAS workspaces on Blackwell):
+        containers from 26.03 on; 26.02 and earlier take their PyTorch from before the merge (a container's
+        PyTorch is a snapshot that precedes its month's release).
+    """
+
+    image: str
+    te_version: tuple[int, int] | None
+    blackwell_cublas_32mib: bool
+
+
+_NGC = re.compile(r"nvcr\.io/nvidia/pytorch:(\d{2})\.(\d{2})-py3")
+#: NGC PyTorch containers (YY, MM) whose own Transformer Engine memlib's rules need (see ContainerRules)
+NGC_TRANSFORMER_ENGINE = {(24, 1): (1, 2)}
+#: the first NGC PyTorch container whose PyTorch has pytorch#175344
+NGC_BLACKWELL_CUBLAS_32MIB = (26, 3)
+
+
+def container_rules(image: str | None) -> ContainerRules:
+    """The :class:`ContainerRules` of an NGC PyTorch container; ``None`` (or another image) is today's software.
+
+    >>> container_rules("nvcr.io/nvidia/pytorch:24.01-py3").te_version
+    (1, 2)
+    >>> container_rules("nvcr.io/nvidia/pytorch:26.02-py3").blackwell_cublas_32mib
+    False
+    >>> container_rules(None).blackwell_cublas_32mib
+    True
+    """
+    m = _NGC.fullmatch((image or "").strip())
+    if not m:
+        return ContainerRules(image or "", None, True)
+    ym = (int(m.group(1)), int(m.group(2)))
+    return ContainerRules(image, NGC_TRANSFORMER_ENGINE.get(ym), ym >= NGC_BLACKWELL_CUBLAS_32MIB)

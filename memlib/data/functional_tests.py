@@ -4,8 +4,9 @@
 memlib pins (:data:`FUNCTIONAL_TESTS_COMMIT`): every test directory under ``tests/functional_tests/test_cases/``
 whose golden values log the allocator's peak, with its ``model_config.yaml`` (``MODEL_ARGS`` and ``ENV_VARS``),
 the recipe entries that list it, and per golden-values file the memory metrics per logged step, the commit that
-wrote those values (and the test's ``model_config.yaml`` then, where it differs) and the world size (a recipe's
-nodes x gpus, the test's directory name when the values were written, or ``None``: no recipe gives it).
+wrote those values (and the test's ``model_config.yaml`` then, where it differs), the NGC PyTorch container the CI
+image was built on then, and the world size (a recipe's nodes x gpus, the test's directory name when the values
+were written, or ``None``: no recipe gives it).
 
 :func:`functional_tests` reads it once.  :func:`goldens` flattens it into one :class:`Golden` per file: the
 values are exact integers (``None`` where a file has ``"nan"``); the steady peak is the maximum at the third
@@ -70,6 +71,7 @@ class Golden:
     world_size_source: str
     values_commit: str            #: the commit that wrote these values (full hash)
     values_date: str              #: its date, YYYY-MM-DD
+    container: Optional[str]      #: the NGC PyTorch container the CI image was built on then
     allocated: tuple              #: (iteration, mem-allocated-bytes) in order, after each optimizer step
     max_allocated: tuple          #: (iteration, mem-max-allocated-bytes): the allocator's running maximum
 
@@ -118,5 +120,6 @@ def goldens() -> tuple[Golden, ...]:
                 key, t["folder"], t["name"], name, g["environment"], g["platform"], g["second_run"], t["test_type"],
                 g["model_args_at_values"] or t["model_args"] or {}, g["env_vars_at_values"] or t["env_vars"] or {},
                 g["world_size"], g["world_size_source"], g["values_commit"]["sha"], g["values_commit"]["date"],
+                g.get("container"),
                 _series(g["mem-allocated-bytes"]), _series(g["mem-max-allocated-bytes"])))
     return tuple(out)

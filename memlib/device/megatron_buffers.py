@@ -570,24 +570,27 @@ def te_cublas_workspace_bytes(compute_capability: int) -> int:
 
 
 def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_config: Optional[str] = None,
-                                 minor: int = 0) -> int:
+                                 minor: int = 0, blackwell_32mib: bool = True) -> int:
     """PyTorch's cuBLAS workspace, one per (handle, stream): ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT``
     pairs in KiB, summed SIZE x COUNT), else 32 MiB on Hopper and Blackwell (major 9, 10, 12) and 4096 KiB x 2 +
     16 KiB x 8 elsewhere (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``: "32MiB for Hopper
-    and Blackwell"; older releases gave 32 MiB to sm 9.0 only).
+    and Blackwell").  Blackwell's 32 MiB came with pytorch#175344 (merged 2026-02-19); ``blackwell_32mib=False``
+    is a PyTorch from before it, which gave 32 MiB to Hopper (major 9) only.
 
     >>> torch_cublas_workspace_bytes(9), torch_cublas_workspace_bytes(8), torch_cublas_workspace_bytes(8, ":4096:8")
     (33554432, 8519680, 33554432)
-    >>> torch_cublas_workspace_bytes(10)
-    33554432
+    >>> torch_cublas_workspace_bytes(10), torch_cublas_workspace_bytes(10, blackwell_32mib=False)
+    (33554432, 8519680)
     """
+    _check_flag("blackwell_32mib", blackwell_32mib)
     if cublas_workspace_config is not None:
         pairs = re.findall(r":([0-9]+):([0-9]+)", cublas_workspace_config)
         if not pairs:
             raise ConfigError(f"cublas_workspace_config={show(cublas_workspace_config)} must be :SIZE:COUNT pairs "
                               f"(KiB), e.g. :4096:8")
         return sum(int(a) * 1024 * int(b) for a, b in pairs)
-    return 4096 * 8 * 1024 if compute_capability in (9, 10, 12) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    big = (9, 10, 12) if blackwell_32mib else (9,)
+    return 4096 * 8 * 1024 if compute_capability in big else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 #: the framework terms, in the order :func:`framework_memory` lists them
@@ -600,8 +603,8 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                       gradient_accumulation_fusion: bool = True, rope_fusion: bool = True, fp8: Optional[str] = None,
                       fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
                       permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
-                      torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096
-                      ) -> list[tuple[str, str, int]]:
+                      torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096,
+                      blackwell_cublas_32mib: bool = True) -> list[tuple[str, str, int]]:
     """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
     :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
     m, t = part.model, part.train
@@ -632,7 +635,8 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
     if moe_layers and moe_grouped_gemm:
         out += [("te_cublas_workspaces", f"TE grouped-GEMM workspace, stream {i}", ws) for i in range(4)]
     out += [("torch_cublas_workspaces", f"PyTorch cuBLAS workspace, handle {i}",
-             torch_cublas_workspace_bytes(cc, cublas_workspace_config)) for i in range(torch_cublas_handles)]
+             torch_cublas_workspace_bytes(cc, cublas_workspace_config, blackwell_32mib=blackwell_cublas_32mib))
+            for i in range(torch_cublas_handles)]
     if gradient_accumulation_fusion:
         shapes = sorted({p.shape for p in params if p.dummy_wgrad})
         out += [("te_dummy_wgrads", f"dummy wgrad {s[0]}x{s[1]} bf16", 2 * math.prod(s)) for s in shapes]

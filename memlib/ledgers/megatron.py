@@ -109,7 +109,7 @@ def _attention_extras(att: list[Saved], k: Kernels) -> list[Saved]:
 
 
 def te_attention_backend(compute_capability: int, *, deterministic: bool, dropout: bool,
-                         minor: int = 0) -> AttnBackend:
+                         minor: int = 0, te_version: tuple[int, int] | None = None) -> AttnBackend:
     """The kernel Transformer Engine's ``--attention-backend auto`` runs for causal bf16 training attention in the
     sbhd format (TE v2.12 attention/dot_product_attention/utils.py ``get_attention_backend``; common/fused_attn/
     fused_attn.cpp ``nvte_get_fused_attn_backend``): cuDNN's fused attention (``fused``) is preferred from Hopper
@@ -118,13 +118,23 @@ def te_attention_backend(compute_capability: int, *, deterministic: bool, dropou
     sm100 and later the fused kernel's deterministic backward needs attention dropout 0 (fused_attn.cpp:451-456),
     so deterministic training with dropout runs flash-attn.  Deterministic: ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``.
 
+    ``te_version`` below (1, 3) is Transformer Engine 1.2.x (the NGC 24.01 container's,
+    :func:`memlib.config.versions.container_rules`): deterministic training disables flash-attn 2 whatever its
+    version (TE v1.2 transformer_engine/pytorch/attention.py:2005-2011) and, below sm90, cuDNN's arbitrary-sequence
+    fused attention (attention.py:2377-2381), so it runs the unfused attention below Hopper; TE 1.3 and later
+    keep flash-attn from 2.4.1 on.
+
     >>> te_attention_backend(8, deterministic=False, dropout=True).value
     'flash'
     >>> te_attention_backend(9, deterministic=True, dropout=True).value
     'fused'
     >>> te_attention_backend(10, deterministic=True, dropout=True).value
     'flash'
+    >>> te_attention_backend(8, deterministic=True, dropout=True, te_version=(1, 2)).value
+    'unfused'
     """
+    if te_version is not None and te_version < (1, 3) and deterministic and (compute_capability, minor) < (9, 0):
+        return AttnBackend.UNFUSED
     if (compute_capability, minor) < (9, 0):
         return AttnBackend.FLASH
     if compute_capability >= 10 and deterministic and dropout:

@@ -6,8 +6,10 @@ launch flags mean what they meant then) on one GPU platform.  memlib reads the f
 :func:`memlib.megatron.flags.parse_megatron_args` (``ENV_VARS`` too: PyTorch's cuBLAS workspaces and allocator),
 takes the world size from the test's recipe (or derives the data-parallel size from the logged post-step
 allocation where no recipe gives it, :func:`memlib.device.megatron_buffers.derive_data_parallel_size`, and says
-so), and predicts the last pipeline stage's ``peak_allocated`` on the platform's compute capability: the last
-global rank is the one that logs.  The measured value is the *steady peak*, the allocator's running maximum at
+so), and predicts the last pipeline stage's ``peak_allocated`` on the platform's compute capability, with the
+software of the CI image's NGC container (:func:`memlib.config.versions.container_rules`: its PyTorch's cuBLAS
+workspaces, the ``lts`` image's Transformer Engine and so the attention kernel it runs): the last global rank is
+the one that logs.  The measured value is the *steady peak*, the allocator's running maximum at
 the third logged iteration (Adam's moments exist by then).
 
 A case memlib cannot express gets its reason instead of a number (:class:`NotExpressible`): another model
@@ -23,6 +25,7 @@ from typing import Optional
 
 from ..config import ConfigError
 from ..config.strategies import AttnBackend
+from ..config.versions import container_rules
 from ..data.functional_tests import FUNCTIONAL_TESTS_COMMIT, Golden, goldens
 from ..device.estimate import estimate
 from ..device.megatron_buffers import derive_data_parallel_size
@@ -138,7 +141,8 @@ def _world(g: Golden) -> tuple[int, str]:
             continue
     if run is None:
         raise ConfigError("no recipe gives the world size, and no data-parallel size up to 64 fits the flags")
-    fw = replace(run.framework, compute_capability=g.compute_capability)
+    fw = replace(run.framework, compute_capability=g.compute_capability,
+                 blackwell_cublas_32mib=container_rules(g.container).blackwell_cublas_32mib)
     opts = fw.buffer_options(run.train, 4, 2)
     for k in ("distributed_optimizer", "grad_dtype_bytes", "param_dtype_bytes"):
         opts.pop(k, None)
@@ -164,12 +168,14 @@ def _case(g: Golden) -> Validation | NotExpressible:
     blocking = [x for x in run.not_modelled if x not in APPROXIMATIONS]
     if blocking:
         return NotExpressible(g, run.warning())
-    fw = replace(run.framework, compute_capability=g.compute_capability)
+    sw = container_rules(g.container)
+    fw = replace(run.framework, compute_capability=g.compute_capability,
+                 blackwell_cublas_32mib=sw.blackwell_cublas_32mib)
     train = run.train
     if train.transformer_impl.uses_te and train.attention_backend is AttnBackend.AUTO:
         train = train.with_(attention_backend=te_attention_backend(
             g.compute_capability, deterministic=run.env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0",
-            dropout=train.attention_dropout > 0))
+            dropout=train.attention_dropout > 0, te_version=sw.te_version))
         run = replace(run, train=train)
     try:
         est = estimate(run.model, train, Overheads(0, 0, Fraction(0)), framework=fw)
