@@ -24,6 +24,7 @@ frees happen when the last reference goes.
 
     python benchmarks/gpu_peaks.py [--out DIR] [--only NAME,...] [--budget SECONDS]
     python benchmarks/gpu_peaks.py --cpu-check      # the same steps on the CPU at tiny sizes (nothing measured)
+    python benchmarks/gpu_peaks.py --rewrite FILE   # a measured FILE's config and memlib_args from CASES again
 """
 from __future__ import annotations
 
@@ -83,24 +84,36 @@ FRAMEWORK = dict(gradient_accumulation_fusion=False, rope_fusion=False, moe_grou
                  token_dispatcher="alltoall", permute_fusion=False, expandable_segments=True)
 
 
-def memlib_args(name: str) -> list[str]:
-    """The ``memlib estimate`` arguments that describe case ``name`` (the model file relative to the
-    repository root, as committed in memlib/data/gpu_peaks/)."""
+def case_config(name: str) -> dict:
+    """What case ``name`` ran, as memlib's inputs: the model file (memlib/data/gpu_peaks/), the
+    TrainingConfig fields, the Framework fields, the overhead preset and the GPU."""
     _, model, train, M = _case(name)
-    t = {**COMMON, **train}
-    args = ["--model", f"memlib/data/gpu_peaks/{model}.json", "--profile", t["profile"], "--precision",
+    return {"model": model, "train": {**COMMON, **train, "num_microbatches": M}, "framework": dict(FRAMEWORK),
+            "overhead": "none", "gpu": "H200"}
+
+
+def memlib_args(name: str) -> list[str]:
+    """The ``memlib estimate`` arguments that describe case ``name`` (:func:`case_config`; the model file
+    relative to the repository root)."""
+    c = case_config(name)
+    t, fw = c["train"], c["framework"]
+    args = ["--model", f"memlib/data/gpu_peaks/{c['model']}.json", "--profile", t["profile"], "--precision",
             t["precision"], "--zero", str(t["zero"])]
     for k in ("dp", "tp", "pp", "ep", "etp", "cp"):
         args += [f"--{k}", str(t[k])]
     args += ["--transformer-impl", t["transformer_impl"], "--attention-backend", t["attention_backend"],
-             "--micro-batch", str(t["micro_batch"]), "--seq-len", str(t["seq_len"]), "--num-microbatches", str(M),
-             "--recompute", t["recompute"]]
+             "--micro-batch", str(t["micro_batch"]), "--seq-len", str(t["seq_len"]), "--num-microbatches",
+             str(t["num_microbatches"]), "--recompute", t["recompute"]]
     if t.get("cross_entropy_loss_fusion"):
         args += ["--cross-entropy-loss-fusion"]
     if "moe_aux_loss" in t:
         args += ["--moe-router-load-balancing-type", t["moe_aux_loss"]]
-    args += ["--no-gradient-accumulation-fusion", "--no-rope-fusion", "--moe-token-dispatcher-type", "alltoall",
-             "--no-moe-grouped-gemm", "--no-moe-permute-fusion", "--gpu", "H200", "--overhead", "none"]
+    for field, flag in (("gradient_accumulation_fusion", "--no-gradient-accumulation-fusion"),
+                        ("rope_fusion", "--no-rope-fusion"), ("moe_grouped_gemm", "--no-moe-grouped-gemm"),
+                        ("permute_fusion", "--no-moe-permute-fusion")):
+        if not fw[field]:
+            args.append(flag)
+    args += ["--moe-token-dispatcher-type", fw["token_dispatcher"], "--gpu", c["gpu"], "--overhead", c["overhead"]]
     return args
 
 
@@ -120,9 +133,9 @@ def _request(name: str, tiny: bool = False) -> dict:
     from memlib.config import TrainingConfig, model_from_dict
     from memlib.measure.step import PeakRequest
 
-    _, model, train, M = _case(name)
+    c = case_config(name)
+    model, t, M = c["model"], dict(c["train"]), c["train"]["num_microbatches"]
     cfg = dict(MODELS[model])
-    t = {**COMMON, **train, "num_microbatches": M}
     if tiny:
         cfg.update({k: v for k, v in TINY.items() if k in cfg})
         t.update(seq_len=64)
@@ -494,9 +507,17 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=420, help="seconds after which no new case starts")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per case")
     ap.add_argument("--cpu-check", action="store_true", help="run every case on the CPU at tiny sizes")
+    ap.add_argument("--rewrite", default=None, metavar="FILE",
+                    help="write each case's config and memlib_args into a measured FILE again (nothing runs)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rewrite:
+        data = json.loads(Path(args.rewrite).read_text())
+        for case in data["cases"]:
+            case["config"], case["memlib_args"] = case_config(case["name"]), memlib_args(case["name"])
+        Path(args.rewrite).write_text(json.dumps(data, indent=1))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.worker:
@@ -532,7 +553,7 @@ def main() -> None:
             if name == "loss-region":
                 result["loss_region"] = r
             else:
-                r["memlib_args"] = memlib_args(name)
+                r["config"], r["memlib_args"] = case_config(name), memlib_args(name)
                 result["cases"].append(r)
             print(f"{name}: {time.perf_counter() - t0:.0f} s " + (
                 f"max_allocated {r['max_memory_allocated'] / 2**30:.3f} GiB" if "max_memory_allocated" in r else

@@ -110,15 +110,34 @@ def test_attention_backends():
     assert bs
 
 
-def test_local_rmsnorm_keeps_fp32_copies():
-    te, loc = layer_bytes(one_device(), "dense"), layer_bytes(one_device(transformer_impl="local"), "dense")
+def test_local_rmsnorm_keeps_fp32_copies_on_the_cpu():
+    te = layer_bytes(one_device(), "dense")
+    loc = layer_bytes(one_device(transformer_impl="local", runtime="cpu"), "dense")
     tokens, h = 2 * 8, 8
     assert te["attention.norm_input"] == 2 * tokens * h and te["attention.norm_rstd"] == 4 * tokens
     assert (loc["attention.norm_input_fp32"], loc["attention.norm_rstd"], loc["attention.norm_normalized"]) == (
         4 * tokens * h, 4 * tokens, 4 * tokens * h)
     # in fp32 training the kv norm keeps its input, a view of the [c^KV; k^R] down-projection output
-    fp32 = layer_bytes(one_device(transformer_impl="local", precision="fp32"), "dense")
+    fp32 = layer_bytes(one_device(transformer_impl="local", precision="fp32", runtime="cpu"), "dense")
     assert fp32["attention.c_kv_fp32"] == 4 * tokens * (4 + 2) and loc["attention.c_kv_fp32"] == 4 * tokens * 4
+
+
+def test_local_rmsnorm_on_a_gpu_keeps_its_input_and_rstd():
+    """torch's fused RMSNorm (the GPU): the input itself and one fp32 1/rms per token, as TE's; the kv norm's
+    input is a view of the [c^KV; k^R] down-projection output, so that storage stays whole (d_c 4, d_h^R 2)."""
+    gpu = layer_bytes(one_device(transformer_impl="local"), "dense")
+    tokens, h = 2 * 8, 8
+    assert (gpu["attention.norm_input"], gpu["attention.norm_rstd"]) == (2 * tokens * h, 4 * tokens)
+    assert "attention.norm_input_fp32" not in gpu and "attention.norm_normalized" not in gpu
+    assert gpu["attention.c_kv"] == 2 * tokens * (4 + 2) and gpu["attention.c_kv_rstd"] == 4 * tokens
+    assert not any(k.endswith("_normalized") or k.endswith("_fp32") for k in gpu)
+    # the layer's checkpoint under full recomputation keeps that same input: no second copy (the CPU's
+    # composite norm keeps an upcast copy, so there the checkpoint's input is a tensor of its own)
+    full = parse_policy("full")
+    assert "attention.layer_input" not in layer_bytes(one_device(transformer_impl="local", recompute="full"), "dense",
+                                                      policy=full)
+    assert "attention.layer_input" in layer_bytes(one_device(transformer_impl="local", recompute="full", runtime="cpu"),
+                                                  "dense", policy=full)
 
 
 def test_swiglu_fusion():

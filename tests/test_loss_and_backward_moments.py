@@ -137,3 +137,13 @@ def test_flash_attn_keeps_its_output_beside_the_copy():
 def test_te_auto_backend(cc, deterministic, dropout, backend):
     from memlib.ledgers.megatron import te_attention_backend
     assert te_attention_backend(cc, deterministic=deterministic, dropout=dropout).value == backend
+
+
+def test_te_unfused_attention_forward_keeps_its_scores_beside_the_probabilities():
+    """TE's UnfusedDotProductAttention keeps its raw scores [b n_h, s, s] referenced until it returns, while P V
+    writes its output and the permuted copy linear_proj keeps: a forward moment of P + 2 C at the last such layer."""
+    est = estimate(LLAMA, train(attention_backend="unfused"), NONE)
+    cands, _ = candidates(est)
+    P, C = B * 8 * S * S * 2, S * B * 8 * 128 * 2
+    assert cands["forward_attention"]["forward_transients"] == P + 2 * C
+    assert "forward_attention" not in candidates(estimate(LLAMA, train(), NONE))[0]

@@ -159,7 +159,7 @@ def test_estimate_gives_the_measured_bytes(random_batch, tmp_path, capsys):
         argv = ["estimate", "--model", str(path), "--dp", "1", "--tp", "1", "--pp", "1", "--ep", "1", "--etp", "1",
                 "--profile", "megatron", "--transformer-impl", "local", "--precision", t.precision,
                 "--micro-batch", str(t.micro_batch), "--seq-len", str(t.seq_len), "--recompute", t.recompute,
-                "--moe-router-load-balancing-type", str(t.moe_aux_loss), "--num-microbatches", "1", "--json"]
+                "--moe-router-load-balancing-type", str(t.moe_aux_loss), "--num-microbatches", "1", "--runtime", "cpu", "--json"]
         argv += ["--attention-softmax-in-fp32"] if t.attention_softmax_in_fp32 else []
         argv += ["--no-bias-swiglu-fusion"] if not t.bias_swiglu_fusion else []
         argv += ["--cross-entropy-loss-fusion"] if t.cross_entropy_loss_fusion else []

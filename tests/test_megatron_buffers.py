@@ -195,7 +195,7 @@ def test_framework_tensors_of_memory_speed():
               (1024, 512), (512, 2048), (25856, 1024)]          # (1024, 1024): shared fc1 and expert fc2 alike
     assert dummies == sorted(2 * a * b for a, b in shapes)
     fw = mb.framework_memory(part, -1, rope_fusion=False).evaluate()
-    assert fw["sequence_parallel_gather_buffer"] == 2 * 4 * 4096 * 1024
+    assert fw["global_memory_buffer"] == 2 * 4 * 4096 * 1024
     assert fw["rope_caches"] == 9 * (2 * 2 * 4096 * 64 + 4 * 4096 * 64 + 3 * 512)
     assert fw["token_dispatcher_state"] == 9 * (4 * 8192 * 32 + 8192 * 32 + 4 * 8192 * 65 + 2 * 512)
     assert fw["fp8_weight_copies"] == 0

@@ -50,13 +50,15 @@ def test_the_worst_moment_by_hand():
     # (3, 0) running chunk 0: 300 + 7 + 30 = 337; (2, 1) running chunk 1: 250 + 40 (logits beat gradients 20) = 290
     assert p.moment == moments[0] and p.activations == {"chunk0": 300}
     assert p.transient == {"recompute_working_set": 7, "backward_gradients": 30, "cross_entropy_logits": 0,
-                           "offload_reload": 0, "forward_transients": 0, "backward_released": 0}
+                           "cross_entropy_workspace": 0, "offload_reload": 0, "forward_transients": 0,
+                           "backward_released": 0}
     assert p.peak_allocated == 1337 and p.peak_reserved == 1337
     # the logits and the gradients are never alive together: the larger counts
     assert load(0, gradients=5, logits=9).transient()["backward_gradients"] == 0
     assert load(0, gradients=9, logits=9).transient() == {"recompute_working_set": 0, "backward_gradients": 9,
-                                                          "cross_entropy_logits": 0, "offload_reload": 0,
-                                                          "forward_transients": 0, "backward_released": 0}
+                                                          "cross_entropy_logits": 0, "cross_entropy_workspace": 0,
+                                                          "offload_reload": 0, "forward_transients": 0,
+                                                          "backward_released": 0}
 
 
 def test_fragmentation_is_rounded_up_on_the_peak():
@@ -126,18 +128,32 @@ def test_logits_on_the_last_stage_by_hand():
     assert got2.logits == 2 * 4 * 6 * 2
 
 
-def test_end_of_the_forward_by_hand():
-    """One stage, no MTP: at the end of the forward the logits (b s v bf16 = 160 bytes) and the chunk's input
-    (GPTModel's decoder_input, b s h bf16 = 128 bytes) are alive beside everything saved."""
-    est = estimate(T.tiny(), tiny_train(), NONE)
+def _forward_end(train):
+    est = estimate(T.tiny(), train, NONE)
     ex = est.stage_expressions(0, est.values)
     got = est.chunk_load(est.partition.stages[0].chunks[0], {k: int(x) for k, x in ex.chunks[0].items()},
                          int(ex.working[0]))
     cands = dict(got.candidates)
-    assert cands["forward_end"]["cross_entropy_logits"] == 160
-    assert cands["forward_end"]["forward_transients"] == 128
-    assert sum(cands["forward_end"].values()) == 288
     assert got.transient() == max(cands.values(), key=lambda t: sum(t.values()))
+    return cands["forward_end"]
+
+
+def test_end_of_the_forward_by_hand():
+    """One stage, no MTP: at the end of the forward the logits (b s v bf16 = 160 bytes) are alive beside
+    everything saved, and the chunk's input (GPTModel's decoder_input, b s h bf16 = 128 bytes) unless a kept
+    entry is that tensor: Transformer Engine's norm, and torch's fused RMSNorm on a GPU, keep the first layer's
+    input itself; the CPU's composite RMSNorm keeps an fp32 copy instead."""
+    te = _forward_end(tiny_train())
+    assert (te["cross_entropy_logits"], te["forward_transients"], sum(te.values())) == (160, 0, 160)
+    local = dict(transformer_impl="local", sp=False)
+    gpu, cpu = _forward_end(tiny_train(**local)), _forward_end(tiny_train(**local, runtime="cpu"))
+    assert (gpu["forward_transients"], cpu["forward_transients"]) == (0, 128)
+    # the native fused cross-entropy compiled on a GPU: an fp32 buffer of the logits' elements (80 x 4 bytes);
+    # eager on the CPU, and the unfused loss, none
+    fused = dict(local, cross_entropy_loss_fusion=True)
+    assert _forward_end(tiny_train(**fused))["cross_entropy_workspace"] == 320
+    assert _forward_end(tiny_train(**fused, runtime="cpu"))["cross_entropy_workspace"] == 0
+    assert gpu["cross_entropy_workspace"] == 0
 
 
 def test_routing_imbalance_scales_the_routed_entries_only():

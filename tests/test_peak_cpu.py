@@ -69,7 +69,7 @@ def _ci() -> bool:
 def _config(name, mch, tch, M):
     m = model_from_dict({**SMALL, **mch}, name=name)
     t = TrainingConfig(**{**dict(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", precision="megatron",
-                                 transformer_impl="local", zero=1, num_microbatches=M), **tch})
+                                 transformer_impl="local", zero=1, num_microbatches=M, runtime="cpu"), **tch})
     return m, t
 
 

@@ -119,14 +119,15 @@ def test_the_figures_draw():
 
 def test_every_glue_key_of_the_prose_is_glued():
     """Sphinx needs every key a role or directive names; the chapter's cells glue the values of
-    ``values`` (``val_``), ``gpu_values`` (``val_gpu_``), ``problem_values`` (``val_p_``) and the
+    ``values`` (``val_``), ``gpu_values`` (``val_gpu_``), ``step_values`` (``val_step_``), ``problem_values``
+    (``val_p_``) and the
     tables and figures named in its glue_md and glue_figure calls."""
     text = NOTEBOOK.read_text(encoding="utf-8")
     used = set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)`", text))
     used |= set(re.findall(r"```\{glue:(?:md|figure)\} ([A-Za-z0-9_]+)", text))
     e = est("deepseek-v2")
     glued = {f"val_{k}" for k in ch.values(e)} | {f"val_gpu_{k}" for k in ch.gpu_values(e)}
-    glued |= {f"val_p_{k}" for k in ch.problem_values(e)}
+    glued |= {f"val_p_{k}" for k in ch.problem_values(e)} | {f"val_step_{k}" for k in ch.step_values()}
     glued |= set(re.findall(r"glue_(?:md|figure)\(\"([A-Za-z0-9_]+)\"", text))
     assert used - glued == set()
     assert "glue_values(\"val\", ch.values(EST))" in text and "glue_values(\"val_gpu\", ch.gpu_values(EST))" in text

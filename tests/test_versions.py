@@ -21,6 +21,8 @@ FLAGS = """--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length
 def test_the_rules_and_their_commits():
     assert [(r.key, r.commit, r.date) for r in RULES] == [
         ("cross_entropy_fusion_impl", "3b141a2471", "2025-04-05"),
+        ("mtp_loss_in_postprocess", "d7bf5aaaa8", "2025-08-26"),
+        ("mtp_loss_function", "9d71cb1cd2", "2026-02-04"),
         ("null_tokenizer_eod", "c9dfe34798", "2026-04-22"),
         ("te_cross_entropy_refused", "168cb15d70", "2026-06-03"),
     ]
@@ -43,7 +45,8 @@ def test_releases(release, te_refused, null_eod_dropped, impl_flag):
 def test_dates_and_commits():
     assert not parse_version("2026-06-02").has("te_cross_entropy_refused")
     assert parse_version("2026-06-03").has("te_cross_entropy_refused")
-    assert parse_version("be2b2cd70d@2026-05-25").rules == frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod"})
+    assert parse_version("be2b2cd70d@2026-05-25").rules == frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod",
+                                                                     "mtp_loss_in_postprocess", "mtp_loss_function"})
     assert parse_version("168cb15d70").text == "168cb15d70@2026-06-03"
     assert DEFAULT_VERSION == "d98e8a64dd@2026-08-22" and len(RELEASES) == 10
 
@@ -126,3 +129,35 @@ def test_blackwell_cublas_workspaces_by_pytorch():
     assert Framework().blackwell_cublas_32mib
     with pytest.raises(ConfigError):
         torch_cublas_workspace_bytes(10, blackwell_32mib="no")
+
+
+@pytest.mark.parametrize("version, kept", [
+    ("core_r0.13.0", False), ("core_r0.14.0", True), ("core_r0.16.0", True), ("core_r0.17.0", False),
+    ("2025-08-25", False), ("11debfa7b4@2026-01-14", True), ("2026-02-04", False), (DEFAULT_VERSION, False),
+])
+def test_the_mtp_logits_through_the_main_loss(version, kept):
+    """GPTModel._postprocess's inline MTP loop (d7bf5aaaa8 to 9d71cb1cd2; core_r0.14.0 to core_r0.16.0) keeps the
+    last MTP head's logits referenced through the main head's loss: one more L at the loss stage's forward end."""
+    assert parse_version(version).mtp_logits_through_main_loss is kept
+
+
+def test_the_mtp_logits_rule_in_the_peak():
+    from fractions import Fraction
+
+    from memlib.config import model_from_dict
+    from memlib.device.estimate import estimate
+    from memlib.device.overhead import Overheads
+
+    m = model_from_dict({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+                         "moe_intermediate_size": 128, "num_attention_heads": 4, "qk_nope_head_dim": 32,
+                         "qk_rope_head_dim": 16, "v_head_dim": 32, "q_lora_rank": 64, "kv_lora_rank": 64,
+                         "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                         "num_hidden_layers": 2, "first_k_dense_replace": 1, "vocab_size": 8192,
+                         "num_nextn_predict_layers": 1, "tie_word_embeddings": False}, name="tiny-mtp")
+    t = TrainingConfig(dp=1, tp=1, pp=1, ep=1, etp=1, sp=False, precision="megatron", profile="megatron",
+                       micro_batch=1, seq_len=1024, num_microbatches=1)
+    none = Overheads(0, 0, Fraction(0))
+    new = estimate(m, t, none).peak_of(0)
+    old = estimate(m, t.with_(megatron_version="core_r0.15.0"), none).peak_of(0)
+    assert old.transient["cross_entropy_logits"] - new.transient["cross_entropy_logits"] == 1024 * 8192 * 2
+    assert old.peak_allocated - new.peak_allocated == 1024 * 8192 * 2

@@ -58,7 +58,7 @@ def _measure_megatron(args) -> int:
     model = load_model(args.model)
     train = TrainingConfig(micro_batch=args.micro_batch, seq_len=args.seq_len, recompute=args.recompute,
                            precision=args.precision, profile="megatron", transformer_impl=TransformerImpl.LOCAL,
-                           dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, **_kernel_kwargs(args))
+                           dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, runtime="cpu", **_kernel_kwargs(args))
     _check_small(model)
     from ..measure.step import cli as peak
     if (code := peak(model, train, args)) is not None:

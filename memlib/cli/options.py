@@ -91,7 +91,12 @@ def _framework(args, run):
 
     from ..device.peak import COMPUTE_CAPABILITY, Framework
 
+    from .parser import _FRAMEWORK_OPTIONS
+
     fw = run.framework if run is not None else Framework()
+    given = {k: getattr(args, k) for k in _FRAMEWORK_OPTIONS if getattr(args, k, None) is not None}
+    if given:
+        fw = replace(fw, **given)
     if args.gpu is not None:
         cc = COMPUTE_CAPABILITY.get(args.gpu.upper())
         if cc is None:

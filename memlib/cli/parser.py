@@ -6,7 +6,8 @@ import re
 
 from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig,
                       show)
-from ..config.strategies import CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..config.strategies import (CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime,
+                                 TransformerImpl)
 from ..model.states import RECIPES
 from ..core.units import parse_number
 
@@ -116,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--vpp", type=_count("vpp"), default=1, help="V, model chunks per device (interleaved schedule)")
     _kernel_options(pe, d)
     _carried_options(pe, d)
+    _framework_options(pe)
     pe.add_argument("--megatron-args", default=None, metavar="FILE",
                     help="Megatron-LM flags: a launch script, a flag list or a test's model_config.yaml ('-': "
                          "standard input); the model and training configuration come from it, options given "
@@ -227,6 +229,27 @@ def _kernel_options(p: argparse.ArgumentParser, d: TrainingConfig, measure: bool
                    help=f"megatron profile: the auxiliary loss (default {d.moe_aux_loss}, as DeepSeek-V3)")
 
 
+def _framework_options(p: argparse.ArgumentParser) -> None:
+    """How the framework around the model is built (memlib.device.peak.Framework), spelled as Megatron-LM's
+    arguments where it has them; unset, the --megatron-args run's or memlib's defaults (a DeepSeek-V3-style
+    run) hold."""
+    p.add_argument("--no-gradient-accumulation-fusion", dest="gradient_accumulation_fusion", action="store_false",
+                   default=None, help="megatron profile: each weight gradient a tensor of its own, added to main_grad "
+                                      "(Megatron-LM's flag)")
+    p.add_argument("--no-rope-fusion", dest="rope_fusion", action="store_false", default=None,
+                   help="megatron profile: RoPE unfused (Megatron-LM's flag)")
+    p.add_argument("--no-moe-grouped-gemm", dest="moe_grouped_gemm", action="store_false", default=None,
+                   help="megatron profile: the experts as one Linear pair each (memlib assumes --moe-grouped-gemm)")
+    p.add_argument("--no-moe-permute-fusion", dest="permute_fusion", action="store_false", default=None,
+                   help="megatron profile: the token permutation unfused (memlib assumes --moe-permute-fusion)")
+    p.add_argument("--moe-token-dispatcher-type", dest="token_dispatcher", default=None,
+                   choices=("alltoall", "allgather", "flex"),
+                   help="megatron profile: the MoE token dispatcher (default alltoall)")
+    p.add_argument("--runtime", default=TrainingConfig().runtime.value, choices=[x.value for x in Runtime],
+                   help="where torch runs: cuda (a GPU, default) or cpu (memlib's measured ground truth: torch's "
+                        "composite RMSNorm, Megatron's compiled functions run eagerly)")
+
+
 def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
     """Megatron-LM features: FP8 compute, overlap, offloading, uneven routing, DDP buckets."""
     p.add_argument("--fp8-format", dest="fp8", default=d.fp8, choices=FP8_FORMATS,
@@ -286,7 +309,11 @@ _TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "
                   "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion",
                   "cross_entropy_fusion_impl", "moe_aux_loss", "fp8", "fp8_recipe", "moe_a2a_overlap",
                   "offload_modules", "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance",
-                  "ddp_bucket_size", "cp_comm_type", "hidden_dropout", "attention_dropout", "megatron_version")
+                  "ddp_bucket_size", "cp_comm_type", "hidden_dropout", "attention_dropout", "megatron_version",
+                  "runtime")
+#: the estimate options that set memlib.device.peak.Framework fields (None: not given)
+_FRAMEWORK_OPTIONS = ("gradient_accumulation_fusion", "rope_fusion", "moe_grouped_gemm", "permute_fusion",
+                      "token_dispatcher")
 
 
 def _explicit(argv: list[str]) -> set[str]:

@@ -13,8 +13,8 @@ from enum import Enum, IntEnum, StrEnum
 
 from .checks import ConfigError
 
-__all__ = ["TransformerImpl", "AttnBackend", "CrossEntropyFusionImpl", "LoadBalancing", "parse_choice", "Schedule",
-           "ZeroStage", "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES", "CP_COMM_TYPES"]
+__all__ = ["TransformerImpl", "AttnBackend", "CrossEntropyFusionImpl", "LoadBalancing", "Runtime", "parse_choice",
+           "Schedule", "ZeroStage", "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES", "CP_COMM_TYPES"]
 
 
 class _Choice(str, Enum):
@@ -86,6 +86,21 @@ class LoadBalancing(_Choice):
     @property
     def has_aux_loss(self) -> bool:
         return self is not LoadBalancing.NONE
+
+
+class Runtime(_Choice):
+    """Where the model's PyTorch code runs, which decides what some of torch's own kernels save.
+
+    On a GPU ``torch.rms_norm`` dispatches to its fused kernel (``_fused_rms_norm``: it keeps its input and
+    one fp32 ``1/rms`` per row) and Megatron-Core's ``jit_fuser`` functions are compiled by Inductor
+    (``torch.compile``); on the CPU the norm is torch's composite (it keeps an fp32 copy of its input and
+    the normalised fp32 values) and memlib's ground truth runs the ``jit_fuser`` functions eagerly
+    (:mod:`memlib.measure.megatron`).  Only the ``megatron`` profile's local modules
+    (``--transformer-impl local``) differ; Transformer Engine's kernels are the same either way.
+    """
+
+    CUDA = "cuda"   #: a GPU: what training runs on (memlib's default)
+    CPU = "cpu"     #: the CPU: memlib's measured ground truth (megatron-core on the CPU)
 
 
 def parse_choice(cls: type[_Choice], value):

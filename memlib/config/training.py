@@ -12,7 +12,7 @@ from typing import Optional
 
 from .checks import LIMITS, ConfigError, _bound_text, check_count, show
 from .strategies import (CP_COMM_TYPES, FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, AttnBackend, CrossEntropyFusionImpl,
-                         LoadBalancing, Schedule, TransformerImpl, ZeroStage, parse_choice)
+                         LoadBalancing, Runtime, Schedule, TransformerImpl, ZeroStage, parse_choice)
 
 __all__ = ["TrainingConfig", "PAPER_TRAINING"]
 
@@ -56,6 +56,7 @@ class TrainingConfig:
     #: --megatron-version: the Megatron-LM the rules of a version apply to (memlib.megatron.versions); None: the
     #: commit memlib pins
     megatron_version: Optional[str] = None
+    runtime: Runtime = Runtime.CUDA            #: where torch runs: cuda (training) or cpu (memlib's ground truth)
     # carried, validated, not (yet) in any byte count: Megatron-LM's features, by their flags
     fp8: Optional[str] = None        #: --fp8-format: ``e4m3`` or ``hybrid``; None: no FP8 compute
     fp8_recipe: str = "delayed"      #: --fp8-recipe (Megatron-LM's default, ``delayed``)
@@ -98,7 +99,8 @@ class TrainingConfig:
                                   f"at most {_bound_text(bound)} each)")
             object.__setattr__(self, "layout", lay)
         for name, cls in (("transformer_impl", TransformerImpl), ("attention_backend", AttnBackend),
-                          ("cross_entropy_fusion_impl", CrossEntropyFusionImpl), ("moe_aux_loss", LoadBalancing)):
+                          ("cross_entropy_fusion_impl", CrossEntropyFusionImpl), ("moe_aux_loss", LoadBalancing),
+                          ("runtime", Runtime)):
             try:
                 object.__setattr__(self, name, parse_choice(cls, getattr(self, name)))
             except ValueError as exc:

@@ -45,6 +45,15 @@ RULES: tuple[Rule, ...] = (
          "Add output-discarding recomputation method to reduce activation memory",
          "--cross-entropy-loss-fusion runs Megatron-Core's native kernel; there is no --cross-entropy-fusion-impl",
          "--cross-entropy-fusion-impl native (default) or te chooses the fused kernel"),
+    Rule("mtp_loss_in_postprocess", "d7bf5aaaa8", "2025-08-26",
+         "feat(MoE): Support Expert Parallel A2A Overlapping - (03) Support EP A2A overlap for interleaved PP and MTP",
+         "the MTP block computes each MTP head's logits and loss inside its own forward",
+         "GPTModel._postprocess computes the MTP heads' logits and losses in a loop before the main head: its local "
+         "mtp_logits (the last MTP head's bf16 logits) stays referenced through the main output layer and loss"),
+    Rule("mtp_loss_function", "9d71cb1cd2", "2026-02-04", 'Reapply "Add MTP support for hybrid models (#2363)"',
+         "the MTP loop is inline in GPTModel._postprocess",
+         "process_mtp_loss (multi_token_prediction.py) runs the loop: its MTP logits are freed when it returns, "
+         "before the main head"),
     Rule("null_tokenizer_eod", "c9dfe34798", "2026-04-22", "Enable NullTokenizer for pretraining to reduce I/O access",
          "NullTokenizer adds one end-of-document token: --vocab-size N gives N + 1 tokens before padding",
          "NullTokenizer has --vocab-size tokens (its end-of-document token is the last of them)"),
@@ -57,9 +66,13 @@ RULES: tuple[Rule, ...] = (
 #: --cross-entropy-fusion-impl flag by a cherry-pick though it branched before 3b141a2471)
 RELEASES: dict[str, frozenset[str]] = {
     "core_r0.10.0": frozenset(), "core_r0.11.0": frozenset(),
-    **{f"core_r0.{n}.0": frozenset({"cross_entropy_fusion_impl"}) for n in range(12, 18)},
-    "core_r0.18.0": frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod"}),
-    "core_r0.19.0": frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod", "te_cross_entropy_refused"}),
+    **{f"core_r0.{n}.0": frozenset({"cross_entropy_fusion_impl"}) for n in range(12, 14)},
+    **{f"core_r0.{n}.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess"}) for n in range(14, 17)},
+    "core_r0.17.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function"}),
+    "core_r0.18.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function",
+                               "null_tokenizer_eod"}),
+    "core_r0.19.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function",
+                               "null_tokenizer_eod", "te_cross_entropy_refused"}),
 }
 
 #: commits memlib knows by name: the pin and the commits of RULES (commit -> its date)
@@ -85,6 +98,12 @@ class MegatronVersion:
         if key not in {r.key for r in RULES}:
             raise KeyError(key)   # pragma: no cover - a programming error
         return key in self.rules
+
+    @property
+    def mtp_logits_through_main_loss(self) -> bool:
+        """Whether the last MTP head's bf16 logits stay referenced through the main head's output layer and loss
+        (GPTModel._postprocess's inline MTP loop: from d7bf5aaaa8 until 9d71cb1cd2; core_r0.14.0 to core_r0.16.0)."""
+        return self.has("mtp_loss_in_postprocess") and not self.has("mtp_loss_function")
 
 
 def _date(text: str, what: str) -> date:

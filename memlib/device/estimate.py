@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Mapping
 
 import sympy as sp
@@ -38,7 +38,8 @@ from ..ledgers import act_profile
 from ..core.breakdown import Breakdown, exact_int
 from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
-from ..config.strategies import AttnBackend
+from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, Runtime
+from ..config.versions import DEFAULT_VERSION, MegatronVersion, parse_version
 from .overhead import Overheads
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
@@ -128,6 +129,12 @@ def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
     if name.startswith("mtp."):
         return ap.mtp(model, int(name.split(".")[1]))
     return {"embedding": ap.embedding, "head": ap.head}[name](model)
+
+
+@lru_cache(maxsize=64)
+def _version(text) -> MegatronVersion:
+    """The Megatron-LM version of a run (``TrainingConfig.megatron_version``; None: the commit memlib pins)."""
+    return parse_version(text or DEFAULT_VERSION)
 
 
 def _sized(e: Saved, mv: Mapping) -> Saved:
@@ -621,6 +628,14 @@ class Estimate:
                 extra["embedding_backward"] = embedding_backward_bytes(
                     tokens=full, hidden=m.hidden_size, vocab=-(-vocab // t.tp), weight_bytes=self.recipe.weights,
                     act_bytes=act, deterministic=fw.deterministic)
+        # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
+        # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
+        compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA
+                       and t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl is CrossEntropyFusionImpl.NATIVE)
+        extra["ce_workspace"] = logits // self.recipe.activations * 4 if compiled_ce else 0
+        if (chunk.last and t.profile == "megatron" and depth
+                and _version(t.megatron_version).mtp_logits_through_main_loss):
+            extra["mtp_logits"] = logits
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
                           shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies,
                           **extra)

@@ -595,7 +595,7 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
 
 #: the framework terms, in the order :func:`framework_memory` lists them
 FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
-                   "sequence_parallel_gather_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
+                   "global_memory_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
                    "fp8_weight_copies", "optimizer_flags")
 
 
@@ -604,7 +604,8 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                       fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
                       permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
                       torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096,
-                      blackwell_cublas_32mib: bool = True) -> list[tuple[str, str, int]]:
+                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True
+                      ) -> list[tuple[str, str, int]]:
     """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
     :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
     m, t = part.model, part.train
@@ -621,9 +622,11 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
         raise ConfigError(f"token_dispatcher={show(token_dispatcher)} must be alltoall, allgather or flex")
     _check_int("torch_cublas_handles", torch_cublas_handles, minimum=0)
     _check_int("original_max_position_embeddings", original_max_position_embeddings)
+    _check_int("param_dtype_bytes", param_dtype_bytes)
     st = _stage(part, stage)
     params = [p for chunk in rank_params(part, st) for p in chunk]
-    te = [p for p in params if p.te_gemm]
+    uses_te = t.transformer_impl.uses_te          # the local spec builds no Transformer Engine module
+    te = [p for p in params if p.te_gemm] if uses_te else []
     mtp_here = st.last and part.profile.include_mtp and m.num_nextn_predict_layers > 0
     mla_modules = len(st.layers) + (m.num_nextn_predict_layers if mtp_here else 0)
     moe_layers = sum(m.layer_kinds[i] == "moe" for i in st.layers) + (
@@ -632,7 +635,7 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
     ws = te_cublas_workspace_bytes(cc)
     if te:
         out.append(("te_cublas_workspaces", "TE GEMM workspace", ws))
-    if moe_layers and moe_grouped_gemm:
+    if moe_layers and moe_grouped_gemm and uses_te:
         out += [("te_cublas_workspaces", f"TE grouped-GEMM workspace, stream {i}", ws) for i in range(4)]
     out += [("torch_cublas_workspaces", f"PyTorch cuBLAS workspace, handle {i}",
              torch_cublas_workspace_bytes(cc, cublas_workspace_config, blackwell_32mib=blackwell_cublas_32mib))
@@ -640,9 +643,19 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
     if gradient_accumulation_fusion:
         shapes = sorted({p.shape for p in params if p.dummy_wgrad})
         out += [("te_dummy_wgrads", f"dummy wgrad {s[0]}x{s[1]} bf16", 2 * math.prod(s)) for s in shapes]
+    # one "mpu" GlobalMemoryBuffer per dtype, grown to the largest tensor asked of it (in the activation dtype,
+    # the parameters' under Float16Module): the output layer's sequence-parallel all-gather and the local
+    # DotProductAttention's baddbmm input
+    mpu = []
     if st.last and t.sp and t.tp > 1:
-        out.append(("sequence_parallel_gather_buffer", "GlobalMemoryBuffer 'mpu' [s, b, h] bf16",
-                    2 * t.micro_batch * (t.seq_len // t.cp) * m.hidden_size))
+        mpu.append(("output layer's SP all-gather [s, b, h]", t.micro_batch * (t.seq_len // t.cp) * m.hidden_size))
+    if t.attention_backend.is_local(t.transformer_impl) and (st.layers or mtp_here):
+        heads = m.num_attention_heads // t.tp
+        mpu.append((f"DotProductAttention's baddbmm input [b n_h/TP, s, s] ({heads} heads)",
+                    t.micro_batch * heads * t.seq_len * t.seq_len))
+    if mpu:
+        what, numel = max(mpu, key=lambda r: r[1])
+        out.append(("global_memory_buffer", f"GlobalMemoryBuffer 'mpu': {what}", param_dtype_bytes * numel))
     d_r, s = m.qk_rope_head_dim, t.seq_len // t.cp
     rows = s if rope_fusion else original_max_position_embeddings
     if m.attention != "mla":
@@ -694,8 +707,8 @@ def framework_memory(part: Partition, stage: int | Stage = -1, **options) -> Bre
     (``file:line`` at MEGATRON_COMMIT, TE files at TE_COMMIT).  Options: see :func:`framework_tensors`.
 
     ``te_cublas_workspaces``
-        one workspace for Transformer Engine's GEMMs and, with grouped-GEMM experts, one per compute
-        stream (4) for the grouped GEMM, 32 MiB + 1 KiB each from Hopper on; ``functools.lru_cache`` keeps
+        with ``transformer_impl=transformer_engine``, one workspace for Transformer Engine's GEMMs and, with
+        grouped-GEMM experts, one per compute stream (4) for the grouped GEMM, 32 MiB + 1 KiB each from Hopper on; ``functools.lru_cache`` keeps
         them (TE cpp_extensions/gemm.py:40-66, common/util/multi_stream.cpp:52-54).
     ``torch_cublas_workspaces``
         PyTorch's, one per (cuBLAS handle, stream): the forward pass (main thread) and the backward pass
@@ -707,10 +720,13 @@ def framework_memory(part: Partition, stage: int | Stage = -1, **options) -> Bre
         module/base.py:134-148, module/linear.py:1355-1375, module/grouped_linear.py:1230-1236) and the
         output layer, whose ColumnParallelLinear takes TE's ``get_dummy_wgrad`` when TE is installed
         (tensor_parallel/layers.py:733-762): [v/TP, h] bf16, the largest.
-    ``sequence_parallel_gather_buffer``
-        the output layer all-gathers its sequence-parallel input into the "mpu" GlobalMemoryBuffer, which
-        keeps the largest tensor it was asked for (tensor_parallel/layers.py:623-628, utils.py:727-750):
-        [s/CP, b, h] bf16.
+    ``global_memory_buffer``
+        Megatron-Core's "mpu" GlobalMemoryBuffer keeps, per dtype, the largest tensor it was asked for
+        (utils.py:727-750): the output layer's all-gather of its sequence-parallel input
+        (tensor_parallel/layers.py:623-628, [s/CP, b, h]) and, with the local DotProductAttention, the input
+        ``torch.baddbmm`` is given for the scores (``beta=0``: only its shape matters,
+        transformer/dot_product_attention.py:189, [b n_h/TP, s, s]), both in the activation dtype; one
+        buffer of the larger (measured on an H200 for the attention's: memlib/data/gpu_peaks).
     ``rope_caches``
         each MLA module's YaRN embedding (multi_latent_attention.py:182-199): ``cos_cached`` and
         ``sin_cached`` (yarn_rotary_pos_embedding.py:189-206), made for ``original_max_position_embeddings``

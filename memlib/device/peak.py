@@ -54,6 +54,7 @@ from ..core.breakdown import Breakdown
 from ..config import ConfigError, TrainingConfig, show
 from ..model.partition import Partition
 from .schedule import Moment
+from .transient import TERMS
 
 __all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
            "persistent_terms", "stage_peak", "MIN_OFFLOADED_ELEMENTS"]
@@ -65,9 +66,8 @@ COMPUTE_CAPABILITY = {"A100": 8, "H100": 9, "H800": 9, "H200": 9, "B200": 10, "G
 #: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 
-#: the transient terms, in the order the breakdown lists them
-TRANSIENT_TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
-                   "forward_transients", "backward_released")
+#: the transient terms, in the order the breakdown lists them (the candidate moments' terms)
+TRANSIENT_TERMS = TERMS
 
 
 @dataclass(frozen=True)

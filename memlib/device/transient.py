@@ -21,8 +21,8 @@ __all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies", "
            "embedding_backward_bytes"]
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
-TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "offload_reload",
-         "forward_transients", "backward_released")
+TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "cross_entropy_workspace",
+         "offload_reload", "forward_transients", "backward_released")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ def _terms(**kw) -> dict[str, int]:
 #: their gradient and keeps them, transformer_engine/pytorch/cross_entropy.py:53,62 at v2.16, so they are its
 #: saved tensor, the ledger's ``loss_grad``, already).  The loss's own backward allocates nothing larger than the
 #: moment after it for the unfused and TE losses (the unfused one casts its in-place fp32 gradient to one bf16 L;
-#: TE scales the kept logits in place); the native fused loss's compiled workspaces are main's (GPU_FINDINGS)
+#: TE scales the kept logits in place); the native fused loss compiled by Inductor adds its fp32 buffer
+#: (``cross_entropy_workspace``, 2 L) to that moment, forward and backward alike
 FORWARD_LOSSES = {"unfused": 1, "native": 1, "te": 0}
 
 
@@ -146,9 +147,18 @@ def _loss_backward(segments: Sequence[Segment], *, L: int, head_grad: int, head_
 def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, first: bool, last: bool,
                shared_experts: bool, fused_softmax: bool = False,
                moe_copies: int = 3, loss: str = "unfused", head_grad: int = 0, head_scatter: int = 0,
-               head_wgrad: int = 0, embedding_backward: int = 0) -> dict[str, dict[str, int]]:
+               head_wgrad: int = 0, embedding_backward: int = 0, ce_workspace: int = 0,
+               mtp_logits: int = 0) -> dict[str, dict[str, int]]:
     """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
     as named terms beyond the micro-batch's held activations (see the module docstring).
+
+    ``mtp_logits``: the last MTP head's bf16 logits where the Megatron-LM version keeps them referenced through
+    the main head's loss (:attr:`memlib.config.versions.MegatronVersion.mtp_logits_through_main_loss`), else 0.
+
+    ``ce_workspace``: the fp32 buffer of the logits' size that Inductor's compiled native cross-entropy
+    allocates beside the saved softmax on the loss chunk (0 elsewhere): in the forward ``exp(x - max)``
+    before it is written back into the softmax, in the backward a clone of the softmax; both moments hold
+    the same bytes (``forward_end``).
 
     ``fused_softmax``: the ``s x s`` probabilities come from Transformer Engine's unfused attention with its
     fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
@@ -166,15 +176,21 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     D = mtp_depth if last else 0
     layers = [i for i, s in enumerate(segments) if s.kind in ("dense", "moe", "mtp")]
 
-    def keeps(seg: Segment, local: str) -> bool:      # a checkpoint keeps that hidden state already
-        f = seg.find(local)
-        return bool(f) and seg.kept(seg.entry(f[0]))
+    def keeps(seg: Segment, *local: str) -> bool:     # a kept entry (a checkpoint, a norm) is that tensor already
+        for name in local:
+            f = seg.find(name)
+            if f and seg.kept(seg.entry(f[0])):
+                return True
+        return False
 
-    chunk_input = 0 if layers and keeps(segments[layers[0]], "attention.layer_input") else H
+    # the chunk's input is its first layer's input, which a checkpoint or a norm that keeps its input holds
+    chunk_input = 0 if layers and keeps(segments[layers[0]], "attention.layer_input", "attention.norm_input") else H
     mtp_hidden = [s for s in segments if s.kind == "mtp"]
-    final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input")) else H
+    final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input", "mtp.hnorm.norm_input",
+                                                       "mtp.hnorm_input")) else H
     # TE's loss overwrites the logits with their gradient and keeps them: they are the ledger's loss_grad already
-    out["forward_end"] = _terms(cross_entropy_logits=FORWARD_LOSSES[loss] * L,
+    out["forward_end"] = _terms(cross_entropy_logits=FORWARD_LOSSES[loss] * L + (mtp_logits if D else 0),
+                                cross_entropy_workspace=ce_workspace,
                                 forward_transients=chunk_input + final_hidden) if last \
         else _terms(forward_transients=chunk_input)
     if last and head_grad:
@@ -194,6 +210,19 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
 
     # backward of the first attention (the last layer with the s x s probabilities)
     att = [i for i in layers if segments[i].find("attention.softmax_out")]
+    if att and fused_softmax:
+        # forward of the last attention with the s x s probabilities, Transformer Engine's unfused attention: its
+        # raw scores (matmul_result, [b n_h, s, s]) stay referenced until the function returns, beside the
+        # probabilities, while P V writes its [b n_h, s, d_v] output and .permute().contiguous() copies it
+        # into the context linear_proj keeps (attention/dot_product_attention/backends.py
+        # UnfusedDotProductAttention._forward)
+        i = att[-1]
+        seg = segments[i]
+        P = seg.find("attention.softmax_out")[1]
+        ci = seg.find("attention.context")
+        if ci and seg.kept(seg.entry(ci[0])):
+            out["forward_attention"] = _terms(backward_released=-(tail(i) + seg.kept_after(ci[0]) + ci[1]),
+                                              forward_transients=P + 2 * ci[1])
     if att:
         i = att[-1]
         seg = segments[i]

@@ -9,9 +9,11 @@ after Megatron-LM's own arguments:
 ``transformer_impl=local`` (``--transformer-impl local``)
     Megatron-Core's own modules: ``torch.nn.RMSNorm``, ``ColumnParallelLinear`` and
     ``DotProductAttention``.  **Measured**: :mod:`memlib.measure.megatron` runs them on the CPU and
-    this ledger equals, to the byte, what autograd holds at the end of the forward pass, for every
-    recompute policy megatron-core runs there.  On the CPU ``torch.nn.RMSNorm`` keeps an fp32 copy of
-    its input, the fp32 ``1/rms`` and the fp32 normalised values; the attention keeps q, k, v, the
+    this ledger (``runtime=cpu``) equals, to the byte, what autograd holds at the end of the forward pass,
+    for every recompute policy megatron-core runs there; on an H200 (``runtime=cuda``, the default) whole
+    training steps were measured against the peak (``benchmarks/gpu_peaks.py``).  On the CPU
+    ``torch.nn.RMSNorm`` keeps an fp32 copy of its input, the fp32 ``1/rms`` and the fp32 normalised values;
+    on a GPU torch's fused kernel keeps its input itself and the fp32 ``1/rms``.  The attention keeps q, k, v, the
     ``[b, n_h, s, s]`` probabilities (in bf16 unless ``--attention-softmax-in-fp32``, which adds an
     fp32 copy) and the dataset's ``[b, 1, s, s]`` bool mask once; RoPE keeps cos and sin twice per
     layer.  The CPU runs with ``--no-rope-fusion`` and ``--no-masked-softmax-fusion`` (their kernels
@@ -308,7 +310,8 @@ def _profile(k: Kernels) -> ActProfile:
                                                                                                else {"moe_act"})
     return ActProfile(
         "megatron", f"Megatron-Core (transformer_impl={k.impl}, attention_backend={k.backend}): "
-        + ("torch.nn.RMSNorm, local DotProductAttention with the s^2 probabilities, measured on the CPU"
+        + (f"torch.nn.RMSNorm ({k.runtime}), local DotProductAttention with the s^2 probabilities, measured on "
+           f"the CPU and on a GPU"
            if local else "fused attention (no s^2), no dropout, SwiGLU, fp32 router, alltoall dispatch over "
                          "EP/ETP, TP-split shared experts, sequence parallelism, MTP"),
         lambda m, kind: megatron_layer(m, kind, k), lambda m: megatron_embedding(m, k),

@@ -16,7 +16,7 @@ import sympy as sp
 
 from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
-from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.states import recipe
 from ..core.symbols import sym
 
@@ -46,6 +46,9 @@ KERNEL_SOURCES = {
                         "cross_entropy.py (writes the gradient into the logits and saves them)",
     "te_linear": "TransformerEngine v2.18 transformer_engine/pytorch/module/linear.py and grouped_linear.py "
                  "(save their input)",
+    "torch_fused_rms_norm": "on a GPU torch.nn.RMSNorm's torch.rms_norm runs the fused _fused_rms_norm kernel, whose "
+                            "backward keeps the input (a view keeps its whole storage) and one fp32 1/rms per row; "
+                            "measured: megatron-core 0.19.2, torch 2.11 on an H200 (memlib/data/gpu_peaks)",
 }
 
 
@@ -67,10 +70,24 @@ class Kernels:
     hidden_dropout: bool = False     #: --hidden-dropout > 0: the bias-dropout-adds and the embedding keep masks
     attention_dropout: bool = False  #: --attention-dropout > 0: the s x s attention keeps a mask and its output
     cp_a2a: bool = False             #: CP > 1 with --cp-comm-type a2a or a2a+p2p (TE): the pre-all-to-all output
+    runtime: Runtime = Runtime.CUDA  #: where torch runs (:class:`~memlib.config.strategies.Runtime`)
 
     @property
     def local_norm(self) -> bool:
+        """Megatron-Core's own norms (``torch.nn.RMSNorm``/``LayerNorm``), not Transformer Engine's."""
         return not self.impl.uses_te
+
+    @property
+    def composite_rms_norm(self) -> bool:
+        """``torch.nn.RMSNorm`` as torch's composite (the CPU): an fp32 copy of its input and the fp32
+        normalised values kept; on a GPU it is one fused kernel that keeps its input and the fp32 1/rms."""
+        return self.local_norm and self.runtime is Runtime.CPU
+
+    @property
+    def norm_keeps_input(self) -> bool:
+        """Whether a local RMSNorm keeps its input tensor itself (not an upcast copy): the fused kernel does,
+        the composite does in fp32 training."""
+        return not self.composite_rms_norm or self.fp32
 
     @property
     def block_recompute(self) -> bool:
@@ -94,7 +111,8 @@ class Kernels:
                    ce_impl=train.cross_entropy_fusion_impl, aux_loss=train.moe_aux_loss,
                    fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp,
                    tp=train.tp, hidden_dropout=train.hidden_dropout > 0, attention_dropout=train.attention_dropout > 0,
-                   cp_a2a=train.cp > 1 and train.cp_comm_type in ("a2a", "a2a+p2p") and impl.uses_te)
+                   cp_a2a=train.cp > 1 and train.cp_comm_type in ("a2a", "a2a+p2p") and impl.uses_te,
+                   runtime=train.runtime)
 
 
 TE_DEFAULT = Kernels()
@@ -114,9 +132,9 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
           output: bool = True, te_source: str = "te_rmsnorm", layernorm: bool = False) -> list[Saved]:
     """An RMSNorm over ``width`` features of every token and its output (kept by the Linear that reads it).
 
-    TE keeps its input in the activation dtype and one fp32 ``rsigma`` per token; ``torch.nn.RMSNorm``
-    on the CPU keeps an fp32 copy of its input (the input itself in fp32 training), the fp32 ``1/rms``
-    and the fp32 normalised values.  ``modules`` drop all but TE's input; ``keep_input`` keeps TE's input
+    TE keeps its input in the activation dtype and one fp32 ``rsigma`` per token, and so does
+    ``torch.nn.RMSNorm`` on a GPU (torch's fused kernel); on the CPU (torch's composite) it keeps an fp32 copy of
+    its input (the input itself in fp32 training), the fp32 ``1/rms`` and the fp32 normalised values.  ``modules`` drop all but TE's input; ``keep_input`` keeps TE's input
     under full recomputation (it is the layer's checkpoint), ``keep_all`` keeps everything (a norm outside
     any checkpoint).  ``checkpoint_module``: under that recompute module an output-discarding checkpoint
     wraps the norm and keeps its (activation-dtype) input instead.
@@ -138,7 +156,7 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
             _S(f"{prefix}.norm_rstd", f"{what}: the LayerNorm's 1/std per token", bs, shard=shard, modules=modules,
                keep_full=keep_all, note=note),
         ]
-    elif k.local_norm:
+    elif k.composite_rms_norm:
         note = ("torch.nn.RMSNorm (torch.rms_norm's composite on the CPU) upcasts its input to fp32 and keeps "
                 "it; in fp32 training the upcast is the input itself" + ("; " + _MEASURED))
         out = [
@@ -154,8 +172,11 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
                           f"checkpoint ({checkpoint_module} recomputation)", bs * width, shard=shard,
                           only_when={checkpoint_module}, note=_MEASURED))
     else:
-        te = ("TE RMSNorm keeps its input and rsigma: " if te_source == "te_rmsnorm" else
-              "the RMSNorm fused into fc1 keeps its input, rsigma and its output: ") + KERNEL_SOURCES[te_source]
+        if k.local_norm:
+            te = KERNEL_SOURCES["torch_fused_rms_norm"]
+        else:
+            te = ("TE RMSNorm keeps its input and rsigma: " if te_source == "te_rmsnorm" else
+                  "the RMSNorm fused into fc1 keeps its input, rsigma and its output: ") + KERNEL_SOURCES[te_source]
         out = [
             _S(f"{prefix}.norm_input", f"{what}, input of its RMSNorm", bs * width, shard=shard,
                keep_full=keep_input or keep_all, note=te),
@@ -183,7 +204,7 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                      "or layernorm recompute makes them keep the bf16 original: counted once; "
                      + KERNEL_SOURCES["te_linear"]) if not local
         else "kept once by both down-projections (one tensor); " + _MEASURED)
-    if local:
+    if k.composite_rms_norm:          # (the fused norm's kept input is the layer input itself)
         out.append(_S("attention.layer_input", "the layer input, kept by the layer's checkpoint (full recomputation)",
                       bs * h, shard={"SP", "CP"}, only_when={"full"}, keep_full=True, note=_MEASURED))
     if m.q_lora_rank is None and not local:
@@ -200,7 +221,20 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     lat = [("q", "query latent c^Q", d_cq, "W^UQ and W^QR")] if m.q_lora_rank is not None else []
     lat.append(("kv", "key-value latent c^KV", d_c, "W^UK and W^UV"))
     for key, what, width, proj in lat:
-        if local:
+        if local and not k.composite_rms_norm:
+            out += [
+                _S(f"attention.c_{key}", f"{what}, kept by its RMSNorm", bs * width if key == "q" else bs * (d_c + d_hR),
+                   shard={"SP", "CP"},
+                   note=("c^KV is a view of the W^DKV/W^KR output [c^KV; k^R]: the whole storage stays; "
+                         if key == "kv" else "") + KERNEL_SOURCES["torch_fused_rms_norm"]),
+                _S(f"attention.c_{key}_rstd", f"{what}: the RMSNorm's 1/rms per token, fp32", bs, "fp32",
+                   shard={"SP", "CP"}, note=KERNEL_SOURCES["torch_fused_rms_norm"]),
+                _S(f"attention.c_{key}_normed", f"normalised {what}, input of {proj}", bs * width, shard={"SP", "CP"},
+                   linear_input=True, width=width,
+                   note="kept by the up-projection, and as an input of its checkpoint under "
+                        "mla_up_proj recomputation"),
+            ]
+        elif local:
             out += [
                 _S(f"attention.c_{key}_fp32", f"{what}, upcast to fp32 by its RMSNorm", bs * width
                    if not (k.fp32 and key == "kv") else bs * (d_c + d_hR), "fp32", shard={"SP", "CP"},
@@ -234,7 +268,7 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
             ]
     # the up-projection checkpoint (mla_up_proj) keeps its inputs: c^Q and c^KV normalised (local; TE: before
     # the norm, already counted) and k^R, a view of the W^DKV/W^KR output, which keeps that storage whole
-    if not (local and k.fp32):
+    if not (local and k.norm_keeps_input):       # (else the kv norm keeps that storage already)
         out.append(_S("attention.kv_latent_with_rope_key", "[c^KV; k^R], the W^DKV/W^KR output, kept whole by the "
                       "up-projection checkpoint (its inputs c^KV and k^R are views of it)", bs * (d_c + d_hR),
                       shard={"SP", "CP"}, only_when={"mla_up_proj"},
@@ -587,11 +621,11 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
                 checkpoint_module="layernorm", layernorm=ln,
                 output_name="input norm output, input of linear_qkv",
                 output_note="kept by linear_qkv (ColumnParallelLinear); " + _MEASURED)
-    if not ln:
+    if not ln and k.composite_rms_norm:   # (the fused norm's kept input is the layer input itself)
         out.append(_S("attention.layer_input", "the layer input, kept by the layer's checkpoint (full recomputation)",
                       bs * h, shard=tok, only_when={"full"}, keep_full=True, note=_MEASURED))
     qkv = bs * (n_h + 2 * n_kv) * d_head
-    qkv_kept = mha or (m.qk_norm and k.fp32)
+    qkv_kept = mha or (m.qk_norm and k.norm_keeps_input)
     # q still a view when it reaches the attention, not repeated: Q K^T keeps that view with b = 1; with
     # b > 1 the attention's reshape copies it
     q_view = not (new_qk or q_copy or mha)
@@ -600,7 +634,7 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
                       "view of it is kept", qkv, shard=head,
                       note="kept by " + ("the batched matmuls' views of v (and of q and k without RoPE): n_kv = n_h, "
                                          "nothing repeated" if mha else
-                                         "the q/k RMSNorms, whose fp32 input is a view of it") + "; " + _MEASURED))
+                                         "the q/k RMSNorms, whose kept input (fp32 training, or the GPU's fused kernel) is a view of it") + "; " + _MEASURED))
     else:
         if q_view:
             out.append(_S("attention.qkv_output", "linear_qkv output [q; k; v], kept whole by Q K^T's view of q "
@@ -610,19 +644,22 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
                       sp.Piecewise((qkv, b > 1), (0, True)) if q_view else qkv, shard=head,
                       only_when={"core_attn"}, note=_MEASURED))
     if m.qk_norm:
+        # the CPU's composite norm keeps an fp32 upcast (the input itself in fp32 training) and the normalised
+        # fp32 values; the GPU's fused kernel keeps its input itself (read from the kernel: no GPU case has q/k
+        # norms) and the fp32 1/rms
+        norm_note = _MEASURED if k.composite_rms_norm else KERNEL_SOURCES["torch_fused_rms_norm"]
         for x, heads in (("q", n_h), ("k", n_kv)):
-            if not k.fp32:
+            if not k.norm_keeps_input:
                 out.append(_S(f"attention.{x}_norm_input_fp32", f"{x} per head, upcast to fp32 by its RMSNorm",
                               bs * heads * d_head, "fp32", shard=head, note=_MEASURED))
             elif x == "q" and q_copy:
-                out.append(_S("attention.q_norm_input", "q per head (the reshape's copy), kept by its RMSNorm (fp32 "
-                              "training: no upcast copy)", bs * heads * d_head, shard=head, note=_MEASURED))
-            out += [
-                _S(f"attention.{x}_norm_rstd", f"{x}'s RMSNorm: 1/rms per head and token, fp32", bs * heads, "fp32",
-                   shard=head, note=_MEASURED),
-                _S(f"attention.{x}_norm_normalized", f"{x} normalised per head, fp32 (kept by the product with the "
-                   "weight)", bs * heads * d_head, "fp32", shard=head, note=_MEASURED),
-            ]
+                out.append(_S("attention.q_norm_input", "q per head (the reshape's copy), kept by its RMSNorm (no "
+                              "upcast copy)", bs * heads * d_head, shard=head, note=norm_note))
+            out.append(_S(f"attention.{x}_norm_rstd", f"{x}'s RMSNorm: 1/rms per head and token, fp32", bs * heads,
+                          "fp32", shard=head, note=norm_note))
+            if k.composite_rms_norm:
+                out.append(_S(f"attention.{x}_norm_normalized", f"{x} normalised per head, fp32 (kept by the product "
+                              "with the weight)", bs * heads * d_head, "fp32", shard=head, note=_MEASURED))
     if rope:
         out.append(_S("attention.rope_tables", "RoPE cos and sin [s, 1, 1, d_head], for the queries and for the keys "
                       "(four tables), kept by the RoPE products", 4 * s * d_head, shard={"CP"},

@@ -587,11 +587,16 @@ def entry_block(key: str) -> str:
 
 def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
     """The ``megatron`` ledger of one device holding the whole model (PP = 1): bytes per region, per
-    (region, block) and per entry, as :func:`memlib.device.estimate.estimate` adds them up."""
+    (region, block) and per entry, as :func:`memlib.device.estimate.estimate` adds them up, for the CPU
+    (``runtime=cpu``: the measurement runs there, whatever ``train.runtime`` says)."""
+    from dataclasses import replace
+
+    from ..config.strategies import Runtime
     from ..ledgers.base import ledger_bytes, parse_policy, training_values
     from ..ledgers import act_profile
     from ..model.partition import Partition
 
+    train = replace(train, runtime=Runtime.CPU)
     m = load_model(model)
     if train.pp != 1:
         raise ConfigError(f"pp={train.pp}: measure builds the whole model on every rank (pp=1)")

@@ -159,7 +159,7 @@ def random_request(rng: random.Random, seed: int = 0) -> Request:
     }
     m = model_from_dict(d, name="random")
     train = TrainingConfig(
-        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local",
+        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", runtime="cpu",
         precision="fp32" if seed % 4 == 3 else "megatron",
         micro_batch=rng.choice([1, 1, 2, 3]), seq_len=rng.choice([1, rng.randint(2, 12), rng.randint(13, 24)]),
         recompute=CPU_RECOMPUTE[seed % len(CPU_RECOMPUTE)], attention_softmax_in_fp32=rng.random() < 0.3,
@@ -217,7 +217,7 @@ def random_family_request(rng: random.Random, seed: int = 0) -> Request:
                 d.update(shared_expert_intermediate_size=rng.randint(2, 24), qkv_bias=rng.random() < 0.7)
     m = model_from_dict(d, name="random-" + fam)
     train = TrainingConfig(
-        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local",
+        dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", runtime="cpu",
         precision="fp32" if seed % 4 == 3 else "megatron",
         micro_batch=rng.choice([1, 1, 2, 3]), seq_len=rng.choice([1, rng.randint(2, 12), rng.randint(13, 24)]),
         recompute=recompute,

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from ..device.estimate import Estimate
 from ..data.reference import PYTORCH_ALLOCATOR
+from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, tex, yes_no
+from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
 from .tables import notation_recap
 
 __all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
            "group_table", "entry_table", "megatron_table", "side_table", "side_figure", "megatron_entry_table",
-           "gpu_values", "gpu_config_table", "gpu_bytes_table", "gpu_allocator_table", "problem_values"]
+           "gpu_values", "gpu_config_table", "gpu_bytes_table", "gpu_allocator_table", "step_values", "step_table",
+           "problem_values"]
 
 #: what a Transformer Engine entry's bytes are read from (keys of memlib.scenarios.validation.TE_SOURCES)
 SOURCE_LABELS = {"flash_attention": "flash-attention, TE fused attention (source)",
@@ -391,6 +393,71 @@ def gpu_allocator_table() -> str:
              "≤ " + fmt_bytes(r["reserved_over_peak_max"], with_unit=False)] for r in sv.gpu_run()["rows"]]
     return md_table(["config", "weights (memlib)", "held after forward", "allocated after forward",
                      "peak above before", "peak allocated", "reserved", "reserved − peak"], rows, "lrrrrrrr")
+
+
+# ------------------------------------------------------------------------------------------------
+# whole training steps on a GPU (memlib.scenarios.gpu_steps)
+# ------------------------------------------------------------------------------------------------
+#: where the peak is: the allocator's site (memlib.scenarios.gpu_steps.GpuStep.measured_site) and memlib's
+#: candidate moment (memlib.device.transient), in words
+STEP_SITES = {"loss": "the loss's forward", "recomputation": "a recomputed layer's backward",
+              "backward": "the backward"}
+STEP_MOMENTS = {"forward_end": "the loss's forward", "backward_attention": "an attention's backward",
+                "forward_moe": "the experts' forward", "recompute": "a recomputed layer's backward"}
+def _err(x) -> str:
+    """A signed relative error in percent, three decimals: ``'−0.191 %'`` (``'0.000 %'`` below that)."""
+    text = f"{float(x) * 100:+.3f}"
+    return ("0.000" if text[1:] == "0.000" else text.replace("-", "−")) + " %"
+
+
+def _gib(n: int) -> str:
+    return fmt_bytes(n, "GiB", 2, with_unit=False)
+
+
+def _names(steps) -> str:
+    names = [s.name for s in steps]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def step_values() -> dict[str, str]:
+    """The measured training steps in words and numbers: the machine, the verdict, each rule's bytes."""
+    env, steps, lr = gs.gpu_environment(), {s.name: s for s in gs.gpu_steps()}, gs.loss_region()
+    summ = gs.summary(list(steps.values()))
+    misses = summ["misses"]
+    ds, llama = steps["ds-none-native"], steps["llama-full-native"]
+    out = {
+        "gpu": env["gpu"], "driver": env["driver"], "torch": env["torch"], "cuda": env["cuda"],
+        "mcore": env["megatron_core"], "n": fmt_count(summ["n"]), "smallest": fmt_bytes(summ["smallest"]),
+        "largest": fmt_bytes(summ["largest"]), "card": fmt_bytes(env["total_memory"]), "max_abs": _err(summ["max_abs"]).lstrip("+"),
+        "worst": summ["worst"], "cpu_max_abs": _err(summ["cpu_max_abs"]).lstrip("+"),
+        "cpu_worst": summ["cpu_worst"], "n_rounding": fmt_count(summ["n_rounding"]),
+        "rounding": _err(summ["rounding"]).lstrip("+"), "n_misses": fmt_count(len(misses)),
+        "misses": "; ".join(f"{s.name}, {_err(s.error)} ({signed_bytes(s.predicted - s.measured, 'MiB', 0)})"
+                            for s in misses) or "none",
+        "seq_len": fmt_count(ds.config["train"]["seq_len"]),
+        "microbatches": " or ".join(sorted({fmt_count(x.config["train"]["num_microbatches"]) for x in steps.values()})),
+        "norm_case": ds.name, "norm_bytes": fmt_bytes(ds.norm_bytes),
+        "buffer_case": ds.name, "buffer_bytes": fmt_bytes(ds.attention_buffer),
+        "workspace_case": llama.name, "workspace_bytes": fmt_bytes(llama.loss_workspace),
+        "lr_shape": f"[{fmt_count(lr['seq_len'])}, {fmt_count(lr['micro_batch'])}, {fmt_count(lr['vocab_size'])}]",
+        "lr_logits": fmt_bytes(lr["logits"]),
+        "outliving": _names(summ["outliving"]),
+        "outlived": " and ".join(fmt_bytes(s.outlived) for s in summ["outliving"]),
+    }
+    for impl in ("native", "unfused"):
+        for what in ("held", "forward_peak", "backward_peak"):
+            out[f"lr_{impl}_{what}"] = ratio(lr[impl][what], 1, 2) + " L"
+    return out
+
+
+def step_table() -> str:
+    """Per case (named model-recompute-loss): b, the measured steady peak, memlib's and the error, the error
+    memlib would make under the CPU's rules, and where each peak is."""
+    rows = [[f"`{s.name}`", fmt_count(s.config["train"]["micro_batch"]), _gib(s.measured), _gib(s.predicted),
+             _err(s.error), _err(s.cpu_error), STEP_SITES.get(s.measured_site, s.measured_site),
+             STEP_MOMENTS[s.peak.candidate]] for s in gs.gpu_steps()]
+    return md_table(["case", "$b$", "measured (GiB)", "memlib (GiB)", "error", "CPU's rules", "allocator's peak in",
+                     "memlib's peak in"], rows, "lrrrrrll")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -204,7 +204,7 @@ def megatron_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, Tra
     """(label, model, training) of each of :data:`MEGATRON_CASES` for ``model``'s miniature."""
     mini = miniature(model)
     base = dict(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", precision="megatron",
-                micro_batch=_MEGATRON_B, seq_len=_MEGATRON_S)
+                micro_batch=_MEGATRON_B, seq_len=_MEGATRON_S, runtime="cpu")
     return [(label, mini, TrainingConfig(**{**base, **kw})) for label, kw in MEGATRON_CASES]
 
 
@@ -439,7 +439,8 @@ def ground_truths(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b
     one = dict(dp=1, tp=1, pp=1, ep=1, etp=1, micro_batch=b, seq_len=s, precision="megatron")
     cols = {"hf-eager": _one_layer(m, kind, "hf-eager", TrainingConfig(profile="hf-eager", **one)),
             "megatron-local": _one_layer(m, kind, "megatron",
-                                         TrainingConfig(profile="megatron", transformer_impl="local", **one)),
+                                         TrainingConfig(profile="megatron", transformer_impl="local", runtime="cpu",
+                                                        **one)),
             "megatron-te": _one_layer(m, kind, "megatron", TrainingConfig(profile="megatron", **one))}
     groups = {g: {c: 0 for c in cols} for g in SIDE_GROUPS}
     for c, entries in cols.items():
