@@ -384,7 +384,9 @@ class _Mapper:
                            tuple(self.notes + unmodelled), self.overridden, fw, dict(self.env))
 
     # -- the model -------------------------------------------------------------------------------
-    def model_fields(self) -> tuple[dict, bool]:
+    def _sizes(self) -> tuple[int, int, int]:
+        """``--num-layers``, ``--hidden-size``, ``--num-attention-heads`` (required), with Megatron-LM's rule on
+        the head width."""
         f = self.f
         layers = f.int("--num-layers", None, bound=LIMITS["num_hidden_layers"])
         hidden = f.int("--hidden-size")
@@ -395,6 +397,11 @@ class _Mapper:
         if "--kv-channels" not in f.values and hidden % heads:
             raise ConfigError(f"--hidden-size={hidden} must be divisible by --num-attention-heads={heads} "
                               f"(Megatron-LM's rule when --kv-channels is not given)")
+        return layers, hidden, heads
+
+    def model_fields(self) -> tuple[dict, bool]:
+        f = self.f
+        layers, hidden, heads = self._sizes()
         swiglu = f.switch("--swiglu")
         ffn = f.int("--ffn-hidden-size", (hidden // 24) * 64 if swiglu else 4 * hidden)
         if ffn < 1:
@@ -415,14 +422,29 @@ class _Mapper:
             m.update(moe_intermediate_size=ffn, n_routed_experts=1, n_shared_experts=0, num_experts_per_tok=1,
                      first_k_dense_replace=layers, moe_layer_freq=1)
             return m, True
+        moe_ffn, shared, topk, k, freq, score, bias, groups, group_topk, pre_softmax = self._router(layers, ffn)
+        if score == "softmax" and pre_softmax:
+            self.not_modelled("--moe-router-pre-softmax")
+        m.update(moe_intermediate_size=moe_ffn, n_routed_experts=experts,
+                 n_shared_experts=0 if shared is None else shared // moe_ffn, num_experts_per_tok=topk,
+                 first_k_dense_replace=k, moe_layer_freq=freq,
+                 n_group=groups if group_topk else 1, topk_group=group_topk or 1, scoring_func=score)
+        m["topk_method"] = "noaux_tc" if bias else "greedy"
+        f.switch("--moe-grouped-gemm")      # TE's grouped GEMM: what memlib's ledger assumes for the experts
+        return m, False
+
+    def _router(self, layers: int, ffn: int) -> tuple:
+        """The MoE layers' flags both attention kinds read: (expert width, shared width or None, top-k, the HF
+        pattern's first_k_dense_replace and moe_layer_freq, score function, expert bias, groups, group top-k,
+        pre-softmax), with Megatron-Core's rules on them."""
+        f = self.f
         moe_ffn = f.int("--moe-ffn-hidden-size", ffn)
         shared = f.int("--moe-shared-expert-intermediate-size", None)
         if shared is not None and shared % moe_ffn:
             raise ConfigError(f"--moe-shared-expert-intermediate-size={shared} must be a multiple of "
                               f"--moe-ffn-hidden-size={moe_ffn} (memlib counts shared experts of the routed width)")
         topk = f.int("--moe-router-topk", 2)
-        pattern = moe_layer_pattern(f.one("--moe-layer-freq") or "1", layers)
-        k, freq = pattern_to_hf(pattern)
+        k, freq = pattern_to_hf(moe_layer_pattern(f.one("--moe-layer-freq") or "1", layers))
         score = f.choice("--moe-router-score-function", "softmax", ("softmax", "sigmoid", "sqrtsoftplus"))
         if score == "sqrtsoftplus":
             raise ConfigError("--moe-router-score-function=sqrtsoftplus cannot be expressed (memlib: softmax or sigmoid)")
@@ -437,15 +459,7 @@ class _Mapper:
         pre_softmax = f.switch("--moe-router-pre-softmax")      # sigmoid scores: it changes nothing
         if topk == 1 and score == "softmax" and not pre_softmax:
             raise ConfigError("--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax (Megatron-Core's rule)")
-        if score == "softmax" and pre_softmax:
-            self.not_modelled("--moe-router-pre-softmax")
-        m.update(moe_intermediate_size=moe_ffn, n_routed_experts=experts,
-                 n_shared_experts=0 if shared is None else shared // moe_ffn, num_experts_per_tok=topk,
-                 first_k_dense_replace=k, moe_layer_freq=freq,
-                 n_group=groups if group_topk else 1, topk_group=group_topk or 1, scoring_func=score)
-        m["topk_method"] = "noaux_tc" if bias else "greedy"
-        f.switch("--moe-grouped-gemm")      # TE's grouped GEMM: what memlib's ledger assumes for the experts
-        return m, False
+        return moe_ffn, shared, topk, k, freq, score, bias, groups, group_topk, pre_softmax
 
     def gqa_fields(self) -> tuple[dict, bool]:
         """A model without ``--multi-latent-attention``: grouped-query (or multi-head) attention, the dense FFN
@@ -454,15 +468,7 @@ class _Mapper:
         (softmax after the top-k) or DeepSeek-style ones (softmax first or sigmoid scores, shared experts) with
         SwiGLU experts: ModelConfig's fields, given directly (``family`` names the nearest preset family)."""
         f = self.f
-        layers = f.int("--num-layers", None, bound=LIMITS["num_hidden_layers"])
-        hidden = f.int("--hidden-size")
-        heads = f.int("--num-attention-heads")
-        for flag, v in (("--num-layers", layers), ("--hidden-size", hidden), ("--num-attention-heads", heads)):
-            if v is None:
-                raise ConfigError(f"{flag} is required (Megatron-LM requires it)")
-        if "--kv-channels" not in f.values and hidden % heads:
-            raise ConfigError(f"--hidden-size={hidden} must be divisible by --num-attention-heads={heads} "
-                              f"(Megatron-LM's rule when --kv-channels is not given)")
+        layers, hidden, heads = self._sizes()
         head_dim = f.int("--kv-channels", hidden // heads)
         kv = f.int("--num-query-groups", 1) if f.switch("--group-query-attention") else heads
         if heads % kv:
@@ -518,30 +524,9 @@ class _Mapper:
         if not swiglu:
             raise ConfigError(f"--num-experts={experts} without --swiglu: memlib's routed experts are SwiGLU MLPs; "
                               f"GeLU experts cannot be expressed yet")
-        moe_ffn = f.int("--moe-ffn-hidden-size", ffn)
-        shared = f.int("--moe-shared-expert-intermediate-size", None)
-        if shared is not None and shared % moe_ffn:
-            raise ConfigError(f"--moe-shared-expert-intermediate-size={shared} must be a multiple of "
-                              f"--moe-ffn-hidden-size={moe_ffn} (memlib counts shared experts of the routed width)")
         if f.switch("--moe-shared-expert-gate"):
             raise ConfigError("--moe-shared-expert-gate=on cannot be expressed without --multi-latent-attention yet")
-        topk = f.int("--moe-router-topk", 2)
-        pattern = moe_layer_pattern(f.one("--moe-layer-freq") or "1", layers)
-        k, freq = pattern_to_hf(pattern)
-        score = f.choice("--moe-router-score-function", "softmax", ("softmax", "sigmoid", "sqrtsoftplus"))
-        if score == "sqrtsoftplus":
-            raise ConfigError("--moe-router-score-function=sqrtsoftplus cannot be expressed (memlib: softmax or sigmoid)")
-        bias_e = f.switch("--moe-router-enable-expert-bias")
-        if bias_e and score != "sigmoid":
-            raise ConfigError(f"--moe-router-enable-expert-bias with --moe-router-score-function={score}: Megatron-Core "
-                              f"allows the expert bias with sigmoid only")
-        groups = f.int("--moe-router-num-groups", None)
-        group_topk = f.int("--moe-router-group-topk", None)
-        if group_topk and not groups:
-            raise ConfigError(f"--moe-router-group-topk={group_topk} needs --moe-router-num-groups (Megatron-Core's rule)")
-        pre_softmax = f.switch("--moe-router-pre-softmax")
-        if topk == 1 and score == "softmax" and not pre_softmax:
-            raise ConfigError("--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax (Megatron-Core's rule)")
+        moe_ffn, shared, topk, k, freq, score, bias_e, groups, group_topk, pre_softmax = self._router(layers, ffn)
         mixtral = score == "softmax" and not pre_softmax and not shared and not group_topk
         m.update(moe_intermediate_size=moe_ffn, n_routed_experts=experts,
                  n_shared_experts=0 if shared is None else shared // moe_ffn, num_experts_per_tok=topk,

@@ -18,7 +18,7 @@ not model (``MegatronRun.not_modelled``), a world size that neither a recipe nor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
 from typing import Optional
@@ -78,14 +78,12 @@ class Validation:
     world_size: int
     world_size_source: str
     peak: StagePeak
+    steady: int = field(init=False)       #: the logged steady peak
+    predicted: int = field(init=False)    #: memlib's peak_allocated of the logging rank
 
-    @property
-    def steady(self) -> int:
-        return self.golden.steady
-
-    @property
-    def predicted(self) -> int:
-        return self.peak.peak_allocated
+    def __post_init__(self):
+        object.__setattr__(self, "steady", self.golden.steady)
+        object.__setattr__(self, "predicted", self.peak.peak_allocated)
 
     @property
     def error(self) -> Fraction:
