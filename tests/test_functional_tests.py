@@ -182,3 +182,26 @@ def test_blackwell_s_cublas_workspaces_follow_the_container_s_pytorch(validation
     assert {v for k, v in ws.items() if k >= "nvcr.io/nvidia/pytorch:26.03"} == {2 * 32 * 2**20}
     # what stays after the step is now within 10 MiB of memlib's account for the GPT shells of those images
     assert all(0 <= c.post_step_gap < 10 * 2**20 for c in old if c.family == fv.FAMILIES[3])
+
+
+def test_fp16_runs_skip_their_first_steps():
+    """An fp16 run with a dynamic loss scale skips the steps whose gradients overflow (the scale starts at 2^32):
+    Adam's moments appear after step 16 here (the post-step allocation rises by 268 MiB then), so the steady peak is
+    the maximum at iteration 17, not at the third."""
+    g = golden("gpt/gpt3_mcore_tp1_pp4_resume_torch_dist", "golden_values_dev_dgx_a100.json")
+    assert g.dynamic_loss_scale and dict(g.allocated)[15] < dict(g.allocated)[16] == g.post_step
+    assert g.steady == dict(g.max_allocated)[17] == 2_675_191_296 > dict(g.max_allocated)[3]
+    bf16 = golden("gpt/gpt3_mcore_tp1_pp4", "golden_values_dev_dgx_a100.json")
+    assert not bf16.dynamic_loss_scale and bf16.steady == bf16.max_allocated[2][1]
+
+
+def test_the_local_attention_s_fused_softmax_on_a_gpu(validation):
+    """Megatron-Core's local attention runs its fused softmax kernel on a GPU (bf16, 16 < s <= 4096, ...): the fp32
+    probabilities of --attention-softmax-in-fp32 exist only in the torch path memlib measures on the CPU.  The
+    local GPT shells held about one fp32 [b, n_h/TP, s, s] per layer less than memlib counted before (12 layers:
+    1,536 MiB)."""
+    ok, _ = validation
+    local = [c for c in ok if not c.run.train.transformer_impl.uses_te]
+    assert len(local) == 70 and all(c.run.train.attention_softmax_in_fp32 for c in local)
+    bf16 = [c for c in local if not c.golden.dynamic_loss_scale]
+    assert all(c.within_target for c in bf16)

@@ -147,3 +147,13 @@ def test_te_unfused_attention_forward_keeps_its_scores_beside_the_probabilities(
     P, C = B * 8 * S * S * 2, S * B * 8 * 128 * 2
     assert cands["forward_attention"]["forward_transients"] == P + 2 * C
     assert "forward_attention" not in candidates(estimate(LLAMA, train(), NONE))[0]
+
+
+@pytest.mark.parametrize("runtime, seq, kept", [("cpu", 2048, True), ("cuda", 2048, False), ("cuda", 8192, True)])
+def test_local_attention_fp32_softmax_only_in_the_torch_path(runtime, seq, kept):
+    """--attention-softmax-in-fp32 keeps fp32 probabilities beside the bf16 ones only where Megatron-Core's
+    FusedScaleMaskSoftmax runs its torch path: the CPU, or keys beyond the fused kernel's 4096."""
+    t = train(transformer_impl="local", attention_backend="local", attention_softmax_in_fp32=True, runtime=runtime,
+              seq_len=seq)
+    by = estimate(LLAMA, t, NONE).stages[0].activations["by_entry"]
+    assert by.get("attention.softmax_fp32", 0) == (2 * B * 8 * seq * seq * 4 if kept else 0)

@@ -10,7 +10,8 @@ were written, or ``None``: no recipe gives it).
 
 :func:`functional_tests` reads it once.  :func:`goldens` flattens it into one :class:`Golden` per file: the
 values are exact integers (``None`` where a file has ``"nan"``); the steady peak is the maximum at the third
-logged iteration.  Nothing here interprets the runs: :mod:`memlib.scenarios.measured` predicts them.
+logged iteration, or for fp16 runs with a dynamic loss scale (whose first steps are skipped) the first one after
+Adam's moments were created.  Nothing here interprets the runs: :mod:`memlib.scenarios.measured` predicts them.
 """
 from __future__ import annotations
 
@@ -89,10 +90,24 @@ class Golden:
         return f"{self.values_commit[:10]}@{self.values_date}"
 
     @property
+    def dynamic_loss_scale(self) -> bool:
+        """An fp16 run with dynamic loss scaling (``--fp16`` without ``--loss-scale``): its first steps overflow
+        and are skipped until the scale has come down from 2^32, so Adam's moments are created late."""
+        return bool(self.model_args.get("--fp16")) and self.model_args.get("--loss-scale") is None
+
+    @property
     def steady(self) -> Optional[int]:
-        """The maximum at the third logged iteration (None when fewer than three are logged)."""
-        vals = [v for _, v in self.max_allocated if v is not None]
-        return vals[2] if len(vals) >= 3 else None
+        """The allocator's maximum at the third logged iteration, once the optimizer's moments exist (None when
+        there is no such iteration).  For a run with a dynamic loss scale: at the first logged iteration after the
+        post-step allocation has reached its largest value (the step that created the moments); the maximum
+        is a running one, so the skipped steps before it count nowhere above it."""
+        after = dict(self.allocated)
+        rows = [(after.get(i), m) for i, m in self.max_allocated if m is not None]
+        first = 2
+        if self.dynamic_loss_scale and any(a is not None for a, _ in rows):
+            top = max(a for a, _ in rows if a is not None)
+            first = max(first, next(i for i, (a, _) in enumerate(rows) if a == top) + 1)
+        return rows[first][1] if len(rows) > first else None
 
     @property
     def post_step(self) -> Optional[int]:

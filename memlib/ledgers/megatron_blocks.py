@@ -115,6 +115,27 @@ class Kernels:
                    runtime=train.runtime)
 
 
+def _local_softmax_fp32(n_h: int, k: Kernels):
+    """``--attention-softmax-in-fp32``'s fp32 probabilities of Megatron-Core's local attention, kept by the torch
+    softmax beside the bf16 copy P V keeps; none where the fused CUDA kernel runs (a GPU: it keeps its bf16 result
+    once whatever the flag).  FusedScaleMaskSoftmax.is_kernel_available (megatron/core/fusions/fused_softmax.py:238-270
+    at the pin; --masked-softmax-fusion, the default): bf16/fp16 input, 16 < s/CP <= 4096, s/CP and b n_h/TP
+    multiples of 4, and for the causal mask b n_h/TP a multiple of the kernel's batches per block (4 above 128 keys,
+    8 from 17 to 128: get_batch_per_block)."""
+    size = b * n_h * s * s
+    if k.runtime is Runtime.CPU:
+        return size
+    tp, cp = sym("TP"), sym("CP")
+    sk, batches = s / cp, b * n_h / tp
+
+    def multiple(x, n):
+        return sp.Eq(sp.floor(x / n) * n, x)
+
+    fused = ((sk > 16) & (sk <= 4096) & multiple(sk, 4) & multiple(batches, 4)
+             & ((sk > 128) | multiple(batches, 8)))
+    return sp.Piecewise((0, fused), (size, True))
+
+
 TE_DEFAULT = Kernels()
 
 _SWIGLU_FP8 = ("not a Linear input, but cacheable in FP8 like one: DeepSeek-V3 caches the SwiGLU input "
@@ -333,8 +354,9 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                       shard={"TP", "CP"}, modules={"core_attn"}, note=note))
         if k.softmax_fp32 and not k.fp32 and k.backend.is_local(k.impl):
             out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
-                          "kept by the softmax beside the bf16 copy P V keeps", b * n_h * s * s, "fp32",
-                          shard={"TP", "CP"}, modules={"core_attn"}, note=_MEASURED))
+                          "kept by the softmax beside the bf16 copy P V keeps (the torch path)",
+                          _local_softmax_fp32(n_h, k), "fp32", shard={"TP", "CP"}, modules={"core_attn"},
+                          note="measured on the CPU; on a GPU the fused kernel keeps none: " + _MEASURED))
     else:
         src = KERNEL_SOURCES["flash_attention"] if k.backend is AttnBackend.FLASH else (
             KERNEL_SOURCES["te_fused_attention"] + "; " + KERNEL_SOURCES["flash_attention"])
@@ -695,8 +717,9 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
     ]
     if k.softmax_fp32 and not k.fp32:
         out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
-                      "kept by the softmax beside the copy P V keeps", b * n_h * s * s, "fp32", shard=head,
-                      modules={"core_attn"}, note=_MEASURED))
+                      "kept by the softmax beside the copy P V keeps (the torch path)", _local_softmax_fp32(n_h, k),
+                      "fp32", shard=head, modules={"core_attn"},
+                      note="measured on the CPU; on a GPU the fused kernel keeps none: " + _MEASURED))
     out.append(_S("attention.context", "attention output, input of linear_proj", bs * n_h * d_head, shard=head,
                   linear_input=True, width=n_h * d_head, note="kept by linear_proj (RowParallelLinear); " + _MEASURED))
     return out
