@@ -121,7 +121,7 @@ def parse_version(text) -> MegatronVersion:
     """``text`` (a release, a main-branch date, ``commit@date`` or a known commit) as a version.
 
     >>> sorted(parse_version("core_r0.14.0").rules)
-    ['cross_entropy_fusion_impl']
+    ['cross_entropy_fusion_impl', 'mtp_loss_in_postprocess']
     >>> parse_version("2026-06-03").has("te_cross_entropy_refused")
     True
     >>> parse_version("be2b2cd70d@2026-05-25").has("null_tokenizer_eod")

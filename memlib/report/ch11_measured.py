@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config.versions import RULES
+from ..config.versions import NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE, RULES
 from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
+from ..device.megatron_buffers import torch_cublas_workspace_bytes
 from ..scenarios import functional as fv, measured as sm
 from .figures import OKABE_ITO, in_unit, new_figure
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
@@ -56,6 +57,12 @@ def values() -> dict[str, str]:
         "n_gpt": fmt_count(fam[fv.FAMILIES[3]]["n"]), "n_gpt_within": fmt_count(fam[fv.FAMILIES[3]]["within"]),
         "n_mixtral": fmt_count(fam[fv.FAMILIES[1]]["n"]), "n_llama": fmt_count(fam[fv.FAMILIES[2]]["n"]),
         "n_derived": fmt_count(sum("derived" in c.world_size_source for c in ok)),
+        # the software of the CI images (memlib.config.versions.container_rules)
+        "lts_containers": ", ".join(f"{y:02d}.{m:02d}" for y, m in sorted(NGC_TRANSFORMER_ENGINE)),
+        "lts_te": ", ".join(".".join(map(str, v)) for v in sorted(set(NGC_TRANSFORMER_ENGINE.values()))),
+        "blackwell_container": "{:02d}.{:02d}".format(*NGC_BLACKWELL_CUBLAS_32MIB),
+        "cublas_old": fmt_bytes(torch_cublas_workspace_bytes(10, blackwell_32mib=False), "MiB", 3),
+        "cublas_new": fmt_bytes(torch_cublas_workspace_bytes(10), "MiB", 0),
     }
     return out
 
@@ -76,8 +83,14 @@ def family_table() -> str:
                      "mean |error|", "largest |error|"], rows, "llrrrrr")
 
 
+def _breakable(name: str) -> str:
+    """A test or platform name that may wrap after its underscores (a zero-width space after each), so that
+    the long names fit the text column."""
+    return name.replace("_", "_\u200b")
+
+
 def _case_name(c) -> str:
-    return c.golden.test + (" (2nd run)" if c.golden.second_run else "")
+    return _breakable(c.golden.test) + (" (2nd run)" if c.golden.second_run else "")
 
 
 def cases_table() -> str:
@@ -85,14 +98,14 @@ def cases_table() -> str:
     ok, _ = fv.validation()
     rows = []
     for c in sorted(ok, key=lambda c: (fv.FAMILIES.index(c.family), c.golden.test, c.golden.file)):
-        rows.append([_case_name(c), f"{c.golden.environment} {c.golden.platform}", fmt_count(c.world_size),
-                     _gib(c.steady), _gib(c.predicted), _err(c.error),
-                     signed_bytes(c.post_step_gap, "MiB", 0).removesuffix(" MiB"),
-                     signed_bytes(c.peak_gap, "MiB", 0).removesuffix(" MiB"),
+        gaps = " / ".join(signed_bytes(x, "MiB", 0).removesuffix(" MiB") for x in (c.post_step_gap, c.peak_gap))
+        rows.append([_case_name(c), _breakable(f"{c.golden.environment} {c.golden.platform}, "
+                                               f"{fmt_count(c.world_size)} GPUs"),
+                     _gib(c.steady), _gib(c.predicted), _err(c.error), gaps,
                      "yes" if c.within_target else _where(c)])
-    return md_table(["functional test", "container, platform", "GPUs", f"measured ({UNIT})", f"memlib ({UNIT})", "error",
-                     "after the step (MiB)", "at the peak (MiB)", f"within {fmt_decimal(100 * fv.TARGET, 0)} %"],
-                    rows, "llrrrrrrl")
+    return md_table(["functional test", "image, platform", f"measured ({UNIT})", f"memlib ({UNIT})", "error",
+                     "after the step / at the peak (MiB)", f"within {fmt_decimal(100 * fv.TARGET, 0)} %"],
+                    rows, "llrrrrl")
 
 
 def not_expressible_table() -> str:
@@ -104,8 +117,8 @@ def not_expressible_table() -> str:
     rows = []
     for why, ns in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         tests = sorted({n.golden.test for n in ns})
-        shown = ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
-        rows.append([why, fmt_count(len(ns)), shown])
+        shown = ", ".join(map(_breakable, tests[:3])) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
+        rows.append([_breakable(why), fmt_count(len(ns)), shown])
     return md_table(["why memlib cannot express it", "golden files", "tests"], rows, "lrl")
 
 
