@@ -18,7 +18,7 @@ from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pc
                      yes_no)
 from .tables import attention_switch_values, notation_recap
 
-__all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
+__all__ = ["notation", "values", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
@@ -227,6 +227,34 @@ def rank_figure(est: Estimate):
     ax.set_xlabel("pipeline rank")
     ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig
+
+
+#: how the choices table names a layer kind
+_KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
+
+
+def choices_table(est: Estimate) -> str:
+    """The norm and SwiGLU outputs the recipe recomputes or keeps (:func:`memlib.scenarios.deepseek.
+    recipe_choices`), one row per saved tensor with the layers it concerns."""
+    c = ds.recipe_choices(est.model, est.train)
+    kinds = list(dict.fromkeys(est.model.layer_kinds))
+    rows = []
+    for what, word in (("recomputed", "recomputed in backward"), ("kept", "kept from the forward")):
+        where: dict[str, list[str]] = {}
+        for kind, name in c[what]:
+            where.setdefault(name, []).append(kind)
+        rows += [[name, "every layer" if len(ks) == len(kinds) > 1 or kinds == ks else
+                  ", ".join(_KIND_WORDS[k] for k in ks), word] for name, ks in where.items()]
+    return md_table(["saved tensor", "in", "under the recipe"], rows, "lll")
+
+
+def choices_values(est: Estimate) -> dict[str, str]:
+    """The recipe's choices in words: the E5M6 tensors and DualPipe's mirrored optimizer states."""
+    c = ds.recipe_choices(est.model, est.train)
+    e5m6 = " and ".join(n.split(",")[0] for n in c["e5m6"])
+    return {"e5m6_clause": (f"; the {e5m6} in the report's twelve-bit E5M6 format, counted at 12 bits an element "
+                            f"with no scale, as the report describes none") if e5m6 else "",
+            "mirror_saving": fmt_bytes(c["mirror_saving"]), "mirror_rank": fmt_count(c["peak_rank"])}
 
 
 def ledger_table(est: Estimate) -> str:

@@ -36,7 +36,7 @@ from .together import CAPACITY_80GB, grid
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
            "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer",
-           "attention_switch"]
+           "attention_switch", "recipe_choices"]
 
 #: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
 #: (:data:`memlib.device.overhead.DEVICE_MEMORY`)
@@ -261,6 +261,36 @@ def overhead_range(model: ModelConfig | str, train: TrainingConfig) -> dict:
         est = recipe_estimate(model, train, preset)
         out[preset] = {"total": est.peak.total, "fits": est.fits(est.peak), "margin": CAPACITY - est.peak.total,
                        "rank": est.peak.stage.index}
+    return out
+
+
+#: the saved tensors whose recomputation the recipe's wording concerns: norm outputs and SwiGLU outputs (by key)
+_NORM_OUTPUTS = ("norm_output", "_normed")
+_SWIGLU_OUTPUTS = ("act_output",)
+
+
+def recipe_choices(model: ModelConfig | str, train: TrainingConfig) -> dict:
+    """What the recipe's one-line description leaves open, as ``train`` resolves it for ``model``: over the
+    layer kinds the model has, the norm outputs and SwiGLU outputs the recompute policy re-makes
+    (``recomputed``) and those it keeps (``kept``), each as (layer kind, the ledger's name of the tensor); the
+    E5M6 tensors (``e5m6``: names; 12 bits an element, no scale counted); and, under DualPipe, what the peak
+    rank's (``peak_rank``) optimizer states would shrink by if ZeRO sharded them over both mirrored copies of a
+    stage, twice the data-parallel ranks, instead of over each copy's own (``mirror_saving``, bytes; 0 without
+    DualPipe or ZeRO)."""
+    m = load_model(model)
+    out: dict = {"recomputed": [], "kept": [], "e5m6": []}
+    for kind in dict.fromkeys(m.layer_kinds):
+        for r in ledger_rows(m, train, kind):
+            if r["key"].endswith(_NORM_OUTPUTS + _SWIGLU_OUTPUTS):
+                out["recomputed" if r["recomputed"] else "kept"].append((kind, r["name"]))
+            if r["format"] == "E5M6" and r["name"] not in out["e5m6"]:
+                out["e5m6"].append(r["name"])
+    est = recipe_estimate(m, train)
+    i, saving = est.peak.stage.index, 0
+    if train.schedule.parameter_copies > 1 and train.zero >= 1:
+        wide = recipe_estimate(m, train.with_(dp=train.dp * train.schedule.parameter_copies))
+        saving = est.stages[i].bytes["optimizer_states"] - wide.stages[i].bytes["optimizer_states"]
+    out["mirror_saving"], out["peak_rank"] = saving, i
     return out
 
 
