@@ -14,11 +14,12 @@ from ..model.states import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
+from ..scenarios.uncertainty import judged
+from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
 from .tables import attention_switch_values, notation_recap
 
-__all__ = ["notation", "values", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
+__all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
@@ -231,6 +232,31 @@ def rank_figure(est: Estimate):
 
 #: how the choices table names a layer kind
 _KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
+
+
+#: how a verdict reads after "it"
+_VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
+
+
+def _signed_pct(x) -> str:
+    return ("+" if x >= 0 else "−") + fmt_decimal(abs(x) * 100, 2) + " %"
+
+
+def band_text(band) -> str:
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    if band.n == 0:
+        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
+                f"prediction's alone")
+    where = " and ".join(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    return (f"between {_signed_pct(band.low)} and {_signed_pct(band.high)} of the measured peaks on "
+            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
+
+
+def verdict_values(est: Estimate) -> dict[str, str]:
+    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`)."""
+    j = judged(est, ds.CAPACITY)
+    return {"pa": fmt_bytes(j["peak_allocated"]), "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
+            "far": fmt_bytes(j["far"]), "verdict": _VERDICT_WORDS[j["verdict"]]}
 
 
 def choices_table(est: Estimate) -> str:

@@ -23,7 +23,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Optional
 
-from ..config import ConfigError
+from ..config import ConfigError, ModelConfig
 from ..config.strategies import AttnBackend
 from ..config.versions import container_rules
 from ..data.functional_tests import FUNCTIONAL_TESTS_COMMIT, Golden, goldens
@@ -34,7 +34,7 @@ from ..device.peak import StagePeak
 from ..ledgers.megatron import te_attention_backend
 from ..megatron.flags import MegatronRun, parse_megatron_config
 
-__all__ = ["TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
+__all__ = ["model_family", "TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
            "family_of_run", "OTHER_MODELS"]
 
 #: the accuracy aimed at (|error| against the steady peak), and the share of the cases it is aimed at (issue 22)
@@ -112,7 +112,12 @@ class Validation:
 
 def family_of_run(run: MegatronRun) -> str:
     """The :data:`FAMILIES` entry of a run's model."""
-    m = run.model
+    return model_family(run.model)
+
+
+def model_family(m: ModelConfig) -> str:
+    """The :data:`FAMILIES` entry of a model: MLA (DeepSeek-style), another MoE, a Llama-style dense model
+    (SwiGLU, RMSNorm, RoPE) or a GPT-3 shell."""
     if m.attention == "mla":
         return FAMILIES[0]
     if m.has_moe:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from ..config import ConfigError, TrainingConfig
+from ..config import ConfigError, ModelConfig, TrainingConfig
 from ..data.reference import SIMUMAX_MODELS, SIMUMAX_SETUP
 from ..device.estimate import estimate
 from ..device.overhead import Overheads
@@ -57,6 +57,7 @@ class PublishedCase:
     measured: tuple[int, ...]      #: per stage: the maximum over its ranks of max_memory_allocated (bytes)
     reserved: int                  #: the maximum over all ranks of max_memory_reserved (bytes)
     peaks: tuple[StagePeak, ...]   #: memlib's prediction per stage
+    model: ModelConfig             #: the launcher's model as memlib reads it
     unfused_ce: int = 0            #: memlib's largest stage peak were the cross-entropy not fused (the one assumption
                                    #: the runs' own flags do not show)
 
@@ -132,7 +133,7 @@ def published_case(key: str) -> PublishedCase:
     per_stage = world // run["pp"]
     measured = tuple(max(v for r, v in run["max_allocated"].items() if r // per_stage == st) for st in range(run["pp"]))
     return PublishedCase(key, _simumax_label(run), tuple(run["rows"]), train, run["layers"], measured,
-                         max(run["max_reserved"].values()), tuple(est.peaks),
+                         max(run["max_reserved"].values()), tuple(est.peaks), model,
                          max(p.peak_allocated for p in unfused.peaks))
 
 
