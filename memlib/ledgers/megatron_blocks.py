@@ -499,7 +499,8 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
     ETP = sym("ETP")
     out = _norm("moe", "the MoE block input (residual stream after attention)", h, k, modules={"layernorm"},
                 checkpoint_module="layernorm", output_linear=False,
-                output_name="pre-MLP RMSNorm output, input of the router and the shared experts",
+                output_name="pre-MLP RMSNorm output, input of the router" + (
+                    " and the shared experts" if m.n_shared_experts or m.shared_expert_intermediate_size else ""),
                 output_note=("kept in bf16: the router's GEMM needs it in high precision, and under FP8 Megatron has "
                              "the shared experts' fc1 keep this original (set_save_original_input); the dispatched "
                              "tokens are a separate copy") if not k.local_norm
