@@ -17,7 +17,7 @@ def unwrap(cell: str) -> str:
     """The one-line LaTeX a wrapped cell stands for."""
     body = cell.strip("$")
     body = body.removeprefix(r"\begin{aligned}&").removesuffix(r"\end{aligned}")
-    body = body.replace(r" \\ &\quad ", " ").replace(r"\bigl(", r"\left(").replace(r"\bigr)", r"\right)")
+    body = body.replace(r" \\ &\quad ", " ").replace(r"\Bigl(", r"\left(").replace(r"\Bigr)", r"\right)")
     return re.sub(r"\s+", " ", body.replace(r"\left(", r"\left( ").replace(r"\right)", r" \right)")).strip()
 
 

@@ -169,7 +169,7 @@ def _after(t: str) -> str:
 
 def _pieces(expr, **kw) -> list[str]:
     r"""The pieces a sum breaks into, in the order the printer prints it: a sum's terms, and a product of one sum
-    and other factors (``c (t_1 + t_2)``) opened around its own terms (``c \bigl(t_1``, ``+ t_2\bigr)``), one
+    and other factors (``c (t_1 + t_2)``) opened around its own terms (``c \Bigl(t_1``, ``+ t_2\Bigr)``), one
     level deep; an expression that is neither is one piece."""
     def product(e) -> list[str]:
         sums = [a for a in sp.Mul.make_args(e) if isinstance(a, sp.Add)]
@@ -179,8 +179,8 @@ def _pieces(expr, **kw) -> list[str]:
         head = {"1": "", "-1": "-"}.get(head, head)
         inner = [latex(t, **kw) for t in sums[0].as_ordered_terms()]
         inner = [inner[0]] + [_after(t) for t in inner[1:]]
-        inner[0] = rf"{head} \bigl(" + inner[0]
-        inner[-1] += r"\bigr)"
+        inner[0] = rf"{head} \Bigl(" + inner[0]
+        inner[-1] += r"\Bigr)"
         return inner
     terms = expr.as_ordered_terms() if isinstance(expr, sp.Add) else [expr]
     out: list[str] = []
@@ -197,7 +197,7 @@ def latex_lines(exprs, width: int, **kw) -> list[str] | None:
 
     >>> a, b, c = sym("b"), sym("s"), sym("h")
     >>> latex_lines(a * b * (c + 2 * a + 3 * b), 8)
-    ['b s \\bigl(2 b + h', '+ 3 s\\bigr)']
+    ['b s \\Bigl(2 b + h', '+ 3 s\\Bigr)']
     """
     exprs = list(exprs) if isinstance(exprs, (list, tuple)) else [exprs]
     pieces: list[str] = []
