@@ -48,7 +48,7 @@ from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_form
 from .paper import device_group
 from .core.symbols import latex, sym
 
-__all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
+__all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol"]
 
 Rhs = Union[sp.Expr, Breakdown, str]
 
@@ -314,14 +314,6 @@ def _zero_lhs(z: ZeroStage) -> str:
 # ------------------------------------------------------------------------------------------------
 # chapter 6: activations (the paper's ledger, one layer, one micro-batch)
 # ------------------------------------------------------------------------------------------------
-#: which configuration each of the paper's per-layer activation formulas is printed for
-PAPER_FORMULA_CONFIG = {
-    "unsplit": "no parallelism (TP = CP = 1, SP off)",
-    "device": "one device, the parallel sizes left as symbols, sequence parallelism as configured",
-    "config": "one device of the configuration, its parallel sizes substituted",
-}
-
-
 def _act(block: str, where: str, policy: str = "none"):
     def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
         # a dense model's layer: its FFN block in the MoE block's place

@@ -48,13 +48,11 @@ import sympy as sp
 
 from .base import ActProfile, Saved, renamed, saved as _S
 from ..config import ModelConfig, TrainingConfig
-from ..core.symbols import sym
+from ..core.symbols import sym, b, s, h, v
 from .megatron_blocks import (KERNEL_SOURCES, TE_DEFAULT, Kernels, _FROM_CODE, _MEASURED, _SHARED_CODE, _attention,
                               _dense, _gelu_dense, _gqa_attention, _layernorm_mu, _moe, _norm, _qwen2_shared)
 
 __all__ = ["megatron_layer", "megatron_head", "megatron_embedding", "megatron_mtp", "bind", "MEGATRON_PROFILE"]
-
-b, s, h, v = sym("b"), sym("s"), sym("h"), sym("v")
 
 
 def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[Saved]:

@@ -15,7 +15,7 @@ from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
 from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+from .format import (fmt_bytes, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
 from .tables import errata_table, notation_recap
 
@@ -60,10 +60,6 @@ def _number(x: int | Fraction, digits: int = 1) -> str:
     return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
 
 
-def _and(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
-
-
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and computed words for its prose, for any model."""
     t, i = est.train, stage(est)
@@ -83,7 +79,7 @@ def values(est: Estimate) -> dict[str, str]:
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
         "sp": f"sequence parallelism over the {fmt_count(t.tp)} tensor-parallel ranks" if t9["sp"]
         else "no sequence parallelism",
-        "micro_batches": _and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
+        "micro_batches": join_and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule), "in_flight": fmt_count(pol["none"]["in_flight"]),
         # Table 10 at the first micro-batch size
         "none_bytes": fmt_count(t10["none"]["total"]), "none_gib": fmt_bytes(t10["none"]["total"]),
@@ -361,7 +357,6 @@ def errata_md(est: Estimate) -> str:
 
 
 #: the two routed-token counts, as the side-by-side table names them
-ROUTED_COUNTS = {"paper": "the paper's count, (N/EP) E_token", "held": "held after the all-to-all"}
 
 
 def routed_count_table(cmp: dict) -> str:

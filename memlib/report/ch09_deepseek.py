@@ -14,7 +14,7 @@ from ..model.states import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
+from .format import (fmt_bytes, join_and, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
 from .tables import attention_switch_values, notation_recap
 
@@ -63,7 +63,7 @@ def _ranks(ranks: list[int]) -> str:
     parts = [span(a, b) for a, b in runs]
     if len(ranks) == 1:
         return f"rank {parts[0]}"
-    return "ranks " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+    return "ranks " + join_and(parts)
 
 
 def _recipe(est: Estimate) -> list[dict]:

@@ -14,7 +14,7 @@ from ..data.reference import PYTORCH_ALLOCATOR
 from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
+from .format import fmt_bytes, fmt_count, join_and, math, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
 from .tables import notation_recap
 
 __all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
@@ -148,10 +148,7 @@ def _others(checks) -> str:
 
 
 def _list(names) -> str:
-    names = list(names)
-    if not names:
-        return "none"
-    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    return join_and(names) or "none"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -415,8 +412,7 @@ def _gib(n: int) -> str:
 
 
 def _names(steps) -> str:
-    names = [f"`{s.name}`" for s in steps]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return join_and(f"`{s.name}`" for s in steps)
 
 
 def step_values() -> dict[str, str]:

@@ -19,12 +19,13 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..config import ModelConfig
+from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex
-from ..core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.units import GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "zero_name", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -80,6 +81,37 @@ def fmt_capacity(capacity: int) -> str:
     '81,559 MiB (79.65 GiB)'
     """
     return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
+
+
+def join_and(items: Iterable[str]) -> str:
+    """Items in a sentence: ``'a, b and c'``, ``'a and b'``, ``'a'`` (``''`` for none).
+
+    >>> join_and(["a", "b", "c"]), join_and(["a", "b"]), join_and(["a"]), join_and([])
+    ('a, b and c', 'a and b', 'a', '')
+    """
+    items = list(items)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def zero_name(z: ZeroStage, short: bool = False) -> str:
+    """A ZeRO stage as the book names it: ``'ZeRO-1 (os)'``, or ``'ZeRO-1'`` when ``short``.
+
+    >>> zero_name(ZeroStage.OS_G), zero_name(ZeroStage.OS_G, short=True)
+    ('ZeRO-2 (os+g)', 'ZeRO-2')
+    """
+    return f"ZeRO-{int(z)}" if short else f"ZeRO-{int(z)} ({z.label})"
+
+
+def fmt_size(n: int, small: str = "MiB") -> str:
+    """A size as a person writes it: bytes below 1 MiB when ``small`` is ``"B"``, whole MiB below 1 GiB,
+    else GiB to one decimal.
+
+    >>> fmt_size(300 * 2**20), fmt_size(2 * 2**30), fmt_size(4096, small="B"), fmt_size(20 * 2**20, small="B")
+    ('300 MiB', '2.0 GiB', '4,096 B', '20 MiB')
+    """
+    if small == "B":
+        return fmt_bytes(n, "MiB", 0) if n >= MiB else f"{fmt_count(n)} B"
+    return fmt_bytes(n, "MiB", 0) if n < GiB and n % MiB == 0 else fmt_bytes(n, "GiB", 1)
 
 
 def yes_no(x: bool | None) -> str:

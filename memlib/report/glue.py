@@ -15,7 +15,7 @@ from typing import Iterable, Mapping, Sequence
 
 from .format import md_table
 
-__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
+__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_math", "glue_figure", "check_key",
            "glue_equations", "equation_key", "equation_label", "glue_deepseek"]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -97,11 +97,6 @@ def glue_md(key: str, text: str) -> str:
 
     _myst_glue(key, Markdown(text), True)
     return text
-
-
-def glue_table(key: str, headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
-    """Glue a Markdown table."""
-    return glue_md(key, md_table(headers, rows, align))
 
 
 def glue_math(key: str, latex: str) -> str:
