@@ -37,10 +37,10 @@ import sympy as sp
 from .ledgers.base import ledger_bytes, parse_policy
 from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .core.breakdown import Breakdown
-from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
+from .config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers.paper import MULTI_HEAD, gpt_structure, paper_layer
 from .model.params import (
-    activated_params, block_formulas, by_block, expert_params, layer_counts, layer_params, mtp_params,
+    by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
 )
 from .model.partition import PROFILES, shard_divisor

@@ -35,7 +35,7 @@ def test_gaps_list_every_case_over_the_target():
     rows = _rows(ch.gaps_table())
     over = [c for c in sm.measured_cases() if not c.within_target]
     assert [r[0] for r in rows] == [c.case.label for c in over]
-    for r, c in zip(rows, over):          # the two parts of the error add up to it
+    for c in over:                        # the two parts of the error add up to it
         assert c.post_step_unexplained + c.dynamic_gap == c.steady - c.predicted
 
 

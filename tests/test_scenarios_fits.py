@@ -48,7 +48,7 @@ def test_pareto_front_is_exactly_the_undominated_fitting_rows(small):
     fit = np.flatnonzero(small.fits(cap))
     peak, step = small.peak[fit], small.cost["step_s"][fit]
     undominated = []
-    for j, i in enumerate(fit):
+    for j in range(len(fit)):
         dominated = np.any((peak <= peak[j]) & (step <= step[j]) & ((peak < peak[j]) | (step < step[j])))
         if not dominated:
             undominated.append((int(peak[j]), float(step[j])))

@@ -42,7 +42,7 @@ import sympy as sp
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..model.states import Recipe
-from ..core.symbols import (sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v, TP, CP,
+from ..core.symbols import (b, s, TP, CP,
                             EP, ETP)
 
 __all__ = [

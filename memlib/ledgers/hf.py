@@ -20,7 +20,7 @@ import sympy as sp
 
 from .base import DTYPE_BYTES, ActProfile, Saved, saved as _S
 from ..config import ConfigError, ModelConfig, show
-from ..core.symbols import (sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v, n_kv,
+from ..core.symbols import (b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v, n_kv,
                             d_head, h_S)
 
 __all__ = ["hf_eager_layer", "hf_embedding", "hf_head", "HF_VERSIONS", "HF_CODE", "HfCode", "hf_code",

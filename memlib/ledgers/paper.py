@@ -19,12 +19,9 @@ family: the paper profile's ledger of its dense layer reproduces their Table 2
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-from .base import MODULES, ActProfile, Saved, renamed, saved as _S
+from .base import ActProfile, Saved, renamed, saved as _S
 from ..config import ModelConfig, model_from_dict
-from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v, EP
+from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v
 
 __all__ = ["PAPER_PROFILE", "paper_layer", "gpt_structure", "MULTI_HEAD", "common_embedding", "common_head"]
 

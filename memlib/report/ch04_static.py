@@ -20,7 +20,7 @@ from ..scenarios import static as sstatic
 from ..model.states import RECIPES
 from ..core.symbols import SYMBOLS
 from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
+from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
 from .tables import errata_table, notation_recap
 
 __all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",

@@ -31,7 +31,7 @@ from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
 from ..model.partition import balanced_layout
 from ..model.states import RECIPES, ZeroStage
-from .together import CAPACITY_80GB, grid
+from .together import grid
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",

@@ -143,7 +143,7 @@ def gpu_steps() -> list[GpuStep]:
     """Every measured case, in the order it ran."""
     out = []
     for c in _data()["cases"]:
-        first, steady = c["iterations"][0], c["iterations"][-1]
+        first = c["iterations"][0]
         out.append(GpuStep(c["name"], c["config"], c["max_memory_allocated"], c["max_memory_reserved"],
                            c["after_step"], first["max_allocated"], c["trace"]))
     return out
