@@ -181,4 +181,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/plan.md
+
+    with recorded("plan"):
+        main()
