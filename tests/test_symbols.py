@@ -1,8 +1,6 @@
-"""The notation registry, and the docstring examples of every memlib module (run as doctests)."""
+"""The notation registry (the docstring examples of every memlib module run as doctests: pyproject.toml)."""
 from __future__ import annotations
 
-import doctest
-import importlib
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -87,43 +85,6 @@ def test_latex_and_meaning_non_empty():
 def test_sym_unknown_key():
     with pytest.raises(KeyError):
         sym("nope")
-
-
-# ---------------------------------------------------------------------------------------------
-# doctests
-# ---------------------------------------------------------------------------------------------
-def _modules_with_examples() -> list[str]:
-    """Every memlib module whose source has a docstring example (found by walking the package, so a
-    new module's examples run without being listed here)."""
-    import pkgutil
-    from pathlib import Path
-
-    import memlib
-
-    root = Path(memlib.__file__).parent
-    names = []
-    for info in pkgutil.walk_packages([str(root)], prefix="memlib."):
-        rel = info.name.split(".")[1:]
-        path = root.joinpath(*rel).with_suffix(".py") if not info.ispkg else root.joinpath(*rel, "__init__.py")
-        if path.exists() and ">>> " in path.read_text(encoding="utf-8"):
-            names.append(info.name)
-    return sorted(names)
-
-
-MODULES = _modules_with_examples()
-
-
-def test_the_walk_finds_the_modules_it_should():
-    assert {"memlib.config.model", "memlib.device.estimate", "memlib.formulas", "memlib.paper.zero"} <= set(MODULES)
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_doctests(name):
-    mod = importlib.import_module(name)
-    res = doctest.testmod(mod, verbose=False, report=False,
-                          optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 0, f"{name} has no examples"
-    assert res.failed == 0, f"{res.failed} of {res.attempted} examples failed in {name}"
 
 
 # ---------------------------------------------------------------------------------------------

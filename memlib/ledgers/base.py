@@ -42,8 +42,7 @@ import sympy as sp
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..model.states import Recipe
-from ..core.symbols import (b, s, TP, CP,
-                            EP, ETP)
+from ..core.symbols import CP, EP, ETP, TP, b, s
 
 __all__ = [
     "Saved", "MODULES", "POLICIES", "Policy", "parse_policy", "entry_bytes", "ledger_bytes",
