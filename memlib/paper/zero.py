@@ -42,7 +42,7 @@ def sharding(part: Partition, index: int) -> dict[str, dict[str, int]]:
     ``difference`` of the two rules (``moved``: the parameters the paper counts as expert states)."""
     t = part.train
     params = part.params(part.stages[index])
-    ne_div, e_div = t.dp * t.cp, t.edp
+    ne_div, e_div = t.dp_cp, t.edp
     out: dict[str, dict[str, int]] = {}
     for name, blocks in STATE_RULES.items():
         expert = params.select(lambda k: k.removeprefix("mtp.").split(".")[0] in blocks)

@@ -334,7 +334,7 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
     c = d["coords"]
     e = d["experts"]
     return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),
-            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp * est.train.cp),
+            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp_cp),
             "dev_edp": fmt_count(est.train.edp),
             "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
             "dev_experts": "no routed experts (a dense model)" if e is None else

@@ -176,13 +176,13 @@ def schedule_values(runs: dict[str, st.Outcome]) -> dict[str, str]:
     g, il, dp, one = runs["gpipe"], runs["interleaved"], runs["dualpipe"], runs["1f1b"]
     lay = il.train.layout
     layers = il.est.model.num_hidden_layers
-    n_virtual = len(lay)
-    if min(lay) == 0:
+    n_virtual, split = len(lay), st.layout_split(lay)
+    if split == "empty":
         layout = (f"The model's {fmt_count(layers)} layers are fewer than the {fmt_count(n_virtual)} virtual "
                   f"stages, so some hold no decoder layer (the first keeps the embedding, the last the head; "
                   f"Megatron-Core's pipeline layouts allow empty stages): layers per virtual stage "
                   f"{layout_text(lay)}.")
-    elif min(lay) == max(lay):
+    elif split == "even":
         layout = (f"The model's {fmt_count(layers)} layers split evenly over the {fmt_count(n_virtual)} virtual "
                   f"stages, {fmt_count(lay[0])} each.")
     else:
@@ -318,7 +318,7 @@ def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
     second = (f" {zero_name(sel['other'], short=True)} brings it to {fmt_bytes(sel['other_total'])}, which "
               + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
-            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}
+            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": f"{first}{second}"}
 
 
 def routed_values(eff: dict) -> dict[str, str]:

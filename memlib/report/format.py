@@ -21,11 +21,11 @@ import sympy as sp
 from ..config import ModelConfig
 from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex
-from ..core.units import GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "join_and", "zero_name", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -100,6 +100,34 @@ def zero_name(z: ZeroStage, short: bool = False) -> str:
     ('ZeRO-2 (os+g)', 'ZeRO-2')
     """
     return f"ZeRO-{int(z)}" if short else f"ZeRO-{int(z)} ({z.label})"
+
+
+def fmt_exact(x: int | Fraction, unit: str, digits: int = 2) -> str:
+    """Bytes that may be a fraction (bytes per token) in ``unit``, rounded for display, without the unit.
+
+    >>> fmt_exact(Fraction(3 * 2**10, 2), "KiB"), fmt_exact(5 * 2**20, "MiB", 0)
+    ('1.50', '5')
+    """
+    return fmt_decimal(Fraction(x) / UNITS[unit], digits)
+
+
+def fmt_number(x: int | Fraction, digits: int = 1) -> str:
+    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals.
+
+    >>> fmt_number(12_345), fmt_number(Fraction(7, 2)), fmt_number(Fraction(8, 2))
+    ('12,345', '3.5', '4')
+    """
+    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
+
+
+def signed_pct(x: int | Fraction, digits: int = 3) -> str:
+    """A signed relative error in percent: ``'+0.012 %'``, ``'−0.191 %'`` (``'0.000 %'`` when it rounds to 0).
+
+    >>> signed_pct(Fraction(12, 100_000)), signed_pct(Fraction(-191, 100_000)), signed_pct(Fraction(-1, 10**9))
+    ('+0.012 %', '−0.191 %', '0.000 %')
+    """
+    text = f"{float(x) * 100:+.{digits}f}"
+    return ("0." + "0" * digits if text[1:] == "0." + "0" * digits else text.replace("-", "−")) + " %"
 
 
 def fmt_size(n: int, small: str = "MiB") -> str:

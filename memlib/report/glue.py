@@ -43,7 +43,7 @@ def _myst_glue(key: str, value, display: bool) -> None:
     mimebundle, metadata = format_display_data(value)
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=check_key(key), mime_prefix=prefix)
-    ipy_display({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+    ipy_display({f"{prefix}{k}": v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
 
 
 def glue(key: str, value: str) -> str:

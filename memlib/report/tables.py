@@ -9,7 +9,6 @@ r"""Tables every chapter uses: the notation recap of a chapter and its errata.
 from __future__ import annotations
 
 import string
-from fractions import Fraction
 from typing import Sequence
 
 
@@ -76,7 +75,7 @@ def _show(q: Q) -> str:
     if q.unit == "billions":
         return fmt_billions(q.value, q.digits)
     if q.unit == "percent":
-        return pct(Fraction(q.value), 1, q.digits)
+        return pct(q.value, 1, q.digits)
     raise ValueError(f"unknown unit {q.unit!r}")
 
 

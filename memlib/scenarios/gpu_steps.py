@@ -73,8 +73,13 @@ class GpuStep:
         return self.peak.peak_allocated
 
     @property
+    def difference(self) -> int:
+        """memlib's peak less the measured one, bytes (signed)."""
+        return self.predicted - self.measured
+
+    @property
     def error(self) -> Fraction:
-        return Fraction(self.predicted - self.measured, self.measured)
+        return Fraction(self.difference, self.measured)
 
     @property
     def cpu_predicted(self) -> int:

@@ -115,7 +115,7 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
         key = (block, kind, expert_group)
         if key not in fams:
             held = Fraction(1, int(shard_divisor(kind).xreplace(part.values)))
-            group = t.edp if expert_group else t.dp * t.cp
+            group = t.edp if expert_group else t.dp_cp
             name = "attention (GQA)" if block == "attention" and est.model.attention != "mla" else BLOCKS.get(block, block)
             fams[key] = {"block": block, "sharding": kind, "label": f"{name}, {SHARDING[kind]}",
                          "elements": 0, "zero_group": group,

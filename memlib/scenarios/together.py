@@ -29,7 +29,7 @@ from .overheads import CAPACITY_80GB, base_training
 
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
-           "INTERLEAVED_CHUNKS", "interleaved_layout", "schedule_configs", "schedules", "costs_more",
+           "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
            "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline",
            "schedule_counts",
            "largest_micro_batch", "policy_change", "fits_all", "held_count_grid", "routed_count_effect"]
@@ -207,6 +207,16 @@ def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
     layout = tuple(sizes)
     Partition(m, train.with_(schedule="interleaved", vpp=vpp, layout=layout, num_microbatches=None))
     return layout
+
+
+def layout_split(layout: tuple[int, ...]) -> str:
+    """How a model's layers fall on the (virtual) stages of ``layout``: ``"empty"`` (some stage holds none),
+    ``"even"`` (every stage the same) or ``"uneven"``.
+
+    >>> layout_split((1, 2, 2, 1)), layout_split((3, 3)), layout_split((0, 1, 1, 0))
+    ('uneven', 'even', 'empty')
+    """
+    return "empty" if min(layout) == 0 else ("even" if min(layout) == max(layout) else "uneven")
 
 
 def schedule_configs(est: Estimate) -> dict[str, TrainingConfig]:

@@ -14,6 +14,7 @@ def test_the_papers_configuration():
     assert t.world_size == 1024                      # 32 x 2 x 1 x 16
     assert t.edp == 8                                # 32 x 2 x 1 / (8 x 1)
     assert TrainingConfig(dp=4, tp=2, cp=2, ep=4, etp=2).edp == 2
+    assert TrainingConfig(dp=4, tp=2, cp=2).dp_cp == 8 and t.dp_cp == 32
     assert TrainingConfig(pp=2, cp=4).label() == "PP2@TP1@EP1@ETP1@CP4"
 
 
