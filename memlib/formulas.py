@@ -95,12 +95,28 @@ def _lhs_ffn(lhs: str) -> Callable[[ModelConfig], str]:
     return lambda m: lhs if m.has_moe else lhs.replace("MoE", "FFN")
 
 
+def _group(t: str, i: int) -> int:
+    """The index after the brace group that opens at ``t[i]``."""
+    depth = 0
+    for j in range(i, len(t)):
+        depth += {"{": 1, "}": -1}.get(t[j], 0)
+        if depth == 0:
+            return j + 1
+    return len(t)
+
+
 def plain(latex: str) -> str:
-    r"""A LaTeX name in plain text: ``M_{\mathrm{ZeRO\text{-}1}}`` -> ``M_ZeRO-1``."""
+    r"""A LaTeX name in plain text: ``M_{\mathrm{ZeRO\text{-}1}}`` -> ``M_ZeRO-1``,
+    ``\frac{M^{A}_{\mathrm{GQA}}}{b\,s}`` -> ``(M^A_GQA)/(b s)``."""
     import re
 
-    t = re.sub(r"\\(?:mathrm|text|operatorname)\{", "{", latex)
-    t = t.replace("\\tilde{P}", "P~").replace("\\ ", " ").replace("\\", "")
+    t = latex
+    while (i := t.find("\\frac{")) >= 0:
+        a = _group(t, i + 5)
+        b = _group(t, a)
+        t = f"{t[:i]}({t[i + 6:a - 1]})/({t[a + 1:b - 1]}){t[b:]}"
+    t = re.sub(r"\\(?:mathrm|text|operatorname)\{", "{", t)
+    t = t.replace("\\tilde{P}", "P~").replace("\\ ", " ").replace("\\,", " ").replace("\\", "")
     return t.replace("{", "").replace("}", "")
 
 
