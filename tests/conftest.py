@@ -37,6 +37,7 @@ SLOW_TESTS = frozenset({
     "test_megatron_buffers.py::test_layout_properties",
     "test_cli.py::test_estimate_activation_error_through_python_m",
     "test_formulas.py::test_cli_formula",
+    "test_report_ch10.py::test_every_claim_holds_for_each_model",
 })
 
 #: fixtures that measure (a Megatron-Core step, a gloo world, the chapter-10 measurements) or draw every figure:
