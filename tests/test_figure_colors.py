@@ -59,7 +59,6 @@ def figures():
         "ch12.pairs_figure": ch12_architectures.pairs_figure(),
         "ch13.region_figure": ch13_fits.region_figure(MODEL),
         "ch13.pareto_figure": ch13_fits.pareto_figure(MODEL),
-        "ch13.front_figure": ch13_fits.front_figure(MODEL),
     }
 
 
