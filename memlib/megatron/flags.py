@@ -21,7 +21,7 @@ from ..config import (
     FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, ConfigError, ModelConfig, TrainingConfig, model_from_dict,
     show,
 )
-from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..config.strategies import AttnBackend, LoadBalancing, TransformerImpl
 from ..device.peak import Framework
 from ..model.states import DTYPE_BYTES, RECIPES, recipe
 from .layout import MegatronLayout, layout_stages, megatron_layout, parse_layout

@@ -457,7 +457,7 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     bar = _progress(len(groups), progress)
     parts = []      # (rows, peak, stage, group index) of every searched row
     caches: dict[tuple, dict] = {}      # per family, PP and the schedule's rule on M: the same rows
-    for gi, (fam, pp, sch, v, rule, lay, rows) in enumerate(groups):
+    for gi, (fam, pp, sch, v, _rule, lay, rows) in enumerate(groups):
         if bar is not None:
             bar.update(1)
         M = rows[:, 7]
@@ -491,8 +491,8 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     grid.stage = np.concatenate([p[2] for p in parts])
     grid.cost = {k: np.empty(len(grid.rows)) for k in names}
     start = 0
-    for r, peak, stage, gi in parts:            # each group's terms written into its slice of the columns
-        fam, pp, sch, v, rule, lay = groups[gi][:6]
+    for r, _, _, gi in parts:            # each group's terms written into its slice of the columns
+        fam, pp, sch, v, _rule, lay = groups[gi][:6]
         terms = _group_cost(fam, fam.pipeline(pp, sch, v, lay), r, seq_len, cost)
         for k in names:
             grid.cost[k][start:start + len(r)] = terms[k]
