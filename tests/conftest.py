@@ -38,11 +38,13 @@ SLOW_TESTS = frozenset({
     "test_cli.py::test_estimate_activation_error_through_python_m",
     "test_formulas.py::test_cli_formula",
     "test_report_ch10.py::test_every_claim_holds_for_each_model",
+    "test_plan_exact.py::test_every_listed_peak_equals_estimate_over_option_lists",
+    "test_input_rules.py::test_a_precision_spec_with_commas_is_one_item",
 })
 
 #: fixtures that measure (a Megatron-Core step, a gloo world, the chapter-10 measurements) or draw every figure:
 #: a test that uses one is slow
-SLOW_FIXTURES = frozenset({"measured", "steps", "world1", "world4", "mcore", "texts", "figures"})
+SLOW_FIXTURES = frozenset({"measured", "measured_pairs", "steps", "world1", "world4", "mcore", "texts", "figures"})
 
 
 def is_slow(item: pytest.Item) -> bool:
