@@ -9,9 +9,8 @@ A report module formats, tabulates and draws what memlib.paper and memlib.scenar
   function (axis limits).
 
 ``format.py`` and ``figures.py`` are the formatting and drawing helpers every chapter uses (rounding for display,
-bar geometry): they are not linted.  ``ch11_measured.py`` and ``ch13_fits.py`` are being rewritten on the
-branches of issues 22 and 23 (their computations move to ``memlib.scenarios.measured`` and ``.fits`` there):
-they are left out until those land.
+bar geometry): they are not linted.  ``ch11_measured.py`` is being rewritten on the branch of issue 22 (its
+computations move to ``memlib.scenarios.measured`` there): it is left out until that lands.
 """
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ from pathlib import Path
 import pytest
 
 REPORT = Path(__file__).resolve().parents[1] / "memlib" / "report"
-#: the formatting and drawing helpers (not linted), and the modules other branches are rewriting
+#: the formatting and drawing helpers (not linted), and the module another branch is rewriting
 HELPERS = {"format.py", "figures.py"}
-ELSEWHERE = {"ch11_measured.py", "ch13_fits.py"}     # issues 22 and 23
+ELSEWHERE = {"ch11_measured.py"}     # issue 22
 MODULES = sorted(p for p in REPORT.glob("*.py") if p.name not in HELPERS | ELSEWHERE)
 
 _ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)

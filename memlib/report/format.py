@@ -25,7 +25,7 @@ from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fm
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -118,6 +118,34 @@ def fmt_number(x: int | Fraction, digits: int = 1) -> str:
     ('12,345', '3.5', '4')
     """
     return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
+
+
+def fmt_float(x: float, digits: int = 2) -> str:
+    """A float (a modelled time, a ratio or a correlation, never an exact count) rounded half away from zero.
+
+    >>> fmt_float(0.125), fmt_float(2250.0, 0)
+    ('0.13', '2,250')
+    """
+    return fmt_decimal(Fraction(x), digits)
+
+
+def fmt_percent(x: float, digits: int = 0) -> str:
+    """A float fraction in percent, with a space: ``'12 %'``; ``'0 %'`` when it rounds to nothing.
+
+    >>> fmt_percent(0.125), fmt_percent(-0.004)
+    ('13 %', '0 %')
+    """
+    return fmt_decimal(Fraction(x) * 100, digits) + " %"
+
+
+def fmt_rate(x: float, scale: float, digits: int = 0) -> str:
+    """A datasheet rate ``x`` (FLOP/s, bytes/s) in units of ``scale``: whole units truncated as the datasheets print
+    them (H100's 989.5 TFLOP/s is its '989'), decimals rounded.
+
+    >>> fmt_rate(989.5e12, 1e12), fmt_rate(2.039e12, 1e12, 2)
+    ('989', '2.04')
+    """
+    return fmt_count(int(x / scale)) if digits == 0 else fmt_decimal(Fraction(x / scale), digits)
 
 
 def signed_pct(x: int | Fraction, digits: int = 3) -> str:
