@@ -77,9 +77,10 @@ def test_a_middle_chunk_under_full_recomputation():
                    shared_experts=True)
     # the checkpoint keeps the chunk's input
     assert c["forward_end"] == terms()
-    # everything but the checkpoint's input is recomputed (10 + 7 + 100 + 6 + 10 + 20 + 30); the experts run again (3 R); the gradient
-    # of the layer's output arrives from the next stage beside the residual's (2 H)
-    assert c["recompute"] == terms(recompute_working_set=183, forward_transients=60, backward_gradients=20)
+    # everything but the checkpoint's input is recomputed (10 + 7 + 100 + 6 + 10 + 20 + 30); the experts run again
+    # (3 R) and the re-run's frames hold the shared experts' output and the residual after the attention (2 H); the
+    # gradient of the layer's output arrives from the next stage beside the residual's (2 H)
+    assert c["recompute"] == terms(recompute_working_set=183, forward_transients=60 + 20, backward_gradients=20)
     # the attention's backward: of what was recomputed before the probabilities, the norm's output is alive (the
     # probabilities and v have been consumed)
     assert c["backward_attention"]["recompute_working_set"] == 10
