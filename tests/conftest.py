@@ -38,6 +38,7 @@ SLOW_TESTS = frozenset({
     "test_cli.py::test_estimate_activation_error_through_python_m",
     "test_formulas.py::test_cli_formula",
     "test_report_ch10.py::test_every_claim_holds_for_each_model",
+    "test_report_ch10.py::test_the_gpu_run_is_the_same_record_for_every_model",
     "test_plan_exact.py::test_every_listed_peak_equals_estimate_over_option_lists",
     "test_input_rules.py::test_a_precision_spec_with_commas_is_one_item",
 })
