@@ -187,7 +187,7 @@ def sharded_count() -> sp.Expr:
     return sp.ceiling(P_ne / (DP * CP)) + sp.ceiling(P_e / EDP)
 
 
-def states_formula(zero: int, rec: Recipe | None = None) -> Breakdown:
+def states_formula(zero: ZeroStage | int, rec: Recipe | None = None) -> Breakdown:
     """Model-state bytes on one device as a formula in P_ne, P_e (and B_w, B_g, B_o if no recipe).
 
     >>> states_formula(1).total

@@ -91,7 +91,7 @@ def grid(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVE
     out = {}
     for z in zero_stages:
         for p in policies:
-            t = est.train.with_(zero=int(z), recompute=p)
+            t = est.train.with_(zero=z, recompute=p)
             e = est if (t == est.train and est.overhead == overhead) else estimate(est.model, t, overhead)
             out[(ZeroStage(z), p)] = Outcome.of(p, e, capacity)
     return out
