@@ -14,7 +14,7 @@ MODEL_SLUG := $(subst /,_,$(subst .json,,$(MODEL)))
 BOOK_OUT := $(if $(MODEL),--path-output _build/models/$(MODEL_SLUG),)
 CHAPTER ?= 03_parameters
 
-.PHONY: venv book test pdf pdf-deps bench readme-figure clean lab rerun
+.PHONY: venv book test test-fast lint pdf pdf-deps bench readme-figure clean lab rerun
 
 venv: $(STAMP)
 
@@ -52,6 +52,14 @@ rerun: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the inner loop: every test but those marked slow (measurements with torch and megatron-core, book builds)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# ruff's rule set (pyproject.toml [tool.ruff]); CI runs it
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # PDF via xelatex (see _config.yml `latex:`); run `make pdf-deps` once per machine first.
 pdf: $(STAMP)

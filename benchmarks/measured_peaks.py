@@ -66,4 +66,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/measured_peaks.md
+
+    with recorded("measured_peaks"):
+        main()

@@ -72,7 +72,9 @@ def test_the_checks_can_fail():
 def pdf_text() -> dict[str, str]:
     _need(PDF.is_file() and TEX.is_file(), "the PDF is not built (make pdf)")
     _need(PDFTOTEXT is not None, "pdftotext is not installed (apt-get install poppler-utils)")
-    run = lambda *a: subprocess.run([PDFTOTEXT, *a, str(PDF), "-"], capture_output=True, text=True, check=True).stdout
+    def run(*a):
+        return subprocess.run([PDFTOTEXT, *a, str(PDF), "-"], capture_output=True, text=True, check=True).stdout
+
     return {"text": run(), "bbox": run("-bbox"), "pages": run("-layout").split("\f")}
 
 

@@ -109,13 +109,13 @@ def _plan_json(argv, capsys) -> dict:
 def test_a_precision_spec_with_commas_is_one_item(capsys):
     """``megatron:exp_avg=bf16,exp_avg_sq=bf16`` is one recipe (it was split into two items, the second
     dropped as invalid); beside another recipe in the list, both are searched."""
-    from memlib.search.plan import search
+    from memlib.search.plan import SearchSpace, search
 
     spec = "megatron:exp_avg=bf16,exp_avg_sq=bf16"
     one = _plan_json(PLAN + ["--precision", spec, "--top", "0"], capsys)
-    assert one["searched"] == search("deepseek-v2-lite", 8, global_batch=32, precisions=(spec,)).searched
+    assert one["searched"] == search("deepseek-v2-lite", 8, SearchSpace(global_batch=32, precisions=(spec,))).searched
     both = _plan_json(PLAN + ["--precision", f"fp32,{spec}", "--top", "0"], capsys)
-    assert both["searched"] == search("deepseek-v2-lite", 8, global_batch=32, precisions=("fp32", spec)).searched
+    assert both["searched"] == search("deepseek-v2-lite", 8, SearchSpace(global_batch=32, precisions=("fp32", spec))).searched
     assert both["searched"] == 2 * one["searched"]
 
 

@@ -25,11 +25,11 @@ from memlib.megatron.reader import read_flags
 from memlib.device.estimate import estimate
 from memlib.model.partition import Partition
 from memlib.model.states import recipe
+from memlib.data.reference import MEGATRON_LM_COMMIT as COMMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "megatron"
 MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
-COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
 #: the world size of each case.  The moe/ and gpt/ tests run on one node of 8 GPUs: Megatron-LM's
 #: tests/test_utils/recipes/h100/{moe,gpt}.yaml (nodes: 1, gpus: 8) and gb200/ (nodes: 2, gpus: 4).

@@ -3,7 +3,6 @@ paper's configuration (its printed values) and for a tiny model worked by hand."
 from __future__ import annotations
 
 import pytest
-import sympy as sp
 
 from memlib import PAPER_TRAINING, TrainingConfig, estimate
 from memlib.paper import analysed_stage, is_paper_model, moe_stages, paper_training

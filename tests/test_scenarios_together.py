@@ -47,10 +47,10 @@ def test_grid_on_deepseek_v3(v3):
     assert g[(Z3, "none")].peak == 0 and g[(Z3, "none")].peak_total == 419_109_195_163   # 390.33 GiB
     assert g[(Z2, "selective")].peak_total == 79_615_263_950 < S.CAPACITY_80GB    # 74.15 GiB: fits, just
     assert g[(Z0, "none")].est is est                                         # the chapter's estimate serves its cell
-    for cell in g.values():
+    for (z, p), cell in g.items():
         assert cell.peak_total == max(cell.totals) == cell.totals[cell.peak]
         assert cell.fits == all(t <= S.CAPACITY_80GB for t in cell.totals)
-        assert cell.est.train.zero == cell.zero and cell.est.train.recompute == cell.policy
+        assert cell.est.train.zero == z and cell.est.train.recompute == p == cell.name
 
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite", T.tiny()],

@@ -22,8 +22,7 @@ def unwrap(cell: str) -> str:
 
 
 def same(a: str, b: str) -> bool:
-    norm = lambda s: re.sub(r"\s+", "", s)
-    return norm(a) == norm(b)
+    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
 
 
 b, s, h, N = sp.symbols("b s h N", positive=True)

@@ -16,7 +16,17 @@ and removed, with everything under it, when the tag is not set.
 section on them is marked ``{.deepseek-arch}`` and dropped from the book of another architecture
 (Llama, Mixtral, Qwen, GPT), whose chapters say in a glued note what applies instead
 (``{only} not deepseek_arch``).
+
+The chapters are executed once per build and their outputs kept (``execute_notebooks: cache``, Jupyter
+Book's jupyter-cache): the PDF build and the reproducibility check reuse them.  jupyter-cache re-executes a
+notebook whose code changed, not one whose library changed, so the cache lives in a folder named by
+:func:`execution_key`, a hash of everything else a chapter's outputs depend on (memlib's files, the model
+the book is built for, the Python and package versions): a change to any of them starts a fresh cache.
 """
+import hashlib
+import os
+import sys
+from pathlib import Path
 
 SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
 
@@ -32,11 +42,53 @@ def _drop_sections(app, doctree) -> None:
                 section.parent.remove(section)
 
 
+#: what a chapter's outputs depend on besides its own code: memlib's sources and package data
+LIBRARY = "memlib"
+#: the environment variables a chapter reads (memlib.report.book.ENV) or that change what it prints
+EXECUTION_ENV = ("MEMLIB_BOOK_MODEL", "MPLBACKEND", "PYTHONHASHSEED")
+
+
+def execution_key(root: Path) -> str:
+    """A hash of what the chapters' outputs depend on beyond their code: every file of memlib (its sources,
+    presets and data), the model the book is built for (a config.json path by its content), the environment
+    variables of :data:`EXECUTION_ENV`, the Python version and every installed distribution's version."""
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    for path in sorted((root / LIBRARY).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in EXECUTION_ENV:
+        h.update(f"{name}={os.environ.get(name, '')}\0".encode())
+    model = Path(os.environ.get("MEMLIB_BOOK_MODEL") or "")
+    if model.suffix == ".json" and model.is_file():
+        h.update(model.read_bytes())
+    h.update(sys.version.encode())
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    h.update("\n".join(dists).encode())
+    return h.hexdigest()[:16]
+
+
+#: a folder for the executed chapters instead of the keyed one (benchmarks/book_build.py: a fresh one, so that
+#: every chapter is executed)
+CACHE_ENV = "MEMLIB_BOOK_CACHE"
+
+
+def _execution_cache(app, config) -> None:
+    """Keep the executed chapters in ``_build/.jupyter_cache/<execution_key>`` of the source folder, whatever
+    the output folder (a second build into another folder reuses them), or in ``$MEMLIB_BOOK_CACHE``."""
+    root = Path(app.srcdir)
+    if not config.nb_execution_cache_path:
+        config.nb_execution_cache_path = (os.environ.get(CACHE_ENV)
+                                          or str(root / "_build" / ".jupyter_cache" / execution_key(root)))
+
+
 def setup(app):
     from memlib.report.book import book_tags
 
     for tag in book_tags():
         app.tags.add(tag)
+    app.connect("config-inited", _execution_cache)
     # before the table of contents and the labels are collected from the doctree (priority 500)
     app.connect("doctree-read", _drop_sections, priority=100)
     app.connect("doctree-resolved", _latex_table_widths)

@@ -180,6 +180,12 @@ class TrainingConfig:
         return self.dp * self.tp * self.cp // (self.ep * self.etp)
 
     @property
+    def dp_cp(self) -> int:
+        """The data-parallel group of the non-expert parameters, DP CP (Megatron-Core's data-parallel group with
+        context parallelism): their gradients are reduced, and ZeRO shards their states, over it."""
+        return self.dp * self.cp
+
+    @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.cp * self.pp
 

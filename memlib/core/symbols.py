@@ -7,7 +7,8 @@ book's notation table is rendered from :data:`REGISTRY`; formulas import the sym
 The paper (arXiv 2502.07846, Table 1) writes ``d_h`` for the per-head dimension.  DeepSeek's
 configs distinguish the no-RoPE query/key head dimension (``qk_nope_head_dim``) from the value
 head dimension (``v_head_dim``); both are 128 in DeepSeek-V3 but they are different quantities,
-so memlib keeps them apart as :math:`d_h` and :math:`d_v`.
+so memlib keeps them apart as :math:`d_h` and :math:`d_v`.  Every key is also a name of this module:
+``from memlib.core.symbols import b, s, h``.
 
 >>> SYMBOLS["h"].field
 'hidden_size'
@@ -117,6 +118,20 @@ if len(SYMBOLS) != len(REGISTRY):  # pragma: no cover - a programming error
 def sym(key: str) -> sp.Symbol:
     """The SymPy symbol registered under ``key``."""
     return SYMBOLS[key].symbol
+
+
+def __getattr__(key: str) -> sp.Symbol:
+    """The registry's symbols as names of this module (PEP 562), so that a module writes
+    ``from memlib.core.symbols import b, s, h`` instead of ``b, s, h = sym("b"), sym("s"), sym("h")``.
+
+    >>> from memlib.core.symbols import h, TP
+    >>> h is sym("h") and TP is sym("TP")
+    True
+    """
+    try:
+        return SYMBOLS[key].symbol
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {key!r}") from None
 
 
 def model_symbols() -> tuple[Notation, ...]:

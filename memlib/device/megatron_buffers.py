@@ -4,7 +4,7 @@ What a Megatron-LM rank still holds after ``optimizer.step()`` (the ``mem-alloca
 functional tests log, :data:`memlib.data.reference.MEGATRON_RUNS`): the model states in DDP's padded
 contiguous buffers and the distributed optimizer's shards (:func:`model_state_memory`), and the
 framework's own buffers (:func:`framework_memory`), every tensor rounded as PyTorch's caching allocator
-rounds it (:data:`ALLOC_BLOCK`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
+rounds it (:func:`memlib.device.allocator.allocation`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
 the ``megatron`` profile.
 
 The derivation, with its sources (file:line), is in ``docs/derivations/megatron_buffers.md``.
@@ -26,9 +26,11 @@ from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from ..core.symbols import sym
+from ..core.units import MiB
+from .allocator import PYTORCH_ALLOCATOR, allocation
 
 __all__ = [
-    "MEGATRON_COMMIT", "TE_COMMIT", "ALLOC_BLOCK", "allocation", "MegatronParam", "chunk_params", "rank_params",
+    "MEGATRON_COMMIT", "TE_COMMIT", "MegatronParam", "chunk_params", "rank_params",
     "BufferLayout", "buffer_layout", "shard_numels", "default_bucket_size", "Buffer", "buffers_of", "rank_buffers",
     "logging_rank", "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
     "te_cublas_workspace_bytes", "torch_cublas_workspace_bytes", "FRAMEWORK_TERMS", "framework_tensors",
@@ -39,23 +41,6 @@ __all__ = [
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 #: Transformer Engine snapshot (2.20.0 dev) the TE references point at
 TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
-
-#: PyTorch's caching allocator rounds every request up to a multiple of this (c10/cuda/
-#: CUDACachingAllocator.cpp ``kMinBlockSize``; memlib.data.reference.PYTORCH_ALLOCATOR holds the same)
-ALLOC_BLOCK = 512
-
-MiB = 2**20
-
-
-def allocation(nbytes: int) -> int:
-    """Bytes the caching allocator counts for a request of ``nbytes`` (0 for an empty tensor).
-
-    >>> allocation(0), allocation(1), allocation(512), allocation(513)
-    (0, 512, 512, 1024)
-    """
-    if nbytes <= 0:
-        return 0
-    return -(-nbytes // ALLOC_BLOCK) * ALLOC_BLOCK
 
 
 def _check_flag(name: str, value) -> bool:
@@ -477,7 +462,7 @@ def logging_rank(train: TrainingConfig) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------
 #: the caching allocator without expandable segments: requests of at least kMinLargeAlloc bytes get a
 #: segment rounded up to kRoundLarge, and the block is not split when at most kSmallSize would remain
-_MIN_LARGE_ALLOC, _ROUND_LARGE, _SMALL_SIZE = 10 * MiB, 2 * MiB, MiB
+_MIN_LARGE_ALLOC, _ROUND_LARGE, _SMALL_SIZE = (PYTORCH_ALLOCATOR[k] for k in ("kMinLargeAlloc", "kRoundLarge", "kSmallSize"))
 
 
 def fresh_segment_slack(nbytes: int) -> int:
@@ -546,7 +531,7 @@ def model_state_memory(part: Partition, stage: int | Stage = -1, *, dp_rank: Opt
     ``param_buffer_padding`` and ``grad_buffer_padding`` (alignment and bucket-end padding), the
     optimizer's ``main_params``, ``exp_avg`` and ``exp_avg_sq`` (fp32, one tensor per parameter
     shard); ``allocator_rounding`` is the rounding of those separate tensors (and of the parameters
-    without the distributed optimizer) up to :data:`ALLOC_BLOCK`; ``allocator_slack`` (only with
+    without the distributed optimizer) up to :data:`memlib.device.allocator.BLOCK`; ``allocator_slack`` (only with
     ``expandable_segments=False``) what :func:`fresh_segment_slack` adds to each large tensor.
 
     Sources (MEGATRON_COMMIT): buffers param_and_grad_buffer.py:1180-1194 (param_data bf16 only with

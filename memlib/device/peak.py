@@ -46,12 +46,12 @@ the persistent FP8 weight copies).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Optional, Sequence
 
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, TrainingConfig, show
+from ..config import ConfigError, TrainingConfig, ZeroStage, show
 from ..model.partition import Partition
 from .schedule import Moment
 from .transient import TERMS
@@ -97,7 +97,7 @@ class Framework:
                                              "moe_grouped_gemm", "token_dispatcher", "permute_fusion",
                                              "cublas_workspace_config", "expandable_segments",
                                              "blackwell_cublas_32mib")}
-        opts.update(distributed_optimizer=int(train.zero) >= 1, grad_dtype_bytes=grad_dtype_bytes,
+        opts.update(distributed_optimizer=train.zero >= ZeroStage.OS, grad_dtype_bytes=grad_dtype_bytes,
                     param_dtype_bytes=param_dtype_bytes, overlap_grad_reduce=train.overlap_grad_reduce,
                     bucket_size=train.ddp_bucket_size, fp8=train.fp8,
                     fp8_recipe=train.fp8_recipe if train.fp8_recipe in ("delayed", "tensorwise") else "delayed")
@@ -230,7 +230,7 @@ def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], fra
     model states ``states`` (parameters, gradients, optimizer_states)."""
     t = part.train
     states_held = tuple((k, b) for k, b in optimizer if k != "main_grad")
-    if t.profile == "megatron" and int(t.zero) <= 1 and states_held == MEGATRON_OPTIMIZER:
+    if t.profile == "megatron" and t.zero <= ZeroStage.OS and states_held == MEGATRON_OPTIMIZER:
         from .megatron_buffers import persistent_memory
 
         opts = framework.buffer_options(t, grad_dtype_bytes, param_dtype_bytes)

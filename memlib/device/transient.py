@@ -40,7 +40,7 @@ class Segment:
 
     def find(self, local: str) -> tuple[int, int] | None:
         """(index, bytes) of the entry whose key ends with ``local`` (``attention.softmax_out``...)."""
-        for i, (k, (x, e)) in enumerate(self.entries.items()):
+        for i, (k, (x, _)) in enumerate(self.entries.items()):
             if k == local or k.endswith("." + local):
                 return i, x
         return None

@@ -49,14 +49,12 @@ import sympy as sp
 from .base import ActProfile, Saved, renamed, saved as _S
 from ..config import ModelConfig, TrainingConfig
 from ..config.strategies import AttnBackend
-from ..core.symbols import sym
+from ..core.symbols import sym, b, s, h, v
 from .megatron_blocks import (KERNEL_SOURCES, TE_DEFAULT, Kernels, _FROM_CODE, _MEASURED, _SHARED_CODE, _attention,
                               _dense, _gelu_dense, _gqa_attention, _layernorm_mu, _moe, _norm, _qwen2_shared)
 
 __all__ = ["megatron_layer", "megatron_head", "megatron_embedding", "megatron_mtp", "bind", "MEGATRON_PROFILE",
            "te_attention_backend"]
-
-b, s, h, v = sym("b"), sym("s"), sym("h"), sym("v")
 
 
 _DROPOUT_SOURCE = ("--hidden-dropout > 0: the bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py:69-73, "

@@ -18,16 +18,11 @@ from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.states import recipe
-from ..core.symbols import sym
+from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
 
 
 __all__ = ["Kernels", "TE_DEFAULT", "KERNEL_SOURCES", "ROUTER_SOFTMAX_FIRST", "router_softmax_first"]
 
-b, s = sym("b"), sym("s")
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
 
 #: the public source files each kernel's entries are read from (tag or release named)
 KERNEL_SOURCES = {

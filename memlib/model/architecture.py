@@ -23,7 +23,8 @@ from typing import Optional
 import sympy as sp
 
 from ..config import ModelConfig
-from ..core.symbols import latex, sym
+from ..core.symbols import (latex, sym, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, v, n_kv, d_head,
+                            h_S, n_pos)
 
 __all__ = [
     "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
@@ -33,11 +34,6 @@ __all__ = [
     "MLA_EQUATIONS", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
 ]
 
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, v = sym("N"), sym("N_s"), sym("v")
-n_kv, d_head, h_S, n_pos = sym("n_kv"), sym("d_head"), sym("h_S"), sym("n_pos")
 
 #: display names of the blocks a parameter can belong to, in the order data flows
 BLOCKS = {

@@ -23,7 +23,7 @@ from ..ledgers.megatron import megatron_layer
 from ..ledgers.paper import paper_layer
 from ..device.estimate import Estimate
 from ..model.params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
-from ..model.partition import Partition, parallel_values
+from ..model.partition import parallel_values
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
 from ..model.states import RECIPES, ZeroStage
 from . import analysed_stage, is_paper_model
@@ -92,7 +92,7 @@ def counts(items: list[Erratum]) -> dict[str, int]:
 
 
 def _parameter_items(est: Estimate) -> list[Erratum]:
-    m, t = est.model, est.train
+    m = est.model
     vals = values(m)
     layers = per_layer_totals(m)
     moe_layer = layer_params(m, "moe").evaluate_total(vals)

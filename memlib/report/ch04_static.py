@@ -20,7 +20,7 @@ from ..scenarios import static as sstatic
 from ..model.states import RECIPES
 from ..core.symbols import SYMBOLS
 from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, sym_tex, tex)
+from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
 from .tables import errata_table, notation_recap
 
 __all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
@@ -63,16 +63,11 @@ def _stages_text(indices: list[int]) -> str:
         else:
             runs.append([i, i])
     parts = [span(a, b) for a, b in runs]
-    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return ("stage " if len(indices) == 1 else "stages ") + text
+    return ("stage " if len(indices) == 1 else "stages ") + join_and(parts)
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{fmt_count(n)} {one if n == 1 else (many or one + 's')}"
-
-
-def _and(parts: list[str]) -> str:
-    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
 def _holds(row: dict, profile: str = "paper") -> str:
@@ -91,7 +86,7 @@ def _holds(row: dict, profile: str = "paper") -> str:
         parts.append("the output head")
     if row[profile]["mtp"]:
         parts.append("the MTP modules")
-    return _and(parts)
+    return join_and(parts)
 
 
 def _holds_short(row: dict) -> str:
@@ -181,7 +176,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
             "printed_mla_gb": printed["MLA"]["memory_gb"],
             "t6_counts": "every parameter and byte count equals the paper's" if same
             else "not every count equals the paper's",
-            "t6_slips": _and(slips) if slips else "none", "t6_slips_verb": "does" if len(slips) == 1 else "do"}
+            "t6_slips": join_and(slips) if slips else "none", "t6_slips_verb": "does" if len(slips) == 1 else "do"}
 
 
 def absent_paper_values(est: Estimate) -> dict[str, str]:
@@ -303,7 +298,7 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "p2_mla": fmt_count(tp["mla"]), "p2_params": fmt_count(tp["params"]), "p2_gib": fmt_bytes(tp["bytes"]),
         "p2_extra_gib": fmt_bytes(tp["extra_bytes"]), "p2_mla_share": pct(tp["mla_share"], 1),
         "p2_changed": ("nothing else changes" if tp["only_mla"]
-                       else "the rows " + _and(tp["changed"]) + " change"),
+                       else "the rows " + join_and(tp["changed"]) + " change"),
     }
 
 
@@ -339,7 +334,7 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
     c = d["coords"]
     e = d["experts"]
     return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),
-            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp * est.train.cp),
+            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp_cp),
             "dev_edp": fmt_count(est.train.edp),
             "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
             "dev_experts": "no routed experts (a dense model)" if e is None else

@@ -7,7 +7,6 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
-from fractions import Fraction
 
 from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
@@ -15,7 +14,7 @@ from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
 from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
 from .tables import errata_table, notation_recap
 
@@ -55,15 +54,6 @@ def _policy_name(p: str) -> str:
     return p if p in pact.POLICY_ORDER else "module list"
 
 
-def _number(x: int | Fraction, digits: int = 1) -> str:
-    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals."""
-    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
-
-
-def _and(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
-
-
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and computed words for its prose, for any model."""
     t, i = est.train, stage(est)
@@ -83,7 +73,7 @@ def values(est: Estimate) -> dict[str, str]:
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
         "sp": f"sequence parallelism over the {fmt_count(t.tp)} tensor-parallel ranks" if t9["sp"]
         else "no sequence parallelism",
-        "micro_batches": _and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
+        "micro_batches": join_and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule), "in_flight": fmt_count(pol["none"]["in_flight"]),
         # Table 10 at the first micro-batch size
         "none_bytes": fmt_count(t10["none"]["total"]), "none_gib": fmt_bytes(t10["none"]["total"]),
@@ -92,8 +82,8 @@ def values(est: Estimate) -> dict[str, str]:
         "ratio_none_full": fmt_decimal(facts["none_over_full"], 0),
         # routed tokens
         "local_experts": fmt_count(tokens["local_experts"]), "shared": fmt_count(est.model.n_shared_experts),
-        "e_token": _number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
-        "held_tokens": _number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
+        "e_token": fmt_number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
+        "held_tokens": fmt_number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
         # the attention scores
         "scores_count": fmt_count(split["tensors"]), "scores_layer": fmt_bytes(split["quadratic"]),
         "scores_share": pct(split["share"], 1), "scores_verb": "dominate" if split["dominates"] else "do not dominate",
@@ -137,7 +127,7 @@ def table9(est: Estimate) -> str:
         ["$N_r$", "routed experts per token", fmt_count(v["N_r"])],
         ["$N$", "routed experts per layer", fmt_count(v["N"])],
         ["$E_{token} = b s N_r / N$", "tokens per expert (balanced routing)",
-         " / ".join(_number(x) for x in v["e_token"])],
+         " / ".join(fmt_number(x) for x in v["e_token"])],
         [r"$\lceil b s N_r / (\mathrm{EP}\,\mathrm{CP}) \rceil$", "the paper's routed token copies on one device",
          " / ".join(fmt_count(x) for x in v["paper_tokens"])],
         ["$SP$", "sequence parallelism",
@@ -163,7 +153,7 @@ def ledger_table(est: Estimate, block: str) -> str:
             div += " (tokens rounded up)"
         mods = ", ".join(f"`{m}`" for m in r["modules"]) or "—"
         pols = f" (policies: {', '.join(r['policies'])})" if r["policies"] else " (kept by every policy)"
-        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), mods + pols,
+        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), f"{mods}{pols}",
                      r["note"] or "—"])
     return md_table(["saved tensor", "elements", "bytes per element", "divided by", "bytes per device",
                      "dropped by (recompute modules)", "note"], rows, "llllrll")
@@ -361,7 +351,6 @@ def errata_md(est: Estimate) -> str:
 
 
 #: the two routed-token counts, as the side-by-side table names them
-ROUTED_COUNTS = {"paper": "the paper's count, (N/EP) E_token", "held": "held after the all-to-all"}
 
 
 def routed_count_table(cmp: dict, est: Estimate) -> str:
@@ -388,13 +377,11 @@ def routed_count_values(cmp: dict) -> dict[str, str]:
         return {"rc_paper": "0", "rc_held": "0", "rc_ratio": "—", "rc_layer_paper": fmt_bytes(0),
                 "rc_layer_held": fmt_bytes(0), "rc_added": fmt_bytes(0),
                 "rc_claim": "a model without routed experts routes no token, so neither count applies to it"}
-    return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]),
-            "rc_ratio": fmt_decimal(Fraction(h["tokens"], p["tokens"]), 0) if h["tokens"] % p["tokens"] == 0
-            else fmt_decimal(Fraction(h["tokens"], p["tokens"]), 2),
+    times = fmt_decimal(cmp["ratio"], 0 if cmp["ratio"].denominator == 1 else 2)
+    return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]), "rc_ratio": times,
             "rc_layer_paper": fmt_bytes(p["layer_routed"]), "rc_layer_held": fmt_bytes(h["layer_routed"]),
-            "rc_added": fmt_bytes(h["stage_held"] - p["stage_held"]),
+            "rc_added": fmt_bytes(cmp["added"]),
             "rc_claim": (f"{fmt_count(h['tokens'])} instead of the paper's {fmt_count(p['tokens'])}, "
-                         f"{fmt_decimal(Fraction(h['tokens'], p['tokens']), 0 if h['tokens'] % p['tokens'] == 0 else 2)} "
-                         f"times as many" if h["tokens"] > p["tokens"] else
+                         f"{times} times as many" if h["tokens"] > p["tokens"] else
                          f"under this layout as many as the paper counts, {fmt_count(p['tokens'])}, since EP ETP does "
                          f"not exceed TP")}

@@ -13,7 +13,7 @@ from ..paper import analysed_stage
 from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, pct, signed_bytes
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes
 from .tables import notation_recap
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
@@ -46,10 +46,7 @@ def _term_text(preset: str, term: str) -> str:
     o = OVERHEAD_PRESETS[preset]
     if term == "fragmentation":
         return pct(o.fragmentation, 1, 0) + " of allocated"
-    n = getattr(o, term)
-    if n < 2**30 and n % 2**20 == 0:
-        return fmt_bytes(n, "MiB", 0)
-    return fmt_bytes(n, "GiB", 1)
+    return fmt_size(getattr(o, term))
 
 
 def _frac(x) -> str:
@@ -145,7 +142,7 @@ def measured_values() -> dict[str, str]:
 
 
 def _size(n: int) -> str:
-    return fmt_bytes(n, "MiB", 0) if n >= 2**20 else f"{fmt_count(n)} B"
+    return fmt_size(n, small="B")
 
 
 def not_covered_table() -> str:

@@ -17,17 +17,14 @@ from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
 from .tables import attention_switch_values, notation_recap
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
-           "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
+           "schedule_table", "schedule_figure", "problem_values", "SCHEDULE_NAMES",
            "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
            "switch_values"]
 
-STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
-               ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
-SHORT_STAGE = {z: f"ZeRO-{int(z)}" for z in ZeroStage}
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], "interleaved": OKABE_ITO["sky"],
                    "dualpipe": OKABE_ITO["orange"]}
@@ -57,10 +54,6 @@ def notation(est: Estimate) -> str:
                           est.model, est.train)
 
 
-def _fit_word(fits: bool) -> str:
-    return "fits" if fits else "does not fit"
-
-
 def values(est: Estimate, grid: dict) -> dict[str, str]:
     """The chapter's configuration, capacity and grid counts for its prose."""
     t = est.train
@@ -75,7 +68,7 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
         "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
         "fit_list": ("every one of them" if n_fit == n else
-                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
+                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
         "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
         "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
         "z1_full_side": "below" if z1["fits"] else "above",
@@ -96,7 +89,7 @@ def fit_table(grid: dict) -> str:
             verdict = "fits" if c.fits else "**does not fit**"
             row.append(f"{fmt_bytes(c.peak_total, with_unit=False)} (stage {c.peak}), {verdict}")
         rows.append(row)
-    headers = ["recompute"] + [f"{STAGE_NAMES[z]}: peak GiB (stage)" for z in zs]
+    headers = ["recompute"] + [f"{zero_name(z)}: peak GiB (stage)" for z in zs]
     return md_table(headers, rows, "l" + "r" * len(zs))
 
 
@@ -122,7 +115,7 @@ def grid_figure(grid: dict):
             ax.set_ylabel("")
             ax.tick_params(labelsize=7)
             if i == 0:
-                ax.set_title(STAGE_NAMES[z], fontsize=9)
+                ax.set_title(zero_name(z), fontsize=9)
             if j == 0:
                 name = p if p in POLICY_COLORS else "modules"
                 ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", fontsize=9, color=POLICY_COLORS[name])
@@ -157,7 +150,7 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
     else:
         policies = "Here policies that keep them fit too: " + ", ".join(keeping_fit) + "."
     return {
-        "zero": STAGE_NAMES[v["zero"]], "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
+        "zero": zero_name(v["zero"]), "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
         "in_flight": fmt_count(v["in_flight"]), "states": fmt_bytes(v["states"]),
         "per_mb": fmt_bytes(v["per_microbatch"]), "scores": fmt_bytes(v["scores"]), "share": pct(v["share"], 1),
         "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
@@ -174,22 +167,22 @@ def _config_text(name: str, train, math: bool = True) -> str:
     return SCHEDULE_NAMES[name]
 
 
-def _schedule_text(r: st.Run, math: bool = True) -> str:
+def _schedule_text(r: st.Outcome, math: bool = True) -> str:
     return _config_text(r.name, r.train, math)
 
 
-def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
+def schedule_values(runs: dict[str, st.Outcome]) -> dict[str, str]:
     """The schedules' settings and what each costs, in numbers and words."""
     g, il, dp, one = runs["gpipe"], runs["interleaved"], runs["dualpipe"], runs["1f1b"]
     lay = il.train.layout
     layers = il.est.model.num_hidden_layers
-    n_virtual = len(lay)
-    if min(lay) == 0:
+    n_virtual, split = len(lay), st.layout_split(lay)
+    if split == "empty":
         layout = (f"The model's {fmt_count(layers)} layers are fewer than the {fmt_count(n_virtual)} virtual "
                   f"stages, so some hold no decoder layer (the first keeps the embedding, the last the head; "
                   f"Megatron-Core's pipeline layouts allow empty stages): layers per virtual stage "
                   f"{layout_text(lay)}.")
-    elif min(lay) == max(lay):
+    elif split == "even":
         layout = (f"The model's {fmt_count(layers)} layers split evenly over the {fmt_count(n_virtual)} virtual "
                   f"stages, {fmt_count(lay[0])} each.")
     else:
@@ -217,7 +210,7 @@ def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
     }
 
 
-def schedule_table(runs: dict[str, st.Run]) -> str:
+def schedule_table(runs: dict[str, st.Outcome]) -> str:
     rows = []
     for r in runs.values():
         pk = r.peak_stage
@@ -232,7 +225,7 @@ def schedule_table(runs: dict[str, st.Run]) -> str:
     return md_table(headers, rows, "lrrrrrrrl")
 
 
-def schedule_figure(runs: dict[str, st.Run]):
+def schedule_figure(runs: dict[str, st.Outcome]):
     """Total memory of every pipeline rank's device under each schedule, GiB, with the capacity."""
     fig, ax = new_figure(7.5, 3.8)
     top = 0.0
@@ -322,10 +315,10 @@ def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
     first = (f"Yes: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['room'])} under the capacity."
              if sel["fits"] else
              f"No: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['excess'])} over.")
-    second = (f" {SHORT_STAGE[sel['other']]} brings it to {fmt_bytes(sel['other_total'])}, which "
+    second = (f" {zero_name(sel['other'], short=True)} brings it to {fmt_bytes(sel['other_total'])}, which "
               + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
-            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}
+            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": f"{first}{second}"}
 
 
 def routed_values(eff: dict) -> dict[str, str]:
@@ -334,7 +327,7 @@ def routed_values(eff: dict) -> dict[str, str]:
     lost = eff["lost"]
     return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
             "lost": ("none of them" if not lost else
-                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in lost)),
+                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
             "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),

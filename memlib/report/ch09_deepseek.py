@@ -15,8 +15,8 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import judged
-from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, signed_bytes, span,
-                     yes_no)
+from .format import (fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
+                     span, yes_no)
 from .tables import attention_switch_values, notation_recap
 
 __all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
@@ -64,7 +64,7 @@ def _ranks(ranks: list[int]) -> str:
     parts = [span(a, b) for a, b in runs]
     if len(ranks) == 1:
         return f"rank {parts[0]}"
-    return "ranks " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+    return "ranks " + join_and(parts)
 
 
 def _recipe(est: Estimate) -> list[dict]:

@@ -19,12 +19,13 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..config import ModelConfig
+from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex, latex_lines
-from ..core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -80,6 +81,93 @@ def fmt_capacity(capacity: int) -> str:
     '81,559 MiB (79.65 GiB)'
     """
     return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
+
+
+def join_and(items: Iterable[str]) -> str:
+    """Items in a sentence: ``'a, b and c'``, ``'a and b'``, ``'a'`` (``''`` for none).
+
+    >>> join_and(["a", "b", "c"]), join_and(["a", "b"]), join_and(["a"]), join_and([])
+    ('a, b and c', 'a and b', 'a', '')
+    """
+    items = list(items)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def zero_name(z: ZeroStage, short: bool = False) -> str:
+    """A ZeRO stage as the book names it: ``'ZeRO-1 (os)'``, or ``'ZeRO-1'`` when ``short``.
+
+    >>> zero_name(ZeroStage.OS_G), zero_name(ZeroStage.OS_G, short=True)
+    ('ZeRO-2 (os+g)', 'ZeRO-2')
+    """
+    return f"ZeRO-{int(z)}" if short else f"ZeRO-{int(z)} ({z.label})"
+
+
+def fmt_exact(x: int | Fraction, unit: str, digits: int = 2) -> str:
+    """Bytes that may be a fraction (bytes per token) in ``unit``, rounded for display, without the unit.
+
+    >>> fmt_exact(Fraction(3 * 2**10, 2), "KiB"), fmt_exact(5 * 2**20, "MiB", 0)
+    ('1.50', '5')
+    """
+    return fmt_decimal(Fraction(x) / UNITS[unit], digits)
+
+
+def fmt_number(x: int | Fraction, digits: int = 1) -> str:
+    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals.
+
+    >>> fmt_number(12_345), fmt_number(Fraction(7, 2)), fmt_number(Fraction(8, 2))
+    ('12,345', '3.5', '4')
+    """
+    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
+
+
+def fmt_float(x: float, digits: int = 2) -> str:
+    """A float (a modelled time, a ratio or a correlation, never an exact count) rounded half away from zero.
+
+    >>> fmt_float(0.125), fmt_float(2250.0, 0)
+    ('0.13', '2,250')
+    """
+    return fmt_decimal(Fraction(x), digits)
+
+
+def fmt_percent(x: float, digits: int = 0) -> str:
+    """A float fraction in percent, with a space: ``'12 %'``; ``'0 %'`` when it rounds to nothing.
+
+    >>> fmt_percent(0.125), fmt_percent(-0.004)
+    ('13 %', '0 %')
+    """
+    return fmt_decimal(Fraction(x) * 100, digits) + " %"
+
+
+def fmt_rate(x: float, scale: float, digits: int = 0) -> str:
+    """A datasheet rate ``x`` (FLOP/s, bytes/s) in units of ``scale``: whole units truncated as the datasheets print
+    them (H100's 989.5 TFLOP/s is its '989'), decimals rounded.
+
+    >>> fmt_rate(989.5e12, 1e12), fmt_rate(2.039e12, 1e12, 2)
+    ('989', '2.04')
+    """
+    return fmt_count(int(x / scale)) if digits == 0 else fmt_decimal(Fraction(x / scale), digits)
+
+
+def signed_pct(x: int | Fraction, digits: int = 3) -> str:
+    """A signed relative error in percent: ``'+0.012 %'``, ``'−0.191 %'`` (``'0.000 %'`` when it rounds to 0).
+
+    >>> signed_pct(Fraction(12, 100_000)), signed_pct(Fraction(-191, 100_000)), signed_pct(Fraction(-1, 10**9))
+    ('+0.012 %', '−0.191 %', '0.000 %')
+    """
+    text = f"{float(x) * 100:+.{digits}f}"
+    return ("0." + "0" * digits if text[1:] == "0." + "0" * digits else text.replace("-", "−")) + " %"
+
+
+def fmt_size(n: int, small: str = "MiB") -> str:
+    """A size as a person writes it: bytes below 1 MiB when ``small`` is ``"B"``, whole MiB below 1 GiB,
+    else GiB to one decimal.
+
+    >>> fmt_size(300 * 2**20), fmt_size(2 * 2**30), fmt_size(4096, small="B"), fmt_size(20 * 2**20, small="B")
+    ('300 MiB', '2.0 GiB', '4,096 B', '20 MiB')
+    """
+    if small == "B":
+        return fmt_bytes(n, "MiB", 0) if n >= MiB else f"{fmt_count(n)} B"
+    return fmt_bytes(n, "MiB", 0) if n < GiB and n % MiB == 0 else fmt_bytes(n, "GiB", 1)
 
 
 def yes_no(x: bool | None) -> str:

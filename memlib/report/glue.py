@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from .format import md_table
 
-__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
+__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_math", "glue_figure", "check_key",
            "glue_equations", "equation_key", "equation_label", "glue_deepseek"]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -43,7 +43,7 @@ def _myst_glue(key: str, value, display: bool) -> None:
     mimebundle, metadata = format_display_data(value)
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=check_key(key), mime_prefix=prefix)
-    ipy_display({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+    ipy_display({f"{prefix}{k}": v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
 
 
 def glue(key: str, value: str) -> str:
@@ -97,11 +97,6 @@ def glue_md(key: str, text: str) -> str:
 
     _myst_glue(key, Markdown(text), True)
     return text
-
-
-def glue_table(key: str, headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
-    """Glue a Markdown table."""
-    return glue_md(key, md_table(headers, rows, align))
 
 
 def glue_math(key: str, latex: str) -> str:

@@ -31,7 +31,7 @@ from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
 from ..model.partition import balanced_layout
 from ..model.states import RECIPES, ZeroStage
-from .together import CAPACITY_80GB, grid
+from .together import grid
 from .uncertainty import judged
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",

@@ -115,13 +115,12 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
         key = (block, kind, expert_group)
         if key not in fams:
             held = Fraction(1, int(shard_divisor(kind).xreplace(part.values)))
-            group = t.edp if expert_group else t.dp * t.cp
+            group = t.edp if expert_group else t.dp_cp
             name = "attention (GQA)" if block == "attention" and est.model.attention != "mla" else BLOCKS.get(block, block)
             fams[key] = {"block": block, "sharding": kind, "label": f"{name}, {SHARDING[kind]}",
                          "elements": 0, "zero_group": group,
-                         "parameters": held / (group if zero >= ZeroStage.OS_G_PARAMS else 1),
-                         "gradients": held / (group if zero >= ZeroStage.OS_G else 1),
-                         "optimizer_states": held / (group if zero >= ZeroStage.OS else 1)}
+                         **{state: held / (group if zero.shards(state) else 1)
+                            for state in ("parameters", "gradients", "optimizer_states")}}
         fams[key]["elements"] += int((n * tensor.numel).xreplace(part.values))
     m = est.model
     per_ep = m.n_routed_experts // t.ep if m.has_moe else None

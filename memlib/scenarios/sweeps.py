@@ -23,7 +23,7 @@ def ep_sweep(est: Estimate, index: int, zero: ZeroStage = ZeroStage.OS_G_PARAMS)
     m, t = est.model, est.train
     rows, ep = [], 1
     while (m.n_routed_experts or 1) % ep == 0 and (t.dp * t.tp * t.cp) % (ep * t.etp) == 0:
-        c = t.with_(ep=ep, zero=int(zero))
+        c = t.with_(ep=ep, zero=zero)
         rules = pzero.rule_totals(estimate(m, c).partition, index)
         rows.append({"ep": ep, "edp": c.edp, **{rule: by_stage[zero] for rule, by_stage in rules.items()}})
         ep *= 2
@@ -33,7 +33,7 @@ def ep_sweep(est: Estimate, index: int, zero: ZeroStage = ZeroStage.OS_G_PARAMS)
 def recipe_change(est: Estimate, index: int, precision: str, zero: ZeroStage | None = None) -> dict[str, int]:
     """The model states of a device of stage ``index`` with another precision recipe (and ZeRO
     stage), beside ``est``'s own under the same ZeRO stage: totals, the optimizer term and the change."""
-    z = est.train.zero if zero is None else int(zero)
+    z = est.train.zero if zero is None else zero
     base = estimate(est.model, est.train.with_(zero=z)).stages[index]
     other = estimate(est.model, est.train.with_(zero=z, precision=precision)).stages[index]
     return {"base": base.model_states, "total": other.model_states, "optimizer": other.bytes["optimizer_states"],
