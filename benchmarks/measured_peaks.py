@@ -49,7 +49,7 @@ def main() -> None:
     print(f"\n{s['n']} of {len(ok) + len(no)} golden files expressed; within {fmt_decimal(100 * fv.TARGET, 0)} % of the "
           f"steady peak: {s['within']} ({_pct(s['within'] / max(s['n'], 1))}); largest |error| {_pct(s['max_abs'])}, "
           f"mean |error| {_pct(s['mean_abs'])}")
-    for fam, d in s["families"].items():
+    for fam in s["families"]:
         for gpu in ("A100", "H100", "GB200"):
             cs = [c for c in ok if c.family == fam and c.golden.gpu == gpu]
             if cs:

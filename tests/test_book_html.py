@@ -117,7 +117,7 @@ window.addEventListener('load', function () {
     document.querySelectorAll('mjx-container[display="true"]').forEach(function (c, i) {
       var m = c.querySelector('mjx-math') || c, lab = c.closest('.math') || c.parentElement;
       eqs.push({i: i, w: Math.ceil(m.getBoundingClientRect().width), col: width,
-                what: ((lab && lab.id) || '') + ' ' + (c.getAttribute('aria-label') || c.textContent || '').replace(/\s+/g, ' ').slice(0, 100)});
+                what: ((lab && lab.id) || '') + ' ' + (c.getAttribute('aria-label') || c.textContent || '').replace(/\\s+/g, ' ').slice(0, 100)});
     });
     var pre = document.createElement('pre'); pre.id = 'memlib-measure';
     pre.textContent = JSON.stringify({col: width, tables: out, equations: eqs});

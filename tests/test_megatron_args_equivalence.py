@@ -15,7 +15,6 @@ from dataclasses import fields, replace
 from decimal import Decimal
 from fractions import Fraction
 
-import pytest
 
 from memlib.cli import main
 from memlib.cli.options import _cli_training

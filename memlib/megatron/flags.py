@@ -21,7 +21,7 @@ from ..config import (
     FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, ConfigError, ModelConfig, TrainingConfig, model_from_dict,
     show,
 )
-from ..config.strategies import CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..config.strategies import CP_COMM_TYPES, AttnBackend, LoadBalancing, TransformerImpl
 from ..config.versions import DEFAULT_VERSION, parse_version
 from ..device.peak import Framework
 from ..model.states import DTYPE_BYTES, RECIPES, recipe

@@ -22,7 +22,7 @@ from ..config import TrainingConfig
 from ..ledgers.megatron import megatron_layer
 from ..ledgers.paper import paper_layer
 from ..device.estimate import Estimate
-from ..model.params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
+from ..model.params import activated_params, layer_params, mtp_params, per_layer_totals, values
 from ..model.partition import parallel_values
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
 from ..model.states import RECIPES, ZeroStage
@@ -100,7 +100,6 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
     t3, t4 = PAPER["table3"], PAPER["table4"]
     off = DEEPSEEK_OFFICIAL["deepseek-v3"]
-    total = model_params(m).evaluate_total(vals)
     act = activated_params(m).evaluate_total(vals)
     act_ne = activated_params(m, embedding=False).evaluate_total(vals)
     mtp = mtp_params(m).evaluate_total(vals)

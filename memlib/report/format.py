@@ -16,7 +16,6 @@ import re
 from fractions import Fraction
 from typing import Iterable, Sequence
 
-import sympy as sp
 
 from ..config import ModelConfig
 from ..config.strategies import ZeroStage

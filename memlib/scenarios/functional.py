@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Optional
 
 from ..config import ConfigError, ModelConfig
 from ..config.strategies import AttnBackend
