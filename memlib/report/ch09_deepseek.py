@@ -16,7 +16,8 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, i
                       stacked_bars)
 from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
-from .tables import attention_switch_values, notation_recap
+from .notation import chapter_notation
+from .tables import attention_switch_values
 
 __all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
@@ -71,8 +72,8 @@ def _recipe(est: Estimate) -> list[dict]:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "P_ne", "P_e", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch09", est.model, est.train)
 
 
 def values(est: Estimate) -> dict[str, str]:
