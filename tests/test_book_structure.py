@@ -184,3 +184,50 @@ def test_no_raw_math_in_the_html():
     _built()
     bad = {p.name: RAW_MATH.findall(_text(p))[:3] for p in _pages()}
     assert not {k: v for k, v in bad.items() if v}
+
+
+# --- the bibliography ---------------------------------------------------------------------------------------------
+def test_bibliography_labels_are_the_citations_author_year_and_distinct():
+    from pybtex.database import parse_file
+
+    ext = _ext()
+    bib = parse_file(str(ROOT / "book" / "references.bib"))
+    labels = {k: ext.author_year_label(e) for k, e in bib.entries.items()}
+    assert labels["zhang2025memory"] == "Zhang and Su, 2025"
+    assert labels["deepseekv3"] == "DeepSeek-AI, 2024b"                 # alpha made "DeepSeekAI4b" of it
+    assert labels["korthikanti2022"] == "Korthikanti et al., 2022"
+    assert len(set(labels.values())) == len(labels)
+    assert all(re.fullmatch(r"[^\\{}]+, (\d{4}[a-z]?|n\.d\.)", v) for v in labels.values()), labels
+
+
+def test_the_bibliography_prints_its_labels_and_no_backslash():
+    _built()
+    refs = _text(HTML / "book" / "references.html")
+    body = refs[refs.index("References#"):]
+    assert "\\" not in body
+    shown = set(re.findall(r"\[([^\]\n]+, (?:\d{4}[a-z]?|n\.d\.))\]", body))
+    cited = set()
+    for page in _pages():
+        for group in re.findall(r"\[([^\[\]\n]+?, (?:\d{4}[a-z]?|n\.d\.))\]", _text(page)):
+            cited |= set(re.findall(r"(.+?, (?:\d{4}[a-z]?|n\.d\.))(?:, |$)", group))   # [A, 2025, B, 2024]
+    assert "Zhang and Su, 2025" in shown and "DeepSeek-AI, 2024b" in shown
+    assert cited <= shown, cited - shown
+    ids = re.findall(r"arXiv:(\d{4}\.\d{4,5})", body)
+    assert ids and len(ids) == len(set(ids))                           # each arXiv id printed once
+
+
+# --- the PDF's LaTeX --------------------------------------------------------------------------------------------
+def test_the_latex_has_the_parts_and_no_configuration_cell():
+    tex_path = ROOT / "_build" / "latex" / "report.tex"
+    if not tex_path.is_file():
+        if REQUIRE:
+            pytest.fail("the PDF is not built (make pdf)")
+        pytest.skip("the PDF is not built (make pdf)")
+    tex = tex_path.read_text(encoding="utf-8")
+    parts = [tex.index(r"\part{The paper and DeepSeek-V3}"), tex.index(r"\part{Beyond the paper}"),
+             tex.index(r"\part*{Appendices}")]
+    assert parts == sorted(parts)
+    assert tex.index(r"\chapter{Introduction}") > parts[0] and tex.index(r"\chapter{Errata}") > parts[2]
+    assert tex.index(r"\chapter{Validation against real implementations}") > parts[1]
+    assert "The configuration of this chapter" not in tex                # the hidden inputs stay out
+    assert r"\renewcommand{\contentsname}{Part I" not in tex
