@@ -231,3 +231,27 @@ def test_the_latex_has_the_parts_and_no_configuration_cell():
     assert tex.index(r"\chapter{Validation against real implementations}") > parts[1]
     assert "The configuration of this chapter" not in tex                # the hidden inputs stay out
     assert r"\renewcommand{\contentsname}{Part I" not in tex
+
+
+# --- the glossary ------------------------------------------------------------------------------------------------
+def glossary_terms(text: str) -> list[str]:
+    """The terms of the ``{glossary}`` directive of a MyST page: its unindented lines."""
+    body = re.search(r"^```\{glossary\}\n(.*?)^```$", text, re.S | re.M).group(1)
+    return [line for line in body.splitlines() if line and not line[0].isspace()]
+
+
+def test_the_glossary_defines_the_books_terms_once():
+    terms = glossary_terms((ROOT / "book" / "summary.md").read_text(encoding="utf-8"))
+    assert len(terms) == len(set(terms))
+    for t in ("1F1B", "interleaved", "DualPipe", "ZeRO-k", "SP", "CP", "EP", "ETP", "EDP", "recompute policy",
+              "profile", "steady peak", "FP8 recipe", "peak_allocated"):
+        assert t in terms, t
+    assert glossary_terms("```{glossary}\nA\n  one\n\nB\nC\n  two\n```\n") == ["A", "B", "C"]
+
+
+def test_chapters_link_the_glossary():
+    used = set()
+    for path in NOTEBOOKS:
+        used |= {re.sub(r".*<(.*)>", r"\1", t) for t in re.findall(r"\{term\}`([^`]+)`", path.read_text(encoding="utf-8"))}
+    terms = set(glossary_terms((ROOT / "book" / "summary.md").read_text(encoding="utf-8")))
+    assert {"SP", "1F1B", "DualPipe", "recompute policy"} <= used <= terms
