@@ -86,7 +86,7 @@ def test_chapters_are_numbered_across_the_parts():
 def test_part_commands():
     ext = _ext()
     assert ext.part_command("Part I: The paper and DeepSeek-V3") == r"\part{The paper and DeepSeek-V3}"
-    assert ext.part_command("Appendices") == r"\part*{Appendices}\addcontentsline{toc}{part}{Appendices}"
+    assert ext.part_command("Appendices") == r"\part{Appendices}"
 
 
 # --- the notation ------------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_the_latex_has_the_parts_and_no_configuration_cell():
         pytest.skip("the PDF is not built (make pdf)")
     tex = tex_path.read_text(encoding="utf-8")
     parts = [tex.index(r"\part{The paper and DeepSeek-V3}"), tex.index(r"\part{Beyond the paper}"),
-             tex.index(r"\part*{Appendices}")]
+             tex.index(r"\part{Appendices}")]
     assert parts == sorted(parts)
     assert tex.index(r"\chapter{Introduction}") > parts[0] and tex.index(r"\chapter{Errata}") > parts[2]
     assert tex.index(r"\chapter{Validation against real implementations}") > parts[1]

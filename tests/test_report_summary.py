@@ -14,9 +14,10 @@ def test_every_numbered_equation_is_typeset_with_its_value_in_order():
     assert numbers == [f.number for f in book_formulas()]
     assert text.count("$$") == 2 * len(numbers)
     # values from memlib, checked by hand: 3 h h_E = 3 x 7168 x 2048; DeepSeek-V3's 671B; 14 bytes per parameter
-    assert "P_{\\mathrm{expert}} = 3 h h_{E} = 44{,}040{,}192\n$$" in text
-    assert "= 671{,}026{,}404{,}352\n$$" in text
-    assert "= 87{,}505{,}108{,}992\\ \\text{bytes} \\approx 81.50\\ \\text{GiB}\n$$" in text
+    assert "(`params.expert`): **44,040,192**\n\n$$\nP_{\\mathrm{expert}} = 3 h h_{E}\n$$" in text
+    assert "(`params.total`): **671,026,404,352**" in text
+    assert "(`states.zero0`): **87,505,108,992 bytes, 81.50 GiB**" in text
+    assert "(`activations.paper.mla_full`): **29,360,128 bytes, 28.00 MiB**" in text
 
 
 def test_a_model_without_mla_shows_no_mla_equation():

@@ -178,22 +178,18 @@ def _latex_table_widths(app, doctree, docname) -> None:
 
 # --- PDF parts: the table of contents' parts (_toc.yml) as LaTeX \part --------------------------------------------
 # Sphinx's LaTeX builder inlines the root document's toctrees one after another and drops their captions (and
-# takes the first caption for the name of the table of contents).  The book's parts are set as \part instead
-# ("Part I: The paper and DeepSeek-V3" becomes Part I, "The paper and DeepSeek-V3"); the appendices as an
-# unnumbered part in the table of contents.  The chapters keep their numbers across the parts, as in the HTML.
+# takes the first caption for the name of the table of contents).  The book's parts are set as \part instead,
+# numbered by LaTeX ("Part I: The paper and DeepSeek-V3" becomes Part I, "The paper and DeepSeek-V3"; the
+# appendices Part III).  The chapters keep their numbers across the parts, as in the HTML.
 
 PART_PREFIX = r"^Part [IVX]+:\s*"
 
 
 def part_command(caption: str) -> str:
-    r"""The LaTeX that opens the part ``caption``: ``\part{...}`` for a numbered part, ``\part*`` and a line in
-    the table of contents for one whose caption does not say "Part N:"."""
+    r"""The LaTeX that opens the part ``caption``, without the "Part N:" that LaTeX numbers itself."""
     import re
 
-    title = re.sub(PART_PREFIX, "", caption)
-    if title != caption:
-        return rf"\part{{{title}}}"
-    return rf"\part*{{{title}}}\addcontentsline{{toc}}{{part}}{{{title}}}"
+    return rf"\part{{{re.sub(PART_PREFIX, '', caption)}}}"
 
 
 def _latex_contents_name(app) -> None:

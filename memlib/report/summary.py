@@ -19,24 +19,23 @@ from .format import fmt_bytes, fmt_count, md_table, model_name, signed_bytes, ty
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
 
-def _value_tex(name: str, model, train: TrainingConfig | None) -> str | None:
-    """`` = value`` of formula ``name`` for the LaTeX (bytes also in GiB), or ``None`` where it has none."""
+def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
+    """The value of formula ``name`` as the page prints it (bytes also in binary units), or ``None`` where it
+    has none."""
     try:
         v = value(name, model, train)
     except (ConfigError, ValueError, ZeroDivisionError):
         return None
-    count = fmt_count(v).replace(",", "{,}")
     if value_unit(name) == "bytes":
-        unit = "GiB" if v >= 2**30 else "MiB"
-        return rf"{count}\ \text{{bytes}} \approx {fmt_bytes(v, unit, with_unit=False)}\ \text{{{unit}}}"
-    return count
+        return f"{fmt_count(v)} bytes, {fmt_bytes(v, 'GiB' if v >= 2**30 else 'MiB')}"
+    return fmt_count(v)
 
 
 def equations(model, train: TrainingConfig | None = None) -> str:
     """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
-    followed by its value in ``train`` (default: the paper's configuration; a stage's symbols are those of the
-    stage the paper analyses), under a line with its number, what it counts and its name for ``memlib
-    formula``.  An equation of a block the model lacks (MLA's, for a model without it) is left out."""
+    under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
+    (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses).  An
+    equation of a block the model lacks (MLA's, for a model without it) is left out."""
     m = load_model(model)
     out = []
     for f in book_formulas():
@@ -46,9 +45,9 @@ def equations(model, train: TrainingConfig | None = None) -> str:
             tex = equation(f.name, m, train)
         except ConfigError:
             continue
-        v = _value_tex(f.name, m, train) if value_unit(f.name) != "latex" else None
-        out.append(f"**({f.number})** {typeset(f.description)} (`{f.name}`)\n\n$$\n{tex}" + (f" = {v}" if v else "")
-                   + "\n$$")
+        v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
+        out.append(f"**({f.number})** {typeset(f.description)} (`{f.name}`)" + (f": **{v}**" if v else "")
+                   + f"\n\n$$\n{tex}\n$$")
     return "\n\n".join(out)
 
 
