@@ -223,7 +223,8 @@ def region_figure(model: ModelConfig | str):
         ax.set_title(f"PP {pp}", fontsize=9)
         ax.set_xlabel("EP")
         for cap in sorted({c.capacity for c in sf.cards()}):
-            capacity_line(ax, cap, fmt_bytes(cap, "GB", 0) if ax is axes[-1] else "")
+            names = "/".join(c.name for c in sf.cards() if c.capacity == cap)
+            capacity_line(ax, cap, f"{names}: {fmt_bytes(cap, UNIT, 2)}" if ax is axes[-1] else "")
     axes[0].set_ylabel(f"smallest peak, {UNIT} per device")
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(tps), fontsize=8)
@@ -253,7 +254,7 @@ def pareto_figure(model: ModelConfig | str):
         tied = sf.fastest(g, card.capacity)
         ax.plot(g.cost["step_s"][tied], in_units(g.peak[tied], UNIT), marker="*", ms=8, ls="none",
                 color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
-    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, 'GB', 0)}")
+    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, UNIT, 2)}")
     ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
