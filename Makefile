@@ -39,8 +39,11 @@ book: $(STAMP)
 
 # JupyterLab on the chapters (jupytext opens the MyST .md notebooks as notebooks): change a chapter's
 # configuration cell and run it; every glued number, table and figure is displayed as it is computed
+# Jupyter refuses to start as root (a container's usual user) without --allow-root: given to root only.
+LAB_UID ?= $(shell id -u)
+LAB_FLAGS := --notebook-dir=notebooks$(if $(filter 0,$(LAB_UID)), --allow-root,)
 lab: $(STAMP)
-	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-lab --notebook-dir=notebooks
+	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-lab $(LAB_FLAGS)
 
 # one chapter executed without a browser: _build/rerun/$(CHAPTER).ipynb, with every output
 rerun: $(STAMP)

@@ -55,7 +55,7 @@ from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width,
 DISPLAY_WIDTH, LINE_WIDTH = 60, 45
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol",
-           "token_training", "attention_token_formula", "TOKEN_EXAMPLES"]
+           "token_training", "attention_token_formula", "TOKEN_EXAMPLES", "value", "value_unit"]
 
 Rhs = Union[sp.Expr, Breakdown, str]
 
@@ -559,3 +559,44 @@ def book_formulas() -> list[Formula]:
     def key(f: Formula):
         return tuple(int(x) for x in f.number.split("."))
     return sorted((f for f in FORMULAS.values() if f.number), key=key)
+
+
+def value_unit(name: str) -> str:
+    """What :func:`value` of formula ``name`` counts: ``"bytes"`` (model states, activations) or ``"count"``
+    (parameters, ranks, devices); ``"latex"`` for an equation of the architecture, which has no value."""
+    f = _lookup(name)
+    if f.name.startswith(("mla.", "mtp.")):
+        return "latex"
+    return "bytes" if f.name.startswith(("states.", "activations.")) and f.name != "states.sharded" else "count"
+
+
+def value(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> int:
+    """The right-hand side of formula ``name`` as an exact integer: every symbol replaced by its value in
+    ``model`` and ``train`` (default: the paper's configuration), a stage's symbols (its layers, P, P_ne, P_e)
+    by those of one device of the stage the paper analyses (:func:`memlib.paper.analysed_stage`), the
+    precision's bytes by ``train``'s recipe.  ``ConfigError`` for an equation of the architecture.
+
+    >>> value("params.expert")                  # 3 h h_E = 3 x 7168 x 2048
+    44040192
+    """
+    from .device.estimate import Estimate
+    from .paper import analysed_stage
+
+    m = load_model(model)
+    t = train if train is not None else default_training(m)
+    e = _lookup(name).expression(m, t, expand=True)
+    est = Estimate(m, t)
+    part = est.partition
+    st = part.stages[analysed_stage(part)]
+    rec = recipe(t.precision)
+    counts = est.stage_counts(st)
+    rep = {**part.values, sym("b"): t.micro_batch, sym("s"): t.seq_len, sym("EDP"): t.edp,
+           sym("B_w"): rec.weights, sym("B_g"): rec.gradients, sym("B_o"): rec.optimizer_bytes,
+           sym("L_moe"): sum(1 for i in st.layers if m.is_moe_layer(i)),
+           sym("L_dense"): sum(1 for i in st.layers if not m.is_moe_layer(i))}
+    pne, pe = (sp.sympify(counts[x]).xreplace(rep) for x in (sym("P_ne"), sym("P_e")))
+    rep.update({sym("P_ne"): pne, sym("P_e"): pe, sym("P"): pne + pe})
+    v = sp.sympify(e.xreplace(rep))
+    if not v.is_Integer:
+        raise ValueError(f"formula={name} is not a whole number in this configuration: {v}")
+    return int(v)

@@ -20,8 +20,9 @@ DIRECTIVE = re.compile(r"```\{glue:math\} (\S+)\n:label: (\S+)")
 
 
 def chapters() -> list[Path]:
+    """The book's chapters in the table of contents' order, across its parts."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [ROOT / (c["file"] + ".md") for c in toc["chapters"]]
+    return [ROOT / (c["file"] + ".md") for part in toc["parts"] for c in part["chapters"]]
 
 
 def test_every_book_equation_is_a_registry_formula_under_its_number():

@@ -117,6 +117,6 @@ def test_no_blank_page_and_the_references_hold_the_bibliography(pdf_text):
     assert blank == [], f"blank pages: {blank}"
     starts = [p for p in pages if re.search(r"^\s*REFERENCES\s*$", p, re.M)]
     assert len(starts) == 1, "no (or more than one) References chapter"
-    assert re.search(r"^\s*\[[^\]\s]+\]\s+\S", starts[0], re.M), "the References chapter's first page has no entry"
+    assert re.search(r"^\s*\[[^\]]+\]\s+\S", starts[0], re.M), "the References chapter's first page has no entry"
     # a chapter (or a running header) of its own called Bibliography, after an empty References chapter
     assert not re.search(r"^\s*Bibliography(\s+\d+)?\s*$", pdf_text["text"], re.M), "a Bibliography chapter"

@@ -23,13 +23,14 @@ from ..model.states import RECIPES
 from ..core.units import to_unit
 from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
                      span)
-from .tables import notation_recap
+from .notation import chapter_notation
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
            "answer_values", "capacity_table"]
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["l", "N", "N_r", "DP", "TP", "PP", "EP", "ETP", "b", "s", "B_w"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch01", est.model, est.train)
 
 
 def stages_text(stages: list[int]) -> str:

@@ -22,7 +22,8 @@ from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
     fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, span, tex,
 )
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "matrix_table", "layer_table", "stage_table",
            "totals_table", "official_table", "stage_figure", "problem_values", "errata_md", "stages_text"]
@@ -57,8 +58,8 @@ def stages_text(stages: list[int]) -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["h", "h_F", "h_E", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "N", "N_s", "N_r", "l",
-                           "k_dense", "v", "PP"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch03", est.model, est.train)
 
 
 _RULES = {"default": "memlib's default rule: the layers divided evenly, rounded up, the remainder on the last stage",

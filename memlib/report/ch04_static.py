@@ -21,7 +21,8 @@ from ..model.states import RECIPES
 from ..core.symbols import SYMBOLS
 from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
            "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
@@ -50,8 +51,8 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["h", "h_E", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "N", "N_s", "DP", "TP", "PP", "EP",
-                           "ETP", "CP", "EDP", "L_moe", "P", "B_w"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch04", est.model, est.train)
 
 
 def _stages_text(indices: list[int]) -> str:

@@ -16,7 +16,8 @@ from ..scenarios.sweeps import ep_sweep, recipe_change
 from ..model.states import RECIPES, ZeroStage
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["stage", "values", "paper_values", "table7", "recipes_table", "sharding_table", "table8",
            "table8_printed", "prose_swap_table", "megatron_table", "ep_table", "ep_values", "states_figure",
@@ -32,8 +33,8 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["P", "P_ne", "P_e", "DP", "TP", "CP", "EP", "ETP", "EDP", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch05", est.model, est.train)
 
 
 def values(est: Estimate) -> dict[str, str]:

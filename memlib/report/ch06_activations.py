@@ -16,7 +16,8 @@ from ..scenarios import activations as sact
 from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
            "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
@@ -46,8 +47,8 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["b", "s", "h", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "h_E", "N", "N_s", "N_r", "TP",
-                           "CP", "EP", "ETP", "L_moe"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch06", est.model, est.train)
 
 
 def _policy_name(p: str) -> str:

@@ -14,7 +14,7 @@ from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes
-from .tables import notation_recap
+from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
            "measured_values", "not_covered_table", "problem_values", "TERM_LABELS"]
@@ -39,7 +39,8 @@ def _device(base: Estimate):
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["DP", "TP", "PP", "EP", "ETP", "b", "s"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch07", est.model, est.train)
 
 
 def _term_text(preset: str, term: str) -> str:

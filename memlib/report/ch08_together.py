@@ -18,7 +18,8 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP
                       SECOND_CHUNK_ALPHA, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
-from .tables import attention_switch_values, notation_recap
+from .notation import chapter_notation
+from .tables import attention_switch_values
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "SCHEDULE_NAMES",
@@ -50,8 +51,8 @@ def capacity_label() -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "M", "V", "n_h", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch08", est.model, est.train)
 
 
 def values(est: Estimate, grid: dict) -> dict[str, str]:

@@ -17,7 +17,8 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, i
 from ..scenarios.uncertainty import judged
 from .format import (fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
                      span, yes_no)
-from .tables import attention_switch_values, notation_recap
+from .notation import chapter_notation
+from .tables import attention_switch_values
 
 __all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
@@ -72,8 +73,8 @@ def _recipe(est: Estimate) -> list[dict]:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "P_ne", "P_e", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch09", est.model, est.train)
 
 
 def values(est: Estimate) -> dict[str, str]:

@@ -15,7 +15,7 @@ from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, join_and, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
-from .tables import notation_recap
+from .notation import chapter_notation
 
 __all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
            "group_table", "entry_table", "megatron_table", "side_table", "side_figure", "megatron_entry_table",
@@ -58,7 +58,8 @@ def _kinds(kinds) -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["b", "s", "h", "n_h", "d_v", "N", "N_r"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch10", est.model, est.train)
 
 
 def measure(est: Estimate) -> None:
