@@ -15,8 +15,7 @@ from ..core.units import UNITS, fmt_bytes
 
 __all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
            "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
-           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label", "block_diagram", "device_grid",
-           "held_fractions"]
+           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
 
 #: the Okabe-Ito palette, by name
 OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
@@ -236,80 +235,3 @@ def memory_time_panels(ot, xlabel: str):
     ax2.set_xlabel(xlabel)
     ax2.legend(fontsize=8, loc="upper right", ncol=2)
     return fig
-
-
-# ------------------------------------------------------------------------------------------------
-# block diagrams and device slicing (memlib.scenarios.models.block_nodes, memlib.scenarios.static)
-# ------------------------------------------------------------------------------------------------
-def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4, fontsize: float = 6.5) -> None:
-    """A block as boxes in data-flow order, left to right and row by row, an arrow from each box to the
-    next.  ``nodes``: (name, shape, sliced by, memory category) per tensor, the text already formatted;
-    each box is filled in its category's colour (:data:`CATEGORY_COLORS`, lightened) with a legend of
-    the categories.  Box ``i`` has ``gid`` ``node:i`` and its text ``text:i`` (the tests read them)."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
-
-    w, hgt, gx, gy = 1.0, 0.62, 0.35, 0.38
-    pos = []
-    for i, (name, shape, sliced, cat) in enumerate(nodes):
-        r, c = divmod(i, ncols)
-        x, y = c * (w + gx), -r * (hgt + gy)
-        pos.append((x, y))
-        ax.add_patch(FancyBboxPatch((x, y), w, hgt, boxstyle="round,pad=0.02", facecolor=CATEGORY_COLORS[cat],
-                                    alpha=0.28, edgecolor=CATEGORY_COLORS[cat], lw=1.2, gid=f"node:{i}"))
-        ax.text(x + w / 2, y + hgt / 2, f"{name}\n{shape}\nsliced by: {sliced}", ha="center", va="center",
-                fontsize=fontsize, gid=f"text:{i}")
-    for i in range(len(pos) - 1):
-        (x0, y0), (x1, y1) = pos[i], pos[i + 1]
-        if y0 == y1:
-            a, b = (x0 + w, y0 + hgt / 2), (x1, y1 + hgt / 2)
-        else:                                    # to the start of the next row
-            a, b = (x0 + w / 2, y0), (x1 + w / 2, y1 + hgt)
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=8, lw=0.8, color=OKABE_ITO["black"],
-                                     connectionstyle="arc3" if y0 == y1 else "angle3,angleA=0,angleB=90",
-                                     gid=f"arrow:{i}"))
-    rows = (len(nodes) + ncols - 1) // ncols
-    ax.set_xlim(-0.1, ncols * (w + gx) - gx + 0.1)
-    ax.set_ylim(-(rows - 1) * (hgt + gy) - 0.1, hgt + 0.1)
-    ax.set_axis_off()
-    cats = list(dict.fromkeys(n[3] for n in nodes))
-    ax.legend(handles=[Patch(facecolor=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c]) for c in cats],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(cats), fontsize=8)
-
-
-def device_grid(ax, pp: int, ranks: int, shade: Sequence[int], device: tuple[int, int], shade_label: str,
-                cmap: str = "cividis"):
-    """Every device of a training run as a cell: one row per pipeline stage, one column per rank of a
-    stage, shaded by ``shade`` (per rank, e.g. the expert-parallel index), the ``device`` (stage, rank)
-    outlined in black (its outline has ``gid`` ``device:stage:rank``).  Returns the image (for a colour
-    bar)."""
-    import numpy as np
-    from matplotlib.patches import Rectangle
-
-    img = ax.imshow(np.tile(np.asarray(shade, dtype=float), (pp, 1)), cmap=cmap, aspect="auto",
-                    interpolation="nearest", alpha=0.55)
-    st, r = device
-    ax.add_patch(Rectangle((r - 0.5, st - 0.5), 1, 1, fill=False, edgecolor=OKABE_ITO["black"], lw=2.2,
-                           gid=f"device:{st}:{r}"))
-    ax.axhline(st, color=OKABE_ITO["black"], lw=0.6, ls=":")
-    ax.set_xlabel(f"rank within a stage ({shade_label} shaded)")
-    ax.set_ylabel("pipeline stage")
-    ax.grid(False)
-    return img
-
-
-def held_fractions(ax, labels: Sequence[str], fractions: dict[str, Sequence[Fraction]], fontsize: float = 7) -> None:
-    """Horizontal bars, one group per tensor family (``labels``), one bar per memory category of
-    ``fractions`` (category -> exact fraction of each family one device holds) in the category's colour,
-    on a log-2 axis, each labelled ``1/64``."""
-    n = len(fractions)
-    height = 0.8 / n
-    for j, (cat, fs) in enumerate(fractions.items()):
-        ys = [i + (j - (n - 1) / 2) * height for i in range(len(labels))]
-        ax.barh(ys, [float(f) for f in fs], height=height, color=CATEGORY_COLORS[cat], label=CATEGORY_LABELS[cat])
-        for y, f in zip(ys, fs):
-            ax.annotate(str(f), (float(f), y), xytext=(2, 0), textcoords="offset points", va="center",
-                        fontsize=fontsize - 1)
-    ax.set_xscale("log", base=2)
-    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize)
-    ax.invert_yaxis()
-    ax.set_xlabel("share of the tensor family one device holds")
