@@ -269,18 +269,18 @@ def split_table(est: Estimate) -> str:
 def stages_figure(est: Estimate):
     """Stacked bars, one panel per convention: GiB of stored weights on one device of each stage, by block."""
     rows = pstatic.stage_rows(est.partition)
-    fig, axes = new_figure(10.0, 5.6, nrows=2, sharex=True, sharey=True)
+    fig, axes = new_figure(height=6.4, nrows=2, sharex=True, sharey=True)
     handles: dict[str, object] = {}
     titles = {"paper": "the paper's convention (paper)", "megatron": "Megatron-Core's convention (megatron)"}
     for ax, name in zip(axes, pstatic.PROFILE_NAMES):
         series = [Series(label, BLOCK_COLORS[b], [r[name]["block_bytes"].get(b, 0) for r in rows])
                   for b, label in BLOCKS.items()]
-        stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=2, fontsize=6)
-        ax.set_title(titles[name], fontsize=9, loc="left", pad=12)
+        stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=1, total_unit=False)
+        ax.set_title(titles[name], fontsize=10, loc="left", pad=12)
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
     axes[-1].set_xlabel("pipeline stage")
-    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center", fontsize=8)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center", ncol=4)
     return fig
 
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..core.units import UNITS, fmt_bytes
 
-__all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
+__all__ = ["SMALL_FONT", "TEXT_WIDTH", "plain_log_ticks", "OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
            "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
            "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
 
@@ -48,6 +48,15 @@ POLICY_COLORS = {"none": OKABE_ITO["vermillion"], "selective": OKABE_ITO["orange
 
 CAPACITY_COLOR = OKABE_ITO["black"]
 
+#: the smallest text of a figure, pt, and the width a figure is drawn at, inches: the PDF's text width less a
+#: margin for the tight bounding box, so that a figure prints at its natural size, every text at least 8 pt
+#: (memlib.report.legibility, tests/test_figure_legibility.py)
+SMALL_FONT = 9
+TEXT_WIDTH = 6.3
+#: the text of a box narrower than a slot in a schedule diagram (a chunk's half-length operation): the
+#: smallest that still prints at 8 pt
+NARROW_FONT = 8.2
+
 #: the operations of a pipeline schedule diagram: forward, backward, deferred weight gradient
 #: (colours no memory category uses)
 OP_COLORS = {"F": OKABE_ITO["yellow"], "B": OKABE_ITO["vermillion"], "W": "#BBBBBB"}
@@ -78,15 +87,25 @@ def use_style() -> None:
     from cycler import cycler
 
     matplotlib.rcParams.update({
-        "figure.figsize": (7.0, 3.6), "figure.dpi": 110, "savefig.dpi": 110,
+        "figure.figsize": (TEXT_WIDTH, 3.6), "figure.dpi": 110, "savefig.dpi": 110,
         "axes.prop_cycle": cycler(color=list(OKABE_ITO.values())[1:] + ["#000000"]),
         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-        "lines.linewidth": 2, "font.size": 10, "legend.frameon": False,
+        "lines.linewidth": 2, "font.size": 10, "legend.frameon": False, "legend.fontsize": SMALL_FONT,
+        "xtick.labelsize": SMALL_FONT, "ytick.labelsize": SMALL_FONT,
         "svg.hashsalt": "memlib", "path.simplify": False,
     })
 
 
-def new_figure(width: float = 7.0, height: float = 3.6, nrows: int = 1, ncols: int = 1, **kw):
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """A log axis labelled with plain numbers (``0.1``, ``1``, ``10``, ``1,000``) rather than powers of ten,
+    whose exponents matplotlib sets at 0.7 of the tick's size."""
+    from matplotlib.ticker import FuncFormatter
+
+    fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:.10g}")
+    getattr(ax, f"{axis}axis").set_major_formatter(fmt)
+
+
+def new_figure(width: float = TEXT_WIDTH, height: float = 3.6, nrows: int = 1, ncols: int = 1, **kw):
     """A new (figure, axes) pair in the book style."""
     import matplotlib.pyplot as plt
 
@@ -104,10 +123,11 @@ class Series:
 
 
 def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str = "GiB", totals: bool = True,
-                 digits: int = 1, width: float = 0.65, fontsize: float = 7, ticks: bool = True) -> list[float]:
-    """Draw stacked bars (one per label), optionally with each bar's total above it; returns the
-    tops (floats, in ``unit``).  ``ticks=False`` leaves the x ticks to the caller (a label on every
-    bar would only be replaced)."""
+                 digits: int = 1, width: float = 0.65, fontsize: float = SMALL_FONT, ticks: bool = True,
+                 total_unit: bool = True) -> list[float]:
+    """Draw stacked bars (one per label), optionally with each bar's total above it (``total_unit=False``:
+    without the unit, which the axis then names); returns the tops (floats, in ``unit``).  ``ticks=False``
+    leaves the x ticks to the caller (a label on every bar would only be replaced)."""
     x = list(range(len(labels)))
     bottom = [0.0] * len(labels)
     exact = [0] * len(labels)
@@ -120,7 +140,7 @@ def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str 
         exact = [a + b for a, b in zip(exact, s.values)]
     if totals:
         for xi, top, n in zip(x, bottom, exact):
-            ax.annotate(fmt_bytes(n, unit, digits), (xi, top), ha="center", va="bottom", fontsize=fontsize,
+            ax.annotate(fmt_bytes(n, unit, digits, with_unit=total_unit), (xi, top), ha="center", va="bottom", fontsize=fontsize,
                         xytext=(0, 2), textcoords="offset points")
     if ticks:
         ax.set_xticks(x, labels, fontsize=fontsize)
@@ -128,11 +148,14 @@ def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str 
     return bottom
 
 
-def capacity_line(ax, capacity: int, label: str, unit: str = "GiB") -> None:
-    """A dashed horizontal line at ``capacity`` bytes, labelled at the right edge, above the line."""
+def capacity_line(ax, capacity: int, label: str, unit: str = "GiB", legend: bool = False) -> None:
+    """A dashed horizontal line at ``capacity`` bytes, labelled at the right edge, above the line, or
+    (``legend=True``: where bars may rise through the label's place) named in the axes' legend."""
     y = in_unit(capacity, unit)
-    ax.axhline(y, color=CAPACITY_COLOR, lw=1.1, ls="--", zorder=0.5)
-    ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8,
+    ax.axhline(y, color=CAPACITY_COLOR, lw=1.1, ls="--", zorder=0.5, label=label if legend else None)
+    if legend:
+        return
+    ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=SMALL_FONT,
                 xytext=(0, 2), textcoords="offset points", color=CAPACITY_COLOR)
 
 
@@ -187,11 +210,11 @@ def op_label(op, micro_batch: int) -> str:
     return f"{op.kind}{op.chunk}.{micro_batch}" + ("*" if op.deferred else "")
 
 
-def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -> None:
+def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = SMALL_FONT) -> None:
     """A pipeline schedule as boxes: one row per rank (``slots``: per rank, its
     :class:`memlib.device.timeline.Slot` list), one box per operation from its start for ``op_duration(op)``
-    slots, coloured by kind (:data:`OP_COLORS`), hatched on chunk 1, labelled with its micro-batch
-    (``micro_batch(op)``).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
+    slots, coloured by kind (:data:`OP_COLORS`), lighter on chunk 1, labelled with its micro-batch
+    (``micro_batch(op)``; in :data:`NARROW_FONT` in a box shorter than a slot).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
     from matplotlib.patches import Rectangle
 
     for r, rank in enumerate(slots):
@@ -203,7 +226,8 @@ def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -
                 ax.add_patch(Rectangle((float(x), r - 0.4), w, 0.8, facecolor=OP_COLORS[op.kind], edgecolor="black", lw=0.4,
                                        alpha=SECOND_CHUNK_ALPHA if op.chunk % 2 else 1.0,
                                        gid=f"{r}:{op_label(op, mb)}"))
-                ax.text(float(x) + w / 2, r, str(mb), ha="center", va="center", fontsize=fontsize, clip_on=True)
+                ax.text(float(x) + w / 2, r, str(mb), ha="center", va="center", clip_on=True,
+                        fontsize=fontsize if w >= 1 else min(fontsize, NARROW_FONT))
                 x += op_duration(op)
     ax.set_ylim(len(slots) - 0.5, -0.5)
     ax.set_xlim(0, float(max(rank[-1].end for rank in slots if rank)))
@@ -219,7 +243,7 @@ def memory_time_panels(ot, xlabel: str):
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    fig, (ax1, ax2) = new_figure(7.5, 5.6, nrows=2, sharex=True)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 5.6, nrows=2, sharex=True)
     memory_lines(ax1, ot.rows, ot.peak_rank)
     sm = ScalarMappable(norm=Normalize(0, len(ot.rows) - 1), cmap=matplotlib.colormaps["cividis"])
     fig.colorbar(sm, ax=[ax1, ax2], label="rank", pad=0.01, shrink=0.5, anchor=(0.0, 1.0))
@@ -227,11 +251,11 @@ def memory_time_panels(ot, xlabel: str):
     ax1.set_xlim(0, float(ot.length))
     ax1.margins(y=0.25)
     ax1.set_ylim(bottom=0)
-    ax1.legend(fontsize=8, loc="upper right")
+    ax1.legend(loc="upper right")
     memory_areas(ax2, ot.rows[ot.peak_rank])
     ax2.margins(y=0.25)
     ax2.set_ylim(bottom=0)
     ax2.set_ylabel(f"rank {ot.peak_rank}, GiB per device")
     ax2.set_xlabel(xlabel)
-    ax2.legend(fontsize=8, loc="upper right", ncol=2)
+    ax2.legend(loc="upper right", ncol=2)
     return fig
