@@ -168,7 +168,7 @@ def _wrap(label: str) -> str:
     """A step's label on lines short enough for its bar's width."""
     import textwrap
 
-    return textwrap.fill(label, 12, break_on_hyphens=False)
+    return textwrap.fill(label, 12, break_on_hyphens=False, break_long_words=False)
 
 
 def _clear_of_line(fig, ax, totals, line_y: float) -> None:
