@@ -303,24 +303,24 @@ def flow_diagram(g) -> Diagram:
         if e.residual:
             attrs += ['style=dashed', 'color="#777777"']
         body.append(f"  {e.src} -> {e.dst} [" + ", ".join(a for a in attrs if a) + "];")
-    legend = _legend([(SAVED_FILL, "#555555", "saved for backward (the paper's ledger)"),
+    legend = _legend([(SAVED_FILL, "#555555", "saved for backward"),
                       ("#FFFFFF", "#555555", "not saved") if any(not n.saved for n in g.nodes if n.kind == "value")
                       else None,
-                      ("#FFFFFF", CACHE_COLOR, "held by the inference KV cache")
+                      ("#FFFFFF", CACHE_COLOR, "inference's KV cache")
                       if any(n.cached for n in g.nodes) else None])
-    return Diagram(_graph(body, legend), g.title)
+    return Diagram(_graph(body, legend, ranksep=0.16), g.title)
 
 
 def _legend(items) -> str:
-    """A key, one swatch and its words per row."""
-    rows = []
+    """A key on one line: a swatch and its words per item."""
+    cells = []
     for it in items:
         if it is None:
             continue
         fill, line, text = it
-        rows.append(f'<TR><TD BGCOLOR="{fill}" COLOR="{line}" BORDER="{2 if line == CACHE_COLOR else 1}" '
-                    f'WIDTH="16" HEIGHT="10" FIXEDSIZE="TRUE"></TD><TD ALIGN="LEFT">{_font(escape(text), SMALL_SIZE)}</TD></TR>')
-    return f'<TABLE BORDER="0" CELLSPACING="3" CELLPADDING="1">{"".join(rows)}</TABLE>'
+        cells.append(f'<TD BGCOLOR="{fill}" COLOR="{line}" BORDER="{2 if line == CACHE_COLOR else 1}" '
+                     f'WIDTH="16" HEIGHT="10" FIXEDSIZE="TRUE"></TD><TD ALIGN="LEFT">{_font(escape(text), SMALL_SIZE)}</TD>')
+    return f'<TABLE BORDER="0" CELLSPACING="3" CELLPADDING="1"><TR>{"".join(cells)}</TR></TABLE>'
 
 
 # ------------------------------------------------------------------------------------------------
