@@ -25,6 +25,7 @@ from memlib.paper.parameters import mla_widths
 from memlib.report import ch02_architecture as ch02
 from memlib.report import ch04_static as ch04
 from memlib.report import diagrams as dg
+from memlib.report.format import span
 from memlib.scenarios import dataflow as df
 from memlib.scenarios.static import device_coords, device_slices, stage_groups
 from memlib.model.states import optimizer_states, recipe
@@ -337,7 +338,7 @@ def test_the_stage_diagram_draws_every_rank_and_the_slices(model):
     grid = [op["text"] for op in nodes["grid"]["_ldraw_"] if op.get("op") == "T"]
     assert sorted(int(t) for t in grid if t.isdigit()) == list(range(s["ranks"]))
     spans = [t for t in grid if "–" in t and not t.startswith(("ranks", "EP"))]
-    assert spans == ([f"{a}–{b}" for a, b in s["experts_of_ep"]] if s["experts"] else [])
+    assert spans == ([span(a, b) for a, b in s["experts_of_ep"]] if s["experts"] else [])
     table = texts(nodes["slices"])
     for f in s["families"]:
         assert f["label"] in table

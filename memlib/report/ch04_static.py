@@ -316,6 +316,11 @@ def errata_md(est: Estimate) -> str:
 STATE_CATEGORIES = ("parameters", "gradients", "optimizer_states")
 
 
+def _experts(e: tuple[int, int]) -> str:
+    """``routed experts 32–63``, or ``routed expert 1``."""
+    return f"routed expert {e[0]}" if e[0] == e[1] else f"routed experts {span(*e)}"
+
+
 def _fraction(f) -> str:
     """A share of a tensor family: ``1/64``, or ``whole``."""
     return "whole" if f == 1 else str(f)
@@ -337,10 +342,11 @@ def device_figure(est: Estimate, zero: int | None = None):
     words = {
         "stage": f"pipeline stages (PP {t.pp}); stage {d['stage']} holds {layers}",
         "grid": f"stage {d['stage']}: {d['ranks']} ranks = {shape}{experts}",
-        "columns": "routed experts", "expert_span": "{first}–{last}", "row": "ranks {first}–{last}",
+        "columns": "routed experts", "experts": [span(a, b) for a, b in d["experts_of_ep"] or []],
+        "row": "ranks {first}–{last}",
         "ep_row": "EP group {index}: ranks {first}–{last}",
-        "rank": f"rank {d['rank']} holds" + (f" routed experts {span(*d['experts'])}" if d["experts"] else "")
-                + " and these shares of its stage's tensors",
+        "rank": f"rank {d['rank']} holds" + (f" {_experts(d['experts'])} and" if d["experts"] else "")
+                + " these shares of its stage's tensors",
         "slice_columns": ("parameters", "gradients", f"optimizer states\n({zero_word})"),
     }
     families = [(f["label"],) + tuple(_fraction(f[c]) for c in STATE_CATEGORIES) for f in d["families"]]
@@ -374,7 +380,6 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
             "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(t.dp * t.cp),
             "dev_edp": fmt_count(t.edp),
             "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
-            "dev_experts": "no routed experts (a dense model)" if e is None else
-            f"routed experts {span(e[0], e[1])} of every MoE layer",
+            "dev_experts": "no routed experts (a dense model)" if e is None else f"{_experts(e)} of every MoE layer",
             "dev_groups": groups[0].upper() + groups[1:] + ".",
             "dev_colour": "its EP index, the routed experts it holds" if t.ep > 1 else "its TP rank"}

@@ -362,7 +362,7 @@ def stage_diagram(groups: dict, slices: dict, families: list, words: dict) -> Di
     (label, then one formatted fraction per column of ``words["slice_columns"]``); ``words``: the titles
     (``stage``, ``grid``, ``rank``, ``columns``, ``slice_columns``; ``row`` and ``ep_row``: formats with
     ``{index}``, ``{first}`` and ``{last}``, for a row of ranks and for a row that is one expert-parallel
-    group; ``expert_span``: a format with ``{first}`` and ``{last}``), already formatted.
+    group; ``experts``: the routed experts of each EP index), already formatted.
 
     The ranks are drawn in rows of consecutive ranks: one expert-parallel group per row where there is
     expert parallelism (a column then holds the same routed experts, its EDP group, titled with them),
@@ -403,11 +403,9 @@ def stage_diagram(groups: dict, slices: dict, families: list, words: dict) -> Di
             if c is None:
                 head.append(gap)
                 continue
-            spans = [slices["experts_of_ep"][color[r]] for r in range(c * tp_len, (c + 1) * tp_len)]
             head.append(group_cell("".join(
-                f'<TD WIDTH="{cell}" FIXEDSIZE="FALSE" BORDER="0">'
-                f'{_font(escape(words["expert_span"].format(first=a, last=b)), SMALL_SIZE)}</TD>' for a, b in spans),
-                False))
+                f'<TD WIDTH="{cell}" BORDER="0">{_font(escape(words["experts"][color[r]]), SMALL_SIZE)}</TD>'
+                for r in range(c * tp_len, (c + 1) * tp_len)), False))
         rows.append(f'<TR><TD BORDER="0" ALIGN="RIGHT">{_font(escape(words["columns"]), SMALL_SIZE)}</TD>'
                     f'{"".join(head)}</TR>')
     for row in rows_shown:
