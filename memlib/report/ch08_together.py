@@ -263,7 +263,7 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
                     f"{ot.peak_rank} holds {fmt_count(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
                     f"states and peaks at {fmt_bytes(pk.allocated)}, the most of any rank.")
     last = ot.peaks[-1]
-    idle = st.first_idle(ot)
+    idle = st.first_idle(ot) or st.first_idle(ot, 0)     # the peak rank's wait, or the first rank's
     caption = ""
     if idle is None or not idle["drop"]:
         drop = ""
