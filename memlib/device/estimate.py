@@ -323,7 +323,10 @@ class Estimate:
         return x
 
     def _dropped(self, ledger, policy: Policy) -> sp.Expr:
-        return sp.Add(*(self._scaled(k, x) for k, (x, e) in ledger.items() if policy.drops(e)))
+        """What ``policy`` re-materialises of ``ledger`` (its recompute working set): the entries it drops,
+        not those that only a checkpoint keeps (``only_when``), which are never recomputed and, when the
+        policy has no such checkpoint, do not exist."""
+        return sp.Add(*(self._scaled(k, x) for k, (x, e) in ledger.items() if policy.drops(e) and not e.only_when))
 
     def chunk_parts(self, chunk: Chunk) -> tuple[list[tuple[int, str, Policy]], list[tuple[str, Policy]]]:
         """What one micro-batch through ``chunk`` is made of: ``(times, ledger, policy)``, the entries of

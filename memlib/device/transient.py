@@ -140,10 +140,14 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
         seg = segments[i]
         j, P = seg.find("attention.softmax_out")
         pe = seg.entry(j)
-        vi = seg.find("attention.v")
+        vi = seg.find("attention.v") or seg.find("attention.v_repeated")   # GQA: v repeated to every head
         V, ve = (vi[1], seg.entry(vi[0])) if vi else (0, None)
         ci = seg.find("attention.context")
         C = ci[1] if ci else 0
+        # grouped-query attention repeats k to every head inside the attention: under core_attn the repeat is
+        # re-run, and the repeated k stays saved by Q K^T until that bmm's backward, after this moment
+        ki = seg.find("attention.k_repeated")
+        K = ki[1] if ki and not seg.kept(seg.entry(ki[0])) else 0
         core = "core_attn" in seg.policy.modules and not seg.policy.full
         if fused_softmax:
             # TE: the context bmm's backward (dP, dV beside dC), the probabilities and v still saved; under
@@ -155,10 +159,12 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
             released = tail(i) + seg.kept_after(j) + (P if seg.kept(pe) else 0)
             grads = 4 * P + V + grad_hidden
             if core:    # CheckpointFunction.backward holds q, k, v, its recomputed output and that one's gradient
-                working = C
+                working = C + K
                 grads += C
             else:       # the softmax's and the bmm's backward have run: the probabilities and v are freed
                 released += V if ve is not None and seg.kept(ve) else 0
+                if seg.policy.full:   # the layer's CheckpointFunction.backward holds its output's gradient
+                    grads += H
                 working = (seg.dropped_upto(j) - (0 if seg.kept(pe) else P)
                            - (V if ve is not None and not seg.kept(ve) else 0))
         out["backward_attention"] = _terms(backward_released=-released, backward_gradients=grads,

@@ -417,8 +417,24 @@ def _gib(n: int) -> str:
 
 
 def _names(steps) -> str:
-    names = [f"`{s.name}`" for s in steps]
+    names = [s.name for s in steps]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _misses(misses) -> str:
+    """The cases short by more than rounding, in a sentence each kind of site can stand behind."""
+    if not misses:
+        return "No case is off by more than rounding."
+    cases = "; ".join(f"{s.name}, {_err(s.error)} ({signed_bytes(s.predicted - s.measured, 'MiB', 0)})"
+                      for s in misses)
+    head = ("One case is off by more than rounding: " if len(misses) == 1 else
+            f"{fmt_count(len(misses)).capitalize()} cases are off by more than rounding: ") + cases + "."
+    sites = {s.measured_site for s in misses}
+    if sites == {"recomputation"}:
+        it = "It peaks" if len(misses) == 1 else "They peak"
+        head += (f" {it} in the backward of a recomputed layer, while its attention's gradients are computed, where "
+                 "more gradients of the residual stream's size are alive than memlib's moment lists.")
+    return head
 
 
 def step_values() -> dict[str, str]:
@@ -431,16 +447,14 @@ def step_values() -> dict[str, str]:
         "gpu": env["gpu"], "driver": env["driver"], "torch": env["torch"], "cuda": env["cuda"],
         "mcore": env["megatron_core"], "n": fmt_count(summ["n"]), "smallest": fmt_bytes(summ["smallest"]),
         "largest": fmt_bytes(summ["largest"]), "card": fmt_bytes(env["total_memory"]), "max_abs": _err(summ["max_abs"]).lstrip("+"),
-        "worst": f"`{summ['worst']}`", "cpu_max_abs": _err(summ["cpu_max_abs"]).lstrip("+"),
-        "cpu_worst": f"`{summ['cpu_worst']}`", "n_rounding": fmt_count(summ["n_rounding"]),
-        "rounding": _err(summ["rounding"]).lstrip("+"), "n_misses": fmt_count(len(misses)),
-        "misses": "; ".join(f"`{s.name}`, {_err(s.error)} ({signed_bytes(s.predicted - s.measured, 'MiB', 0)})"
-                            for s in misses) or "none",
+        "worst": summ["worst"], "cpu_max_abs": _err(summ["cpu_max_abs"]).lstrip("+"),
+        "cpu_worst": summ["cpu_worst"], "n_rounding": fmt_count(summ["n_rounding"]),
+        "rounding": _err(summ["rounding"]).lstrip("+"), "misses_sentence": _misses(misses),
         "seq_len": fmt_count(ds.config["train"]["seq_len"]),
         "microbatches": " or ".join(sorted({fmt_count(x.config["train"]["num_microbatches"]) for x in steps.values()})),
-        "norm_case": f"`{ds.name}`", "norm_bytes": fmt_bytes(ds.norm_bytes),
-        "buffer_case": f"`{ds.name}`", "buffer_bytes": fmt_bytes(ds.attention_buffer),
-        "workspace_case": f"`{llama.name}`", "workspace_bytes": fmt_bytes(llama.loss_workspace),
+        "norm_case": ds.name, "norm_bytes": fmt_bytes(ds.norm_bytes),
+        "buffer_case": ds.name, "buffer_bytes": fmt_bytes(ds.attention_buffer),
+        "workspace_case": llama.name, "workspace_bytes": fmt_bytes(llama.loss_workspace),
         "lr_shape": f"[{fmt_count(lr['seq_len'])}, {fmt_count(lr['micro_batch'])}, {fmt_count(lr['vocab_size'])}]",
         "lr_logits": fmt_bytes(lr["logits"]),
         "outliving": _names(summ["outliving"]),
