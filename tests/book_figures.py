@@ -63,7 +63,6 @@ def builders(model: str) -> dict:
         "oa_pairs_figure": lambda: ch12_architectures.pairs_figure(),
         "wf_region": lambda: ch13_fits.region_figure(model),
         "wf_pareto": lambda: ch13_fits.pareto_figure(model),
-        "wf_front": lambda: ch13_fits.front_figure(model),
     }
 
 

@@ -210,7 +210,7 @@ ERRORS = [
     (("--profile", "deepspeed"), ["profile='deepspeed'", "paper", "megatron"]),
     (("--pp", "60"), ["pp=60", "num_hidden_layers=61", "stage 59 empty"]),
     (("--layout", "4,x"), ["layout", "4,x"]),
-    (("--pp", "2", "--layout", "62,-1"), ["layout=62,-1", "non-negative"]),
+    (("--pp", "2", "--layout", "62,-1"), ["layout='62,-1'", "non-negative"]),
     (("--cp", "0"), ["cp=0", "positive integer"]),
 ]
 

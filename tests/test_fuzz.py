@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import tiny as T
 RUNS = int(os.environ.get("MEMLIB_FUZZ_RUNS", "160"))
 SEED = int(os.environ.get("MEMLIB_FUZZ_SEED") or int.from_bytes(os.urandom(4), "little"))
 LIMIT_S = 5.0
+PLAN_LIMIT_S = 10.0
 
 #: values that have broken parsers before, or could
 NASTY = ["0", "-1", "1", "2", "3", "7", "1.5", "1e3", "1e5000", "-0", "00", "+1", " 4 ", "", " ", "x", "nan", "inf",
@@ -185,18 +187,21 @@ def random_argv(rng: random.Random, tmp: Path) -> list[str]:
 
 
 def run_in_process(argv: list[str]) -> tuple[int, str, str, float]:
+    """The call's exit code, output and the processor seconds it took (its own work: on a machine shared with other
+    jobs its wall-clock time is theirs too)."""
     out, err = io.StringIO(), io.StringIO()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = main(argv)
         except SystemExit as exc:           # argparse's --help; never expected here
             rc = exc.code
-    return rc, out.getvalue(), err.getvalue(), time.perf_counter() - t0
+    return rc, out.getvalue(), err.getvalue(), time.process_time() - t0
 
 
 def check_outcome(argv, rc, out, err, seconds, where):
-    assert seconds < LIMIT_S, f"{where}: took {seconds:.1f} s: {argv}"
+    limit = PLAN_LIMIT_S if argv[:1] == ["plan"] else LIMIT_S
+    assert seconds < limit, f"{where}: took {seconds:.1f} s: {argv}"
     assert "Traceback" not in err, f"{where}: {argv}\n{err}"
     if rc == 2:
         assert out == "", f"{where}: {argv}"
@@ -219,6 +224,11 @@ def check_outcome(argv, rc, out, err, seconds, where):
             assert data["peak"]["bytes"] == max(s["bytes"]["total"] for s in data["stages"])
         if argv[0] == "params":
             assert data["total"] == sum(data["components"].values())
+        if argv[0] == "plan":
+            assert data["searched"] >= data["fitting"] >= len(data["configs"])
+            for c in data["configs"]:
+                assert c["peak"] <= data["capacity"] and c["headroom"] == data["capacity"] - c["peak"]
+                assert type(c["peak"]) is int and c["peak"] > 0
     else:
         assert out.strip(), f"{where}: no output: {argv}"
 
@@ -259,9 +269,13 @@ def test_cli_fuzz(tmp_path):
 ])
 def test_the_issues_reproducers_through_a_real_process(argv):
     """The crashes and hangs reported (issue #8), each as its own process: exit 0 or the one line."""
-    t0 = time.perf_counter()
+    def cpu() -> float:              # the process's own seconds (the machine may be shared)
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    t0 = cpu()
     r = subprocess.run([sys.executable, "-m", "memlib", *argv], capture_output=True, text=True, timeout=60)
-    check_outcome(argv, r.returncode, r.stdout, r.stderr, time.perf_counter() - t0, "reproducer")
+    check_outcome(argv, r.returncode, r.stdout, r.stderr, cpu() - t0, "reproducer")
 
 
 def test_config_files_that_broke_the_reader(tmp_path):
@@ -279,3 +293,171 @@ def test_config_files_that_broke_the_reader(tmp_path):
         rc, out, err, seconds = run_in_process(["params", "--model", str(p)])
         check_outcome(["params"], rc, out, err, seconds, name)
         assert rc == 2 and needles[name] in err, (name, err)
+
+
+# ------------------------------------------------------------------------------------------------
+# plan, Megatron layout strings, every family's config.json fields (issue #20)
+# ------------------------------------------------------------------------------------------------
+PLAN_RUNS = int(os.environ.get("MEMLIB_FUZZ_PLAN_RUNS", "14"))
+SURFACE_RUNS = int(os.environ.get("MEMLIB_FUZZ_SURFACE_RUNS", "120"))
+HUGE = "10000000000000000000"
+NOT_ASCII = ["²", "١", "１", "٣٢", "𝟐"]
+
+#: plan's options and values to draw for each (valid ones first, then the kinds of input that broke it)
+PLAN_OPTIONS = {
+    "--global-batch": ["32", "64", "96", "15360", "7", "0", HUGE, str(2**30), "١٦"],
+    "--seq-len": ["1024", "4096", "4095", "1", HUGE],
+    "--profile": ["megatron", "paper", "megatron,paper", "hf-eager", "megatron,bogus", ",", ""],
+    "--precision": ["megatron", "fp32,megatron", "megatron:exp_avg=bf16,exp_avg_sq=bf16",
+                    "fp32,megatron:exp_avg=bf16,exp_avg_sq=bf16", "deepseek-v3", "megatron,bogus", "x:y=z"],
+    "--recompute": ["none", "none,selective,full", "full-block:1", "deepseek", "layernorm+mla_up_proj",
+                    "none,bogus", "full-block:²", "core_attn+mlp"],
+    "--schedule": ["1f1b", "1f1b,gpipe", "gpipe,1f1b", "interleaved", "dualpipe", "1f1b,interleaved,dualpipe,gpipe",
+                   "zb-v"],
+    "--zero": ["0,1,2,3", "1", "0,1", "4", "١", "", "3,3"],
+    "--layout-rule": ["default", "balanced", "default,balanced", "uneven"],
+    "--fix": ["tp=1", "pp=2", "zero=3", "tp=²", "tp=١", "b=64", "vpp=2", "pp=1,tp=2", "foo=1", "tp=x", "tp=1,tp=2",
+              "dp=" + HUGE],
+    "--max-micro-batch": ["1", "4", "16", "0", HUGE],
+    "--max-vpp": ["2", "4", "64", "1", "65", HUGE],
+    "--top": ["0", "1", "10", "200", "2000", "2001", HUGE, "-1"],
+    "--overhead": ["low", "high", "none", "medium"],
+    "--unit": ["GiB", "GB", "TB"],
+}
+
+
+def random_plan_argv(rng: random.Random, tmp: Path) -> list[str]:
+    model = rng.choice([*PRESETS, random_family_file(rng, tmp, valid=True), random_model_file(rng, tmp)])
+    argv = ["plan", "--model", model, "--gpus", rng.choice(["1", "2", "8", "16", "64", "256", "0", "x", HUGE, "٨"]),
+            "--gpu-memory", rng.choice(["80GB", "141GB", "1TB", "1GB", "80", "eighty"])]
+    for opt in rng.sample(sorted(PLAN_OPTIONS), rng.randint(0, 5)):
+        argv += [opt, rng.choice(PLAN_OPTIONS[opt])]
+    if rng.random() < 0.6:
+        argv.append("--json")
+    return argv
+
+
+def random_layout_string(rng: random.Random) -> str:
+    """A Megatron-LM layout string: valid pieces (stages of E, t, m, L; repetitions) and broken ones."""
+    pieces = []
+    for _ in range(rng.randint(1, 6)):
+        kind = rng.random()
+        n = rng.choice(["0", "1", "2", "3", "30", "61", "1023", "4095", "99999999999"] + NOT_ASCII)
+        if kind < 0.3:
+            pieces.append(rng.choice(["E", "t", "m", "L", "tt", "Et", "mL", ""]) + "|")
+        elif kind < 0.55:
+            pieces.append(f"({rng.choice(['t|', '|', 'tt|', 'E|', 't'])})*{n}")
+        elif kind < 0.8:
+            pieces.append(f"{rng.choice('Etm|')}*{n}")
+        else:
+            pieces.append(rng.choice(["x", "(", ")", "*", ",", "t*", "(t|)*", "é", "\x00"]))
+    text = "".join(pieces)
+    if rng.random() < 0.7:
+        text = "E" + text + rng.choice(["t*61mL", "mL", "L", "t*60L", ""])
+    return text
+
+
+def random_layout_argv(rng: random.Random) -> list[str]:
+    argv = ["estimate", "--layout", random_layout_string(rng)]
+    if rng.random() < 0.7:
+        argv += ["--pp", rng.choice(["1", "2", "4", "16", "61", "1024", "4096", "30000"])]
+    if rng.random() < 0.3:
+        argv += ["--schedule", rng.choice(["1f1b", "interleaved", "dualpipe", "gpipe"])]
+    if rng.random() < 0.3:
+        argv += ["--model", rng.choice(PRESETS)]
+    return argv + ["--json"] * (rng.random() < 0.5)
+
+
+FAMILY_CONFIGS = T.FAMILY_CONFIGS
+#: values that have broken config readers: booleans and floats where integers belong, strings, nulls, sizes
+FIELD_VALUES = [True, False, 0, 1, 2, -1, 1.0, 0.0, 2.5, "1", "", None, [], {}, 2**40 + 1, 10**30, 3, 8, 64]
+
+
+def random_family_file(rng: random.Random, tmp: Path, valid: bool = False) -> str:
+    """A config.json of a random family: valid and varied in size (``valid``), or with some fields broken."""
+    d = dict(FAMILY_CONFIGS[rng.choice(sorted(FAMILY_CONFIGS))])
+    layers = "n_layer" if "n_layer" in d else "num_hidden_layers"
+    d[layers] = rng.choice([1, 2, 4, 8, 16, 61])
+    if "first_k_dense_replace" in d:
+        d["first_k_dense_replace"] = rng.randint(0, d[layers])
+    if not valid:
+        for key in rng.sample(sorted(d), rng.choice([1, 1, 2, 3])):
+            d[key] = rng.choice(FIELD_VALUES)
+        if rng.random() < 0.3:
+            d[rng.choice(["decoder_sparse_step", "num_nextn_predict_layers", "n_group", "topk_group", "head_dim",
+                          "moe_layer_freq", "tie_word_embeddings", "mlp_only_layers"])] = rng.choice(FIELD_VALUES)
+    path = tmp / f"f{rng.randrange(10**9)}.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def random_family_argv(rng: random.Random, tmp: Path) -> list[str]:
+    model = random_family_file(rng, tmp, valid=rng.random() < 0.3)
+    cmd = rng.choice(["params", "estimate", "estimate"])
+    argv = [cmd, "--model", model]
+    if cmd == "estimate":
+        argv += ["--dp", "1", "--pp", rng.choice(["1", "2"]), "--ep", rng.choice(["1", "2"]),
+                 "--profile", rng.choice(["paper", "megatron", "hf-eager"]), "--tp", rng.choice(["1", "2"])]
+    return argv + ["--json"] * (rng.random() < 0.7)
+
+
+MEGATRON_EXTRA = ["--über-flag 3", "--moe-made-up-flag 2", "--x+y 1", "--flag\u00e9", "--num-layers ١", "--moe-router-topk 2",
+                  "--pipeline-model-parallel-layout 'Et*٣L'", "--moe-layer-freq '[1]*٤'"]
+
+
+def random_megatron_extra_argv(rng: random.Random, tmp: Path) -> list[str]:
+    """The valid small run of random_megatron_file, dense or MoE, with flags memlib does not know added."""
+    chosen = {flag: MEGATRON_FLAGS[flag][0] for flag in VALID_MEGATRON}
+    if rng.random() < 0.5:                       # a dense model: no --num-experts
+        for flag in ("--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk", "--moe-shared-expert-intermediate-size"):
+            chosen.pop(flag)
+    words = [k if v is None else f"{k} {v}" for k, v in chosen.items()] + rng.sample(MEGATRON_EXTRA, rng.randint(1, 3))
+    path = tmp / f"x{rng.randrange(10**9)}.args"
+    path.write_text(" ".join(words))
+    return ["estimate", "--megatron-args", str(path), "--world-size", "1"] + ["--json"] * (rng.random() < 0.5)
+
+
+def _campaign(draw, runs: int, tmp_path, name: str) -> dict:
+    rng = random.Random(f"{SEED}-{name}")
+    where = f"MEMLIB_FUZZ_SEED={SEED} ({name})"
+    seen: dict = {}
+    for i in range(runs):
+        argv = draw(rng, tmp_path)
+        rc, out, err, seconds = run_in_process(argv)
+        check_outcome(argv, rc, out, err, seconds, f"{where} run {i}")
+        seen[rc] = seen.get(rc, 0) + 1
+    return seen
+
+
+def test_plan_fuzz(tmp_path):
+    """``memlib plan`` under random and hostile options: exit 0 with consistent JSON (every listed peak within the
+    capacity) or the one line, within 10 s; never a traceback."""
+    seen = _campaign(random_plan_argv, PLAN_RUNS, tmp_path, "plan")
+    assert set(seen) <= {0, 2}, seen
+
+
+def test_layout_string_fuzz(tmp_path):
+    seen = _campaign(lambda rng, tmp: random_layout_argv(rng), SURFACE_RUNS // 2, tmp_path, "layout")
+    assert seen.get(2) and set(seen) <= {0, 2}, seen
+
+
+def test_family_config_fuzz(tmp_path):
+    """Config files of every family with fields broken (booleans and floats for integers, strings, nulls, huge
+    sizes) or valid and varied: read, or refused in one line."""
+    seen = _campaign(random_family_argv, SURFACE_RUNS, tmp_path, "families")
+    assert seen.get(0) and seen.get(2) and set(seen) <= {0, 2}, seen
+
+
+def test_megatron_unknown_flag_fuzz(tmp_path):
+    """A valid Megatron-LM run with flags memlib does not know (or integers in other digits) added: every unknown
+    flag is in the warning (never dropped), a non-ASCII integer is refused."""
+    rng = random.Random(f"{SEED}-megatron-extra")
+    for i in range(SURFACE_RUNS // 4):
+        argv = random_megatron_extra_argv(rng, tmp_path)
+        rc, out, err, seconds = run_in_process(argv)
+        check_outcome(argv, rc, out, err, seconds, f"MEMLIB_FUZZ_SEED={SEED} (megatron extra) run {i}")
+        text = Path(argv[2]).read_text()
+        if rc == 0:
+            for flag in ("--über-flag", "--moe-made-up-flag", "--x+y"):
+                if flag in text:
+                    assert flag in err, (argv, text, err)

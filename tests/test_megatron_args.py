@@ -303,7 +303,7 @@ def test_pattern_to_hf_round_trips_every_expressible_pattern():
     (dict(hidden_size="66"), r"--hidden-size=66 must be divisible by --num-attention-heads=4"),
     (dict(num_layers="x"), r"--num-layers='x' must be a positive integer"),
     (dict(num_layers="0"), r"--num-layers=0 must be a positive integer"),
-    (dict(num_layers="99999999999"), r"--num-layers=99999999999 exceeds 65,536"),
+    (dict(num_layers="99999999999"), r"--num-layers=99999999999 exceeds 2\^16"),
     (dict(num_layers="$LAYERS"), r"--num-layers='\$LAYERS' is a shell variable"),
     (dict(num_layers="4 5"), r"--num-layers='4 5' takes one value, not 2"),
     (dict(bf16="x"), r"--bf16='x': the flag is a switch and takes no value"),

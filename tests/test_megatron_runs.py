@@ -189,24 +189,43 @@ SIMUMAX_MIRROR = Path(os.environ.get("SIMUMAX_MIRROR", "/work/.mirror/MooreThrea
 
 @pytest.mark.skipif(not SIMUMAX_MIRROR.exists(), reason="no SimuMax mirror on this machine")
 def test_simumax_copy_matches_the_repository():
-    """The Llama rows of SimuMax's B200 table are copied, not retyped; the launcher passes the model shapes
-    memlib.data.reference.SIMUMAX_MODELS holds."""
-    from memlib.data.reference import SIMUMAX_COMMIT, SIMUMAX_MODELS, SIMUMAX_RUNS_FILE
+    """The rows of SimuMax's B200 table are copied, not retyped (the Llama rows' memory, every row's step); the
+    launchers pass the model shapes memlib.data.reference.SIMUMAX_MODELS holds."""
+    from memlib.data.reference import SIMUMAX_COMMIT, SIMUMAX_MODELS, SIMUMAX_RUNS_FILE, SIMUMAX_STEPS_FILE
 
     def show(path):
         return subprocess.run(["git", "--git-dir", str(SIMUMAX_MIRROR), "show", f"{SIMUMAX_COMMIT}:{path}"],
                               capture_output=True, text=True, check=True).stdout
     original = {r["case"]: r for r in json.loads(show("docs/b200/b200_release_v1.2_summary.json"))["rows"]}
-    copy = json.loads(SIMUMAX_RUNS_FILE.read_text(encoding="utf-8"))
-    assert SIMUMAX_COMMIT in copy["_source"] and copy["rows"]
-    for row in copy["rows"]:
-        assert all(original[row["case"]][k] == v for k, v in row.items()), row["case"]
+    for path in (SIMUMAX_RUNS_FILE, SIMUMAX_STEPS_FILE):
+        copy = json.loads(path.read_text(encoding="utf-8"))
+        assert SIMUMAX_COMMIT in copy["_source"] and copy["rows"]
+        for row in copy["rows"]:
+            assert all(original[row["case"]][k] == v for k, v in row.items()), row["case"]
+    assert len(json.loads(SIMUMAX_STEPS_FILE.read_text(encoding="utf-8"))["rows"]) == len(original)
     launcher = show("simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh")
-    for shape in SIMUMAX_MODELS.values():
+    moe = show("simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh")
+    for name, shape in SIMUMAX_MODELS.items():
+        if name.startswith("deepseek"):
+            block = (f"HIDDEN_SIZE={shape['hidden_size']}\n    export MOE_NUM_EXPERTS={shape['n_routed_experts']}\n")
+            tail = (f"MOE_FFN_HIDDEN_SIZE={shape['moe_intermediate_size']}\n    FFN_HIDDEN_SIZE="
+                    f"{shape['intermediate_size']}\n    VOCAB_SIZE={shape['vocab_size']}\n    TOPK="
+                    f"{shape['num_experts_per_tok']}\n    MOE_SHARED_FFN_HIDDEN_SIZE="
+                    f"{shape['n_shared_experts'] * shape['moe_intermediate_size']}")
+            assert block in moe and tail in moe, name
+            for flag, key in (("--q-lora-rank", "q_lora_rank"), ("--kv-lora-rank", "kv_lora_rank"),
+                              ("--qk-head-dim", "qk_nope_head_dim"), ("--qk-pos-emb-head-dim", "qk_rope_head_dim"),
+                              ("--v-head-dim", "v_head_dim")):
+                assert f"{flag} {shape[key]}" in moe
+            assert f"HEAD_NUM={shape['num_attention_heads']}" in moe
+            continue
         block = (f"hidden_size={shape['hidden_size']}\n    ffn_hidden_size={shape['intermediate_size']}\n"
                  f"    head_num={shape['num_attention_heads']}\n    num_query_groups={shape['num_key_value_heads']}\n"
                  f"    vocab_size={shape['vocab_size']}")
         assert block in launcher
+    for flag in ("--moe-expert-capacity-factor 1", "--moe-pad-expert-input-to-capacity", "--moe-grouped-gemm",
+                 "MOE_LAYER_FREQ=\"([0]*1+[1]*${NUM_LAYERS_MINUS_ONE})*1\""):
+        assert flag in moe
     for flag in ("--use-distributed-optimizer", "--use-flash-attn", "--sequence-parallel", "--recompute-num-layers 0",
                  "--accumulate-allreduce-grads-in-fp32", "--untie-embeddings-and-output-weights", "NullTokenizer"):
         assert flag in launcher

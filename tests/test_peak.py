@@ -299,3 +299,24 @@ def test_gpu_sets_the_workspaces_and_is_checked(capsys):
     assert main(args + ["--gpu", "X100"]) == 2
     assert capsys.readouterr().err.strip() == ("memlib: error: gpu='X100' must be one of A100, H100, H800, H200, "
                                                "B200, GB200")
+
+
+@SETTINGS
+@given(cases(profiles=("megatron",), policies=("none",)))
+def test_a_stronger_policy_peaks_higher_only_where_it_recomputes(case):
+    """Stronger recomputation (none -> selective -> full) can raise the peak, by design and measured (issue #20,
+    tests/test_peak_cpu.py's POLICY_PAIRS): the stronger policy re-runs a layer's forward (its dropped entries, the
+    MoE's copies of the dispatched tokens, the frames' residual-stream tensors) while the backward's gradients are
+    alive, or its checkpoint keeps inputs nothing else keeps (the dataset's [b, 1, s, s] attention mask, kept for
+    core_attn recomputation, one per micro-batch in flight).  So where the stronger
+    policy's peak is higher, its worst moment is one with a recompute working set, or the excess is at most the
+    masks of the micro-batches in flight."""
+    m, t = build(case)
+    per = {p: estimate(m, t.with_(recompute=p), NONE) for p in ("none", "selective", "full")}
+    for weak, strong in (("none", "selective"), ("selective", "full"), ("none", "full")):
+        mask = per[strong]._evaluated("embedding").get("embedding.attention_mask", (0, None))[0]
+        for a, b in zip(per[weak].peaks, per[strong].peaks):
+            if b.peak_allocated > a.peak_allocated:
+                held = mask * b.moment.total            # the mask of each micro-batch in flight
+                assert b.transient["recompute_working_set"] > 0 or b.peak_allocated - a.peak_allocated <= held, \
+                    (weak, strong, a.peak_allocated, b.peak_allocated, b.candidate, b.transient, mask)

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig
 from memlib.device.estimate import estimate
 from memlib.device.overhead import Overheads
-from memlib.search.plan import parse_fix, plan, search
+from memlib.search.plan import FULL, PRACTICAL, parse_fix, plan, search
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 10**9
@@ -89,18 +90,49 @@ def test_cli_json_peaks_equal_memlib_estimate(capsys):
             "--schedule", "dualpipe", "--top", "3", "--json"]
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"model", "gpus", "capacity", "searched", "fitting", "configs"}
+    assert set(data) == {"model", "gpus", "capacity", "searched", "fitting", "cost_model", "space", "configs"}
     assert data["capacity"] == 80 * GB and data["gpus"] == 2048
     c = data["configs"][0]
-    cf = c["config"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "memlib", "estimate", "--model", "deepseek-v3", "--json", "--profile", cf["profile"],
-           "--precision", cf["precision"], "--recompute", cf["recompute"], "--schedule", cf["schedule"],
-           "--layout", ",".join(map(str, cf["layout"])), "--num-microbatches", str(cf["num_microbatches"]),
-           "--micro-batch", str(cf["micro_batch"]), "--seq-len", str(cf["seq_len"]), "--zero", str(cf["zero"]),
-           *(x for k in ("dp", "tp", "pp", "ep", "etp", "cp") for x in (f"--{k}", str(cf[k])))]
+    cmd = [sys.executable, "-m", "memlib", *c["estimate_args"], "--json"]
     out = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
     assert out["peak"] == {"stage": c["peak_stage"], "bytes": c["peak"]}
+
+
+def test_every_listed_configuration_round_trips_into_estimate(capsys):
+    """Each configuration ``plan`` lists carries the ``memlib estimate`` flags of its every field (the fragmentation
+    written as "1/20" included): they give back its peak, its stage and its configuration."""
+    args = ["plan", "--model", "deepseek-v2-lite", "--gpus", "16", "--global-batch", "64", "--gpu", "B200",
+            "--schedule", "1f1b,interleaved,dualpipe", "--recompute", "none,full", "--zero", "0,1,3",
+            "--overhead", "high", "--space", "full", "--top", "12", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["configs"]) == 12
+    assert {c["config"]["overhead"]["fragmentation"] for c in data["configs"]} == {"3/10"}
+    for c in data["configs"]:
+        assert main([*c["estimate_args"], "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["peak"] == {"stage": c["peak_stage"], "bytes": c["peak"]}
+        assert out["config"] == c["config"]
+
+
+def test_practical_space_rules_and_their_switches():
+    """The practical space: TP within a node, >= 4096 tokens per CP rank, ETP 1 for fine-grained experts, the
+    megatron profile's ZeRO 0 and 1; the full space has what each rule leaves out; a fixed knob bypasses its rule."""
+    kw = dict(seq_len=8192, global_batch=64, recomputes=("none",), schedules=("1f1b",), layout_rules=("default",))
+    practical = search("deepseek-v2-lite", 32, **kw)
+    full = search("deepseek-v2-lite", 32, space=FULL, **kw)
+    col = practical.column
+    assert col("tp").max() <= 8 and (8192 // col("cp")).min() >= 4096
+    assert set(col("etp")) == {1} and set(col("zero")) == {0, 1}
+    assert full.column("tp").max() == 16 and (8192 // full.column("cp")).min() < 4096
+    assert set(full.column("etp")) > {1} and set(full.column("zero")) == {0, 1, 2, 3}
+    assert practical.searched < full.searched
+    fixed = search("deepseek-v2-lite", 32, fix={"tp": 16}, zeros=(3,), **kw)
+    assert set(fixed.column("tp")) == {16} and set(fixed.column("zero")) == {3}
+    dense = search("llama-3-8b", 16, **kw)       # no experts: the ETP rule has nothing to say
+    assert set(dense.column("etp")) == set(dense.column("tp")) | {1} or set(dense.column("etp")) == {1}
+    assert search("deepseek-v2-lite", 32, space=replace(PRACTICAL, min_cp_tokens=1024), **kw).column("cp").max() == 8
 
 
 @pytest.mark.parametrize("args,message", [

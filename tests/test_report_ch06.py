@@ -130,3 +130,13 @@ def test_routed_count_table_shows_both_counts_in_gib():
     same = ch6.routed_count_values(routed_count_comparison(
         estimate("deepseek-v3", paper_training("deepseek-v3").with_(ep=2))))     # EP ETP = TP: one count
     assert same["rc_claim"].startswith("under this layout as many as the paper counts, 16,384")
+
+
+def test_a_dense_model_routes_no_token():
+    """A model without routed experts (Llama-3-8B): the routed-token comparison has nothing to compare, and says so
+    instead of dividing by zero."""
+    cmp = pa.routed_count_comparison(estimate("llama-3-8b", paper_training("llama-3-8b")))
+    assert cmp["paper"]["tokens"] == cmp["held"]["tokens"] == 0
+    assert cmp["held"]["layer_routed"] == cmp["paper"]["layer_routed"]
+    v = ch.routed_count_values(cmp)
+    assert v["rc_ratio"] == "—" and "no token" in v["rc_claim"]

@@ -63,3 +63,24 @@ def write_tiny(path: Path, **changes) -> Path:
     """Write the tiny model's ``config.json`` to ``path`` and return it."""
     path.write_text(json.dumps({**TINY_HF, **changes}))
     return path
+
+
+_GQA = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 50}
+#: a valid small config.json of every family memlib reads (memlib.config.FAMILIES), each optional integer field set
+FAMILY_CONFIGS = {
+    "deepseek": {**TINY_HF, "moe_layer_freq": 1, "num_nextn_predict_layers": 1, "n_group": 2, "topk_group": 1},
+    "llama": {"architectures": ["LlamaForCausalLM"], **_GQA, "intermediate_size": 96},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], **_GQA, "intermediate_size": 96, "head_dim": 8},
+    "mixtral": {"architectures": ["MixtralForCausalLM"], **_GQA, "num_local_experts": 4, "intermediate_size": 32,
+                "num_experts_per_tok": 2, "decoder_sparse_step": 1},
+    "qwen2_moe": {"architectures": ["Qwen2MoeForCausalLM"], **_GQA, "num_experts": 4, "moe_intermediate_size": 16,
+                  "num_experts_per_tok": 2, "shared_expert_intermediate_size": 32, "intermediate_size": 96,
+                  "decoder_sparse_step": 1},
+    "qwen3_moe": {"architectures": ["Qwen3MoeForCausalLM"], **_GQA, "num_experts": 4, "moe_intermediate_size": 16,
+                  "num_experts_per_tok": 2, "intermediate_size": 96, "decoder_sparse_step": 1, "head_dim": 8},
+    "gpt": {"architectures": ["GPTForCausalLM"], "hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 2,
+            "vocab_size": 50, "max_position_embeddings": 128, "intermediate_size": 96},
+    "gpt2": {"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_head": 8, "n_layer": 2, "vocab_size": 50,
+             "n_positions": 128, "n_inner": 96},
+}

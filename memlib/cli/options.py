@@ -122,6 +122,18 @@ def _list(name: str, text: str) -> list[str]:
     return items
 
 
+def _precisions(text: str) -> list[str]:
+    """A comma list of precision recipes, where a spec ``BASE:FIELD=BYTES,FIELD=BYTES`` is one item: a
+    ``FIELD=BYTES`` (no colon) continues the spec before it."""
+    items: list[str] = []
+    for x in _list("precision", text):
+        if ":" not in x and "=" in x and items and ":" in items[-1]:
+            items[-1] += "," + x
+        else:
+            items.append(x)
+    return items
+
+
 def _shown(x) -> str:
     if x is None:
         return "-"

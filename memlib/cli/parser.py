@@ -5,7 +5,7 @@ import argparse
 import re
 
 from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig,
-                      show)
+                      parse_count, show)
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.states import RECIPES
 from ..core.units import parse_number
@@ -22,20 +22,9 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(_QUOTED.sub(lambda mo: show(mo.group(1)), one_line))
 
 
-_DIGITS = 20   # an integer option has at most this many digits (the LIMITS are far below 10^20)
-
-
 def _integer(name: str, text: str, minimum: int = 1) -> int:
-    """An integer option, read without converting an unbounded string: plain ASCII digits (an
-    optional minus sign, so that a negative value is named as such), at most 20 of them."""
-    t = text.strip()
-    body = t[1:] if t.startswith("-") else t
-    if body and len(body) > _DIGITS and all("0" <= c <= "9" for c in body):
-        raise ConfigError(f"{name}={show(text)} has {len(body)} digits, more than any size memlib accepts")
-    if not body or len(body) > _DIGITS or not all("0" <= c <= "9" for c in body):
-        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"{name}={show(text)} must be {rule}")
-    return int(t)
+    """An integer option: :func:`memlib.config.parse_count`, the one parser of every integer memlib reads."""
+    return parse_count(name, text, minimum=minimum)
 
 
 def _count(name: str, minimum: int = 1):
@@ -137,16 +126,41 @@ def _parser() -> argparse.ArgumentParser:
     pe.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pe.add_argument("--json", action="store_true", help="machine-readable output")
 
-    pl = sub.add_parser("plan", help="every parallel configuration of N GPUs that fits, ranked",
-                        description="Enumerates every valid configuration of --gpus GPUs (DP TP PP CP = N, EP, ETP, "
-                                    "ZeRO 0-3, micro-batch sizes, the allowed profiles, precisions, recompute "
-                                    "policies, schedules and layouts), keeps those whose peak stage fits "
-                                    "--gpu-memory (estimate's total, to the byte) and ranks them by a stated cost "
-                                    "model (memlib.search.plan: pipeline bubble, recomputation, communication volume). "
-                                    "Not a throughput simulator: every term is shown.")
+    pl = sub.add_parser("plan", help="every parallel configuration of N GPUs that fits, ranked by a step-time model",
+                        description="Enumerates every valid configuration of --gpus GPUs in the practical space (DP TP "
+                                    "PP CP = N, EP, ETP, ZeRO stages, micro-batch sizes, the allowed profiles, "
+                                    "precisions, recompute policies, schedules and layouts; --space full for every one), "
+                                    "keeps those whose peak stage fits the GPU's memory (estimate's total, to the byte) "
+                                    "and ranks them by the predicted step time of memlib.search.cost (the slowest "
+                                    "pipeline rank's FLOPs at the GPU's peak times a calibrated efficiency, the "
+                                    "communication that is not overlapped on the link each group spans, the bubble, "
+                                    "the data-parallel synchronisation, the optimizer step): every term is shown.")
     pl.add_argument("--model", default="deepseek-v3", help="preset name or path to a config.json")
     pl.add_argument("--gpus", type=_count("gpus"), required=True, help="N, the number of GPUs")
-    pl.add_argument("--gpu-memory", required=True, help="device capacity, e.g. 80GB or 141GB")
+    pl.add_argument("--gpu", default="H100", metavar="NAME",
+                    help="the GPU the step is priced for: A100, H100, H800, H200 or B200 (default H100; "
+                         "memlib.search.cost.GPUS, each from its datasheet); without --gpu-memory also the capacity "
+                         "its driver reports")
+    pl.add_argument("--gpu-memory", default=None, help="device capacity, e.g. 80GB or 141GB (default: --gpu's)")
+    for name, what in (("flops", "dense BF16 FLOP/s of one GPU, e.g. 989e12"),
+                       ("hbm-bandwidth", "HBM bytes/s of one GPU, e.g. 3.35e12"),
+                       ("nvlink", "NVLink bytes/s per GPU in one direction, e.g. 450e9"),
+                       ("network", "network bytes/s per GPU across nodes, e.g. 50e9"),
+                       ("efficiency", "achieved over peak FLOP/s of the computation, in (0, 1] (default: the "
+                                      "calibrated one, memlib.search.cost.EFFICIENCY)")):
+        pl.add_argument(f"--{name}", default=None, help=f"override --gpu's: {what}")
+    pl.add_argument("--gpus-per-node", type=_count("gpus_per_node"), default=None,
+                    help="GPUs per NVLink node (default 8): the links groups span, and the largest TP searched")
+    pl.add_argument("--cp-comm", default="p2p", choices=("p2p", "a2a"),
+                    help="context parallelism's communication, priced (default p2p, Megatron-Core's default)")
+    pl.add_argument("--space", default="practical", choices=("practical", "full"),
+                    help="practical (default): TP within a node, >= --min-cp-tokens tokens per CP rank, ETP 1 for "
+                         "fine-grained experts, the megatron profile's ZeRO 0 and 1 (memlib.search.plan.Space); "
+                         "full: every configuration the library allows")
+    pl.add_argument("--min-cp-tokens", type=_count("min_cp_tokens"), default=None,
+                    help="tokens per CP rank at least (default 4096 in the practical space; 1: no rule)")
+    pl.add_argument("--tp-across-nodes", action="store_true", help="allow TP beyond the GPUs of a node")
+    pl.add_argument("--any-etp", action="store_true", help="ETP 1 or TP for fine-grained experts too")
     pl.add_argument("--seq-len", type=_count("seq_len"), default=4096, help="s, tokens per sequence (default 4096)")
     pl.add_argument("--global-batch", type=_count("global_batch"), default=None,
                     help="B, sequences per step (default 15360, DeepSeek-V3's)")
@@ -157,16 +171,19 @@ def _parser() -> argparse.ArgumentParser:
                          "joined by '+', e.g. layernorm+mla_up_proj")
     pl.add_argument("--schedule", default="1f1b,interleaved,dualpipe",
                     help="comma list of schedules (default 1f1b,interleaved,dualpipe)")
-    pl.add_argument("--zero", default="0,1,2,3", help="comma list of ZeRO stages (default 0,1,2,3)")
+    pl.add_argument("--zero", default=None,
+                    help="comma list of ZeRO stages (default 0,1,2,3; the megatron profile's 0,1 in the practical space)")
     pl.add_argument("--layout-rule", default="default,balanced", help="comma list: default, balanced")
     pl.add_argument("--fix", action="append", default=[], metavar="K=V,...",
-                    help="pin knobs: dp, tp, pp, ep, etp, cp, zero, b, vpp (e.g. tp=1,pp=16)")
+                    help="pin knobs: dp, tp, pp, ep, etp, cp, zero, b, vpp (e.g. tp=1,pp=16); a pinned knob is "
+                         "not held to the practical space's rule")
     pl.add_argument("--max-micro-batch", type=_count("max_micro_batch"), default=16,
                     help="largest micro-batch size searched (default 16)")
-    pl.add_argument("--max-vpp", type=_count("max_vpp"), default=4,
+    pl.add_argument("--max-vpp", type=_count("max_vpp", 2), default=4,
                     help="most model chunks per rank for the interleaved schedule (default 4)")
     pl.add_argument("--overhead", default="low", help="overhead preset: low, high or none (default low)")
-    pl.add_argument("--top", type=_count("top"), default=10, help="configurations listed (default 10)")
+    pl.add_argument("--top", type=_count("top", 0), default=10,
+                    help=f"configurations listed (default 10, at most {LIMITS['top']:,})")
     pl.add_argument("--unit", default="GiB", choices=("GiB", "GB"), help="unit of the readable table")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
 

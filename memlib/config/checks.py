@@ -6,7 +6,7 @@ crash or hang.
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "LIMITS", "show", "check_count"]
+__all__ = ["ConfigError", "LIMITS", "show", "check_count", "parse_count", "ascii_digits"]
 
 
 class ConfigError(ValueError):
@@ -23,11 +23,20 @@ LIMITS: dict[str, int] = {
     "moe_layer_freq": 2**16,
     # training
     "ranks": 2**30,              # dp, tp, ep, etp, cp
-    "pp": 2**16,                 # pipeline stages: one entry of the layout each
+    "pp": 2**12,                 # pipeline stages: one entry of the layout each (a stage each, in seconds)
     "virtual_stages": 2**16,     # pp * vpp model chunks
     "micro_batch": 2**30,
     "seq_len": 2**40,
     "num_microbatches": 2**30,
+    # plan: the global batch (B / (DP b) micro-batches stay within num_microbatches), the interleaved schedule's
+    # chunks per rank searched, the configurations listed
+    # the schedule replay (interleaved, DualPipe): every rank's steps, weighted by the chunks they write
+    # (memlib.device.schedule.replay_size; about three seconds of work: PP 128 with V 2 is replayed)
+    "replay": 2**25,
+    "global_batch": 2**30,
+    "max_vpp": 2**6,
+    "top": 2_000,
+    "plan_stages": 2048,         # pipeline stages a search evaluates, summed over its pipelines
     # memory sizes (CLI: --gpu-memory, --cuda-context, --comm-buffers), bytes
     "bytes": 2**60,
 }
@@ -57,4 +66,36 @@ def check_count(name: str, value, *, minimum: int = 1, bound: int | None = None,
         raise ConfigError(f"{name}={show(value)} must be {rule}")
     if bound is not None and value > bound:
         raise ConfigError(f"{name}={show(value)} exceeds {_bound_text(bound)}, the largest memlib accepts")
+    return value
+
+
+#: an integer written as text has at most this many digits (every bound above is below 10^20)
+MAX_DIGITS = 20
+
+
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits: ``str.isdigit`` accepts other scripts' digits (``²``,
+    ``١``, ``１``), and so do ``int`` and ``\\d`` in a regular expression, for some of them."""
+    return bool(text) and all("0" <= c <= "9" for c in text)
+
+
+def parse_count(name: str, text: str, *, minimum: int = 1, bound: int | None = None) -> int:
+    """The one parser of every integer memlib reads from text (the command line, ``--fix``, a layout, a recompute
+    policy, a Megatron-LM flag file): plain ASCII digits after an optional sign (a negative value is named as
+    such), at most :data:`MAX_DIGITS` of them, read only then, and checked against ``minimum`` and ``bound``;
+    else a :class:`ConfigError` naming ``name``, the text and the rule."""
+    t = text.strip() if isinstance(text, str) else text
+    if not isinstance(t, str):
+        raise ConfigError(f"{name}={show(text)} must be an integer written in digits")
+    body = t[1:] if t[:1] in "+-" else t
+    rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if ascii_digits(body) and len(body) > MAX_DIGITS:
+        raise ConfigError(f"{name}={show(text)} has {len(body)} digits, more than any size memlib accepts")
+    if not ascii_digits(body):
+        raise ConfigError(f"{name}={show(text)} must be {rule} (ASCII digits)")
+    value = int(t)
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be {rule}")
+    if bound is not None and value > bound:
+        raise ConfigError(f"{name}={value} exceeds {_bound_text(bound)}, the largest memlib accepts")
     return value

@@ -123,6 +123,13 @@ _FAMILY_FIELDS = ("family", "attention", "mlp", "moe", "norm", "positions", "num
                   "max_position_embeddings", "hidden_act", "norm_topk_prob")
 
 
+def _or_default(d: Mapping, key: str, default: int):
+    """An optional integer field: its value, or ``default`` when it is absent or null (a false or a 0.0 is not
+    absent: the field's check refuses it, as every integer field refuses a boolean or a float)."""
+    x = d.get(key)
+    return default if x is None else x
+
+
 def _int_field(d: Mapping, key: str, *, minimum: int = 1, nullable: bool = False):
     return check_count(key, d[key], minimum=minimum, nullable=nullable, bound=LIMITS.get(key, LIMITS["width"]))
 
@@ -148,15 +155,15 @@ def _deepseek_from_dict(d: Mapping, name: str, source: str) -> ModelConfig:
     kw["first_k_dense_replace"] = _int_field(d, "first_k_dense_replace", minimum=0)
     kw["moe_layer_freq"] = _int_field({"moe_layer_freq": d.get("moe_layer_freq", 1)}, "moe_layer_freq")
     kw["num_nextn_predict_layers"] = _int_field(
-        {"num_nextn_predict_layers": d.get("num_nextn_predict_layers", 0) or 0}, "num_nextn_predict_layers", minimum=0)
+        {"num_nextn_predict_layers": _or_default(d, "num_nextn_predict_layers", 0)}, "num_nextn_predict_layers", minimum=0)
     tie = d.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise ConfigError(f"tie_word_embeddings={show(tie)} must be true or false")
     kw["tie_word_embeddings"] = tie
     topk = d.get("topk_method")
     kw["router_bias"] = topk == "noaux_tc" or (topk is None and d.get("model_type") == "deepseek_v3")
-    kw["n_group"] = _int_field({"n_group": d.get("n_group", 1) or 1}, "n_group")
-    kw["topk_group"] = _int_field({"topk_group": d.get("topk_group", 1) or 1}, "topk_group")
+    kw["n_group"] = _int_field({"n_group": _or_default(d, "n_group", 1)}, "n_group")
+    kw["topk_group"] = _int_field({"topk_group": _or_default(d, "topk_group", 1)}, "topk_group")
     if kw["n_routed_experts"] % kw["n_group"]:
         raise ConfigError(f"n_group={kw['n_group']} must divide n_routed_experts={kw['n_routed_experts']}")
     if kw["topk_group"] > kw["n_group"]:
@@ -357,8 +364,9 @@ def _read_family(fam: Family, d: Mapping, name: str, source: str) -> ModelConfig
         if kw["num_experts_per_tok"] > kw["n_routed_experts"]:
             raise ConfigError(f"num_experts_per_tok={kw['num_experts_per_tok']} must not exceed the "
                               f"{kw['n_routed_experts']} experts")
-        step, only = d.get("decoder_sparse_step", 1), d.get("mlp_only_layers", [])
-        if step not in (1, None):
+        step, only = _or_default(d, "decoder_sparse_step", 1), d.get("mlp_only_layers", [])
+        check_count("decoder_sparse_step", step, bound=LIMITS["num_hidden_layers"])
+        if step != 1:
             raise ConfigError(f"decoder_sparse_step={show(step)}: memlib reads MoE models whose every layer is "
                               f"sparse (decoder_sparse_step 1)")
         if only:

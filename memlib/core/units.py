@@ -67,11 +67,19 @@ MAX_EXPONENT = 30
 
 
 def parse_number(text: str) -> Fraction:
-    """An exact, non-negative decimal number (``"0.1"``, ``"80"``, ``"1.5e9"``), bounded: at most
-    40 characters and an exponent of at most 30, so that no input takes long to read."""
+    """An exact, non-negative decimal number (``"0.1"``, ``"80"``, ``"1.5e9"``) or a ratio of two (``"1/20"``, as
+    memlib writes a fraction in its JSON), bounded: at most 40 characters and exponents of at most 30, so that no
+    input takes long to read."""
     t = text.strip()
+    num, slash, den = t.partition("/")
+    if slash and len(t) <= MAX_NUMBER_CHARS:
+        q = parse_number(den)
+        if q == 0:
+            raise ValueError("has a zero denominator")
+        return parse_number(num) / q
     if len(t) > MAX_NUMBER_CHARS or not _NUMBER.fullmatch(t):
-        raise ValueError("is not a plain decimal number of at most 40 characters (e.g. 80, 0.1, 1.5e9)")
+        raise ValueError("is not a plain decimal number or ratio of at most 40 characters (e.g. 80, 0.1, 1.5e9, "
+                         "1/20)")
     mantissa, _, exp = t.lower().partition("e")
     if exp and abs(int(exp)) > MAX_EXPONENT:
         raise ValueError(f"has an exponent beyond ±{MAX_EXPONENT}")

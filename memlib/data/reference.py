@@ -18,8 +18,10 @@ from pathlib import Path
 import sympy as sp
 
 from ..core.symbols import sym
+from ..search.plan import DEFAULT_GLOBAL_BATCH
 
-__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL"]
+__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL",
+           "DEEPSEEK_V3_TRAINING"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
@@ -95,6 +97,13 @@ MEGATRON_BYTES_PER_PARAM = {
 }
 
 #: what DeepSeek states (model cards and reports), in billions as printed
+#: DeepSeek-V3's pre-training as its report states it (arXiv 2412.19437): "each trillion tokens requires only 180K
+#: H800 GPU hours, i.e., 3.7 days on our cluster with 2048 H800 GPUs" (§1; Table 1: 2664K GPU hours of
+#: pre-training); sequences of 4K tokens, a batch of 15360 sequences after the first 469B tokens (§4.2; plan's
+#: DEFAULT_GLOBAL_BATCH)
+DEEPSEEK_V3_TRAINING = {"gpu_hours_per_trillion_tokens": 180_000, "gpus": 2048, "seq_len": 4096,
+                        "global_batch": DEFAULT_GLOBAL_BATCH, "source": "arXiv 2412.19437 §1, Table 1, §4.2"}
+
 DEEPSEEK_OFFICIAL = {
     "deepseek-v3": {"total": "671", "activated": "37", "mtp": "11.5", "checkpoint": "685",
                     "activated_weights_doc": "36.7"},
@@ -439,6 +448,8 @@ __all__.append("MEGATRON_RUN_SETUPS")
 SIMUMAX_COMMIT = "4dcaae513ba7679d56c116a17cd4a691ec41e252"
 #: the copy of the Llama rows of docs/b200/b200_release_v1.2_summary.json, written by tools/published_runs.py
 SIMUMAX_RUNS_FILE = Path(__file__).with_name("published_runs") / "simumax_b200_llama3.json"
+#: the step times of every row of the same table, written by tools/published_runs.py
+SIMUMAX_STEPS_FILE = Path(__file__).with_name("published_runs") / "simumax_b200_steps.json"
 
 #: what the B200 runs ran, each fact with the SimuMax file (at SIMUMAX_COMMIT) that states it
 SIMUMAX_SETUP: dict[str, tuple] = {
@@ -467,17 +478,39 @@ SIMUMAX_SETUP: dict[str, tuple] = {
     "metric": ("torch.cuda.max_memory_allocated() / 2**20 of every rank, the published value their maximum",
                "simu_tools/megatron_scripts/patches/megatron_b200_memory_logging.patch; "
                "tools/b200/run_megatron_perf_real_pipeline.py (max over all ranks)"),
+    "step_time": ("real_ms: the fastest iteration from the second on of the last rank's 'elapsed time per iteration'",
+                  "tools/b200/run_megatron_perf_real_batch.py (parse_fastest_run_logs)"),
+    "global_batch": ("micro-batch x micro-batches (mbc) x DP sequences",
+                     "simu_tools/megatron_scripts/run_llama3.sh, run_deepseekv2.sh (global_batch_size)"),
+    "overlap": ("none: no --overlap-grad-reduce or --overlap-param-gather, TP communication overlap disabled "
+                "(--disable-tp-comm-overlap-ag/-rs), --no-overlap-p2p-communication; CP by all-to-all (a2a)",
+                "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh (CP_COMM_TYPE a2a); "
+                "tools/b200/run_megatron_perf_real_batch.py; docs/b200/b200_real_repro_guide.md §3.3 (a non-overlap "
+                "contract)"),
+    "moe": ("--moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion --moe-expert-capacity-factor "
+            "1 --moe-pad-expert-input-to-capacity (every expert computes its capacity: balanced work); the first "
+            "layer dense (--moe-layer-freq ([0]*1+[1]*(L-1))); no MTP; ETP = TP = 1",
+            "simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh (MOE_ARGS)"),
 }
 
-#: the launcher's MODEL_TYPE shapes (run_pretrain_llama3.sh), --vocab-size as it passes it
+#: the launchers' MODEL_TYPE shapes (run_pretrain_llama3.sh; run_pretrain_deepseekv2.sh with its MLA_ARGS), in
+#: Hugging Face field names, --vocab-size as they pass it
 SIMUMAX_MODELS: dict[str, dict[str, int]] = {
     "llama3-70b": {"hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
                    "num_key_value_heads": 8, "vocab_size": 128256},
     "llama3-405b": {"hidden_size": 16384, "intermediate_size": 53248, "num_attention_heads": 128,
                     "num_key_value_heads": 16, "vocab_size": 128256},
+    "deepseekv2": {"hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+                   "n_routed_experts": 160, "num_experts_per_tok": 6, "n_shared_experts": 2,
+                   "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                   "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400},
+    "deepseekv3": {"hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                   "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1,
+                   "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                   "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280},
 }
 
-_SIMUMAX_SIZES = re.compile(r"_(tp|cp|pp|dp)(\d+)")
+_SIMUMAX_SIZES = re.compile(r"_(tp|cp|pp|dp|ep)(\d+)")
 
 
 def _mib_bytes(value) -> int:
@@ -519,6 +552,32 @@ the 4-micro-batch run): the model, its layers, TP/PP/CP/DP, the micro-batches pe
 ``max_reserved``, rank -> exact bytes; the published GiB (the maximum over the ranks, printed with two decimals) and
 the published rows that share the measurement."""
 
+
+
+def _load_simumax_steps() -> list[dict]:
+    data = json.loads(SIMUMAX_STEPS_FILE.read_text(encoding="utf-8"))
+    world = SIMUMAX_SETUP["world_size"][0]
+    out = []
+    for row in data["rows"]:
+        sizes = {k: int(v) for k, v in _SIMUMAX_SIZES.findall(row["case"])}
+        seq = re.search(r"_seq(\d+)", row["case"])
+        tp, pp, cp, ep = (sizes.get(k, 1) for k in ("tp", "pp", "cp", "ep"))
+        dp = world // (tp * pp * cp)
+        b = SIMUMAX_SETUP["micro_batch"][0]
+        out.append({"case": row["case"], "model": row["model"], "layers": row["layer_num"], "tp": tp, "pp": pp,
+                    "cp": cp, "ep": ep, "dp": dp, "micro_batch": b, "micro_batches": row["mbc"],
+                    "global_batch": b * row["mbc"] * dp,
+                    "seq_len": int(seq.group(1)) if seq else SIMUMAX_SETUP["seq_len"][0],
+                    "measured_ms": row["real_ms"], "simumax_ms": row["perf_ms"]})
+    return out
+
+
+SIMUMAX_B200_STEPS: list[dict] = _load_simumax_steps()
+"""Every row of SimuMax's B200 table (43 Megatron-LM runs on one node of eight B200s: proxies of Llama-3-70B and -405B,
+DeepSeek-V2 and -V3 with fewer layers), in the table's order: the model, its layers, TP/PP/CP/EP/DP (read from the
+case's name), the micro-batch size, micro-batches per step, global batch (sequences), sequence length, the measured
+step (``measured_ms``) and SimuMax's own prediction (``simumax_ms``)."""
+
 #: Megatron-LM PR #482 "Analysis Tool" (yxyOo, 2023): the table of its tools/get_training_info/README.md, as
 #: printed (MBS, GBS, DP, PP, TP, "Peak_Memory_Actual", "Peak_Memory_Estimated"); Llama2 7B, bf16, one H800
 #: node of eight GPUs (the PR's comment of 2023-10-07); actual = torch.cuda.max_memory_allocated() after
@@ -541,4 +600,5 @@ MBRIDGE_MIXTRAL = {
              ("4", "1", "1", "4096", "13.41", "11.2"), ("4", "1", "2", "4096", "13.81", "13.8")),
 }
 __all__ += ["SIMUMAX_COMMIT", "SIMUMAX_RUNS_FILE", "SIMUMAX_SETUP", "SIMUMAX_MODELS", "SIMUMAX_B200_RUNS",
+            "SIMUMAX_STEPS_FILE", "SIMUMAX_B200_STEPS",
             "PR482_LLAMA2_7B", "MBRIDGE_MIXTRAL"]

@@ -35,10 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..config import Schedule, TrainingConfig
+import numpy as np
+
+from ..config import LIMITS, ConfigError, Schedule, TrainingConfig
 
 __all__ = ["Schedule", "schedule_of", "Op", "Step", "Moment", "steps", "timeline", "moments", "in_flight",
-           "check_schedule", "replay_microbatches", "default_microbatches", "STEP_ORDERS"]
+           "check_schedule", "replay_microbatches", "idle_chunks", "replay_size", "check_replay", "default_microbatches", "STEP_ORDERS"]
 
 
 def schedule_of(train: TrainingConfig) -> Schedule:
@@ -221,20 +223,31 @@ def _chunks(train: TrainingConfig) -> int:
     return len(train.schedule.rank_chunks(0, train.pp, train.vpp))
 
 
-def _held(train: TrainingConfig, rank: int, m: int | None = None) -> Iterator[tuple[Step, tuple, tuple]]:
+def _walk(train: TrainingConfig, rank: int, m: int | None = None) -> Iterator[tuple[Step, list[int], tuple]]:
     """Each step of ``rank`` with the micro-batches held per chunk after its forwards allocated and before
-    its backwards released, and the chunks computing (as tuples: :func:`timeline` makes them moments)."""
+    its backwards released (the one list, updated in place: a caller copies what it keeps) and the chunks
+    computing."""
     held = [0] * _chunks(train)
     for step in steps(train, rank, m):
         for op in step:
             if op.kind == "F":
                 held[op.chunk] += 1
-        yield step, tuple(held), tuple(sorted({op.chunk for op in step if op.kind in ("F", "B")}))
+        if len(step) == 1:
+            op = step[0]
+            yield step, held, (op.chunk,) if op.kind != "W" else ()
+        else:
+            yield step, held, tuple(sorted({op.chunk for op in step if op.kind in ("F", "B")}))
         for op in step:
             if (op.kind == "B" and not op.deferred) or op.kind == "W":
                 held[op.chunk] -= 1
     if any(held):  # pragma: no cover - every schedule releases what it allocated
         raise AssertionError(f"replay of rank {rank} ends holding {held}")
+
+
+def _held(train: TrainingConfig, rank: int, m: int | None = None) -> Iterator[tuple[Step, tuple, tuple]]:
+    """:func:`_walk` with the held counts as tuples (:func:`timeline` makes them moments)."""
+    for step, held, running in _walk(train, rank, m):
+        yield step, tuple(held), running
 
 
 def timeline(train: TrainingConfig, rank: int, m: int | None = None) -> list[tuple[Step, Moment]]:
@@ -243,42 +256,129 @@ def timeline(train: TrainingConfig, rank: int, m: int | None = None) -> list[tup
     return [(step, Moment(counts, running)) for step, counts, running in _held(train, rank, m)]
 
 
+def idle_chunks(train: TrainingConfig, rank: int) -> frozenset[int]:
+    """The chunks of ``rank`` (positions in the replay's numbering) that hold nothing: no layer in an explicit
+    layout, neither the first model stage (the embedding) nor the last (the head, the MTP modules).  Their
+    micro-batches weigh nothing and each computes the same (it passes the hidden state on), so any of them
+    stands for the others in a moment."""
+    lay = train.layout
+    if lay is None:
+        return frozenset()
+    sch = schedule_of(train)
+    last = len(lay) - 1
+    return frozenset(i for i, c in enumerate(sch.rank_chunks(rank, train.pp, train.vpp))
+                     if c < len(lay) and lay[c] == 0 and c not in (0, last))
+
+
+#: a replayed step's cost in written counts (:func:`replay_size`)
+STEP_WEIGHT = 64
+
+
+def replay_size(train: TrainingConfig) -> int:
+    """The work of replaying every rank of ``train``'s pipeline, in chunk-steps: each replayed rank's steps times
+    :data:`STEP_WEIGHT` plus its chunks that hold something (a step costs about as much as writing that many
+    counts; each step writes the counts of those chunks).  0 for GPipe and 1F1B (closed forms)."""
+    sch = schedule_of(train)
+    if sch in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        return 0
+    p, v, m = train.pp, train.vpp, replay_microbatches(train)
+    if sch is Schedule.INTERLEAVED:
+        ranks = range(p)
+        per = 2 * m * v                                  # one forward and one backward of each chunk-micro-batch
+    else:                                                 # DualPipe: ranks r and p - 1 - r run the same steps
+        ranks = range(p // 2)
+        per = 3 * p + m
+    chunks = len(sch.rank_chunks(0, p, v))
+    return sum(per * (STEP_WEIGHT + chunks - len(idle_chunks(train, r))) for r in ranks)
+
+
+def check_replay(train: TrainingConfig) -> None:
+    """The replay's work (:func:`replay_size`) within :data:`~memlib.config.LIMITS`' ``replay``: past it, a
+    one-line error naming PP, VPP and the bound (every accepted pipeline is replayed in seconds)."""
+    size = replay_size(train)
+    if size > LIMITS["replay"]:
+        raise ConfigError(f"pp={train.pp} vpp={train.vpp}: the {train.schedule} replay of its "
+                          f"{replay_microbatches(train)} micro-batches on every rank is {size:,} chunk-steps, more "
+                          f"than {LIMITS['replay']:,} that memlib replays (fewer stages, chunks per rank or "
+                          f"micro-batches)")
+
+
 def moments(train: TrainingConfig, rank: int) -> list[Moment]:
     """The distinct moments of ``rank`` that can be its peak: none of them holds at most as much as
-    another in every chunk while computing a subset of its chunks (any positive chunk sizes)."""
+    another in every chunk while computing a subset of its chunks (any positive chunk sizes; the chunks that
+    hold nothing, :func:`idle_chunks`, counted as one)."""
     sch = schedule_of(train)
     if sch is Schedule.GPIPE:          # monotone: the last forward and the first backward hold all M
         return [Moment((train.num_microbatches,), (0,))]
-    # the replay depends on the schedule, PP, V, the micro-batches it runs and the rank only: kept
+    if sch is Schedule.ONE_F_ONE_B:    # one chunk: the steady state holds the most, min(p - r, M) (in_flight)
+        return [Moment((min(train.pp - rank, replay_microbatches(train)),), (0,))]
+    # the replay depends on the schedule, PP, V, the micro-batches it runs, the rank and its idle chunks: kept
     if sch is Schedule.DUALPIPE:      # ranks r and p - 1 - r run the same steps (DualPipe's h = min(r, p-1-r))
         rank = min(rank, train.pp - 1 - rank)
-    key = (sch, train.pp, train.vpp, replay_microbatches(train), rank)
+    idle = idle_chunks(train, rank)
+    key = (sch, train.pp, train.vpp, replay_microbatches(train), rank, idle)
     if key not in _MOMENTS:
+        _check_replay_once(train)
         if len(_MOMENTS) > 4096:
             _MOMENTS.clear()
-        _MOMENTS[key] = tuple(_moments(train, rank))
+        _MOMENTS[key] = tuple(_moments(train, rank, idle))
     return list(_MOMENTS[key])
 
 
 _MOMENTS: dict = {}
+_CHECKED: dict = {}
 
 
-def _moments(train: TrainingConfig, rank: int) -> list[Moment]:
-    # the moments of :func:`timeline`, each distinct one built once
-    seen = {Moment(c, r) for c, r in {(c, r) for _, c, r in _held(train, rank)}}
+def _check_replay_once(train: TrainingConfig) -> None:
+    key = (train.schedule, train.pp, train.vpp, replay_microbatches(train), train.layout)
+    if key not in _CHECKED:
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        check_replay(train)
+        _CHECKED[key] = True
 
-    def dominated(a: Moment, ra: frozenset, b: Moment, rb: frozenset) -> bool:
-        return a != b and all(x <= y for x, y in zip(a.counts, b.counts)) and ra <= rb
 
-    # a moment's dominator holds at least as many micro-batches, and computes more chunks if it holds as many:
-    # in this order every dominator comes first, and one that is itself dominated has a kept dominator too
-    # (domination is transitive), so each moment is checked against the kept ones only
-    kept: list[tuple[Moment, frozenset]] = []
-    for a in sorted(seen, key=lambda mo: (-mo.total, -len(mo.running), mo.counts, mo.running)):
-        ra = frozenset(a.running)
-        if not any(dominated(a, ra, b, rb) for b, rb in kept):
-            kept.append((a, ra))
-    return sorted((a for a, _ in kept), key=lambda mo: (-mo.total, mo.counts, mo.running))
+#: the rows of counts compared at once by the dominance filter (a block of candidates times its pool)
+_BLOCK = 1 << 22
+
+
+def _moments(train: TrainingConfig, rank: int, idle: frozenset[int] = frozenset()) -> list[Moment]:
+    # each distinct moment of :func:`timeline` as its counts on the chunks that hold something and its computing
+    # chunks, an idle one (IDLE) for any of them: of the moments alike so, the one holding the most stands for them
+    live = tuple(c for c in range(_chunks(train)) if c not in idle)
+    project = (lambda held: tuple(held)) if not idle else \
+        (lambda held: tuple(held[c] for c in live))
+    runs: dict[tuple, tuple] = {}           # computing chunks -> their key (idle ones as IDLE)
+    best: dict[tuple, tuple[int, tuple, tuple]] = {}
+    for _, held, running in _walk(train, rank):
+        run = runs.get(running)
+        if run is None:
+            run = runs[running] = tuple(c for c in running if c not in idle) + \
+                ((_IDLE,) if any(c in idle for c in running) else ())
+        key = (project(held), run)
+        cur = best.get(key)
+        if cur is None or (idle and sum(held) > cur[0]):
+            best[key] = (sum(held), tuple(held), running)
+    keys = list(best)
+    # a moment is dominated when another holds at least as much in every chunk while computing a superset of its
+    # chunks: compared within the moments whose computing chunks include its own, as blocks of NumPy rows
+    counts = np.array([k[0] for k in keys], dtype=np.int64).reshape(len(keys), len(live))
+    groups: dict[frozenset, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(frozenset(k[1]), []).append(i)
+    dominated = np.zeros(len(keys), dtype=bool)
+    for run, members in groups.items():
+        pool = counts[[j for other, js in groups.items() if run <= other for j in js]]
+        step = max(1, _BLOCK // max(1, len(pool) * max(1, len(live))))
+        for start in range(0, len(members), step):
+            block = members[start:start + step]
+            ge = (pool[None, :, :] >= counts[block][:, None, :]).all(axis=2)
+            dominated[block] = ge.sum(axis=1) >= 2          # itself, and another
+    kept = [Moment(best[k][1], best[k][2]) for k, d in zip(keys, dominated) if not d]
+    return sorted(kept, key=lambda mo: (-mo.total, mo.counts, mo.running))
+
+
+_IDLE = -1
 
 
 def in_flight(train: TrainingConfig, rank: int) -> list[int]:

@@ -130,13 +130,32 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
         return out
     grad_hidden = H + ((1 + D) * H if D else (0 if last else H))
 
-    def tail(i: int) -> int:
-        return sum(s.kept_total() for s in segments[i + 1:])
+    # what every segment after i keeps (the later layers', the heads' and losses' entries), as suffix sums
+    after = [0] * (len(segments) + 1)
+    for n in range(len(segments) - 1, -1, -1):
+        after[n] = after[n + 1] + segments[n].kept_total()
 
-    # backward of the first attention (the last layer with the s x s probabilities)
-    att = [i for i in layers if segments[i].find("attention.softmax_out")]
-    if att:
-        i = att[-1]
+    def tail(i: int) -> int:
+        return after[i + 1]
+
+    def last_of_each(indices: Sequence[int]) -> list[int]:
+        """The last of ``indices`` of each distinct (ledger, policy), latest first: an earlier layer of the same
+        ledger and policy has the same moment with more released after it (the later layers' entries).  Under
+        full-block:K the last recomputed layer is not the chunk's last: its moments are candidates too."""
+        seen, out = set(), []
+        for i in reversed(indices):
+            key = (id(segments[i].entries), segments[i].policy)
+            if key not in seen:
+                seen.add(key)
+                out.append(i)
+        return out
+
+    def worst(cands: list[dict[str, int]]) -> dict[str, int]:
+        """The candidate with the most bytes (the first such: the latest layer)."""
+        return max(cands, key=lambda c: sum(c.values()))
+
+    # backward of the first attention of a layer with the s x s probabilities
+    def backward_attention(i: int) -> dict[str, int]:
         seg = segments[i]
         j, P = seg.find("attention.softmax_out")
         pe = seg.entry(j)
@@ -167,8 +186,11 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
                     grads += H
                 working = (seg.dropped_upto(j) - (0 if seg.kept(pe) else P)
                            - (V if ve is not None and not seg.kept(ve) else 0))
-        out["backward_attention"] = _terms(backward_released=-released, backward_gradients=grads,
-                                           recompute_working_set=working)
+        return _terms(backward_released=-released, backward_gradients=grads, recompute_working_set=working)
+
+    att = [i for i in layers if segments[i].find("attention.softmax_out")]
+    if att:
+        out["backward_attention"] = worst([backward_attention(i) for i in last_of_each(att)])
     # forward of the last MoE layer's experts
     moe = [i for i in layers if segments[i].find("moe.routed.fc1_input")]
     if moe:
@@ -182,17 +204,26 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
             hidden = 2 + (i != layers[0]) + shared_experts
         out["forward_moe"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_moe)),
                                     forward_transients=moe_copies * R + hidden * H)
-    # the recomputation of the last layer (or MTP block) at the start of its backward
-    i = layers[-1]
-    seg = segments[i]
-    working = seg.dropped_upto()
-    if working:
+    # the recomputation of a layer (or MTP block) at the start of its backward
+    def recompute(i: int) -> dict[str, int] | None:
+        seg = segments[i]
+        working = seg.dropped_upto()
+        if not working:
+            return None
         last_dropped = max(n for n, (x, e) in enumerate(seg.entries.values()) if not seg.kept(e) and not e.only_when)
         fc1 = seg.find("moe.routed.fc1_input")
         remoe = 3 * fc1[1] if fc1 and not seg.kept(seg.entry(fc1[0])) else 0
+        if remoe and seg.kind != "mtp":   # the re-run forward's frames hold residual-stream tensors, as
+            # forward_moe's do: the shared experts' output, and under full recomputation the residual after the
+            # attention (the checkpoint's input is a kept entry already); measured for decoder layers
+            remoe += (shared_experts + (1 if seg.policy.full else 0)) * H
         norm = seg.find("head.norm_input_fp32")
         renorm = 5 * norm[1] if norm and not seg.kept(seg.entry(norm[0])) else 0
-        out["recompute"] = _terms(backward_released=-(tail(i) + seg.kept_after(last_dropped)),
-                                  recompute_working_set=working, forward_transients=remoe,
-                                  backward_gradients=renorm + grad_hidden)
+        return _terms(backward_released=-(tail(i) + seg.kept_after(last_dropped)),
+                      recompute_working_set=working, forward_transients=remoe,
+                      backward_gradients=renorm + grad_hidden)
+
+    rec = [c for c in (recompute(i) for i in last_of_each(layers)) if c is not None]
+    if rec:
+        out["recompute"] = worst(rec)
     return out

@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 import sympy as sp
 
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..config import LIMITS, ConfigError, ModelConfig, TrainingConfig, parse_count, show
 from ..model.states import Recipe
 from ..core.symbols import sym
 
@@ -145,6 +145,13 @@ class Policy:
         return bool(e.modules & self.modules)
 
 
+#: the named recompute policies, weakest first.  A stronger one drops more, so the held activations never rise
+#: with it except by what its checkpoints keep that nothing else keeps: under the megatron profile core_attn
+#: recomputation keeps the dataset's [b, 1, s, s] attention mask for the re-run, one per micro-batch in flight
+#: (a large share of a tiny model's activations, where little else is dropped), by design.  The peak
+#: (``peak_allocated``) can rise with a stronger policy more: it re-runs a layer's forward while the backward's
+#: gradients are alive (the dropped entries saved again, the MoE's token copies, the frames' hidden states),
+#: measured on Megatron-Core (tests/test_peak_cpu.py, POLICY_PAIRS; the property in tests/test_peak.py)
 POLICIES = {
     "none": Policy("none"),
     "selective": Policy("selective", frozenset({"core_attn"})),
@@ -164,10 +171,12 @@ def parse_policy(text: str) -> Policy:
         return POLICIES[t]
     if t.startswith("full-block:"):
         k = t.split(":", 1)[1]
-        # ASCII digits only: str.isdigit accepts superscripts ("²") that int() refuses
-        if not (0 < len(k) <= 6 and all("0" <= c <= "9" for c in k)) or int(k) < 1:
-            raise ConfigError(f"recompute={show(text)}: full-block:K needs a positive integer K (at most 6 digits)")
-        return Policy(f"full-block:{int(k)}", full=True, block_layers=int(k))
+        try:
+            n = parse_count("K", k, bound=LIMITS["num_hidden_layers"])
+        except ConfigError:
+            raise ConfigError(f"recompute={show(text)}: full-block:K needs a positive integer K of ASCII digits, "
+                              f"at most {LIMITS['num_hidden_layers']:,}") from None
+        return Policy(f"full-block:{n}", full=True, block_layers=n)
     mods = [m.strip() for m in t.split(",") if m.strip()]
     unknown = [m for m in mods if m not in MODULES]
     if unknown or not mods:

@@ -28,7 +28,7 @@ from .layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
 from .listexpr import moe_layer_pattern, pattern_to_hf
 from .reader import Flag, _fraction, _Flags, read_flags
 
-__all__ = ["MegatronRun", "parse_megatron_args", "pad_vocab", "precision_spec", "TOKENIZER_SIZES", "SOURCE"]
+__all__ = ["MegatronRun", "parse_megatron_args", "pad_vocab", "precision_spec", "TOKENIZER_SIZES", "SOURCE", "MOE_FLAGS"]
 
 #: where the semantics come from
 SOURCE = "NVIDIA/Megatron-LM at d98e8a64dd and megatron-core 0.19.2"
@@ -170,9 +170,37 @@ LAUNCHER = {
 }
 
 
+#: Megatron-LM's --moe-* flags: the MoE fields of megatron-core's TransformerConfig (0.19.2, and at d98e8a64dd)
+#: that megatron/training/arguments.py turns into flags, and the MoE argument group's own (_add_moe_args).  A
+#: dense model (no --num-experts) builds no MoE layer: they change nothing there.  An unknown --moe-* flag is
+#: not among them: it is warned as not modelled, as any unknown flag is
+MOE_FLAGS = frozenset({
+    "--moe-apply-probs-on-input", "--moe-aux-loss-coeff", "--moe-combine-bwd-dtype", "--moe-deepep-num-sms",
+    "--moe-dispatch-fwd-dtype", "--moe-enable-deepep", "--moe-enable-routing-replay",
+    "--moe-expert-capacity-factor", "--moe-expert-rank-capacity-factor", "--moe-ffn-hidden-size",
+    "--moe-flex-dispatcher-backend", "--moe-flex-dispatcher-num-sms", "--moe-grouped-gemm",
+    "--moe-hybridep-num-blocks-permute", "--moe-hybridep-num-blocks-unpermute", "--moe-hybridep-num-sms",
+    "--moe-hybridep-num-sms-preprocessing", "--moe-hybridep-pad-uneven-dispatch-inputs", "--moe-input-jitter-eps",
+    "--moe-latent-size", "--moe-layer-freq", "--moe-layer-recompute", "--moe-mlp-glu-interleave-size",
+    "--moe-ncclep-static-shape", "--moe-ncclep-zero-copy", "--moe-pad-expert-input-to-capacity",
+    "--moe-pad-experts-for-cuda-graph-inference", "--moe-paged-stash", "--moe-paged-stash-buffer-size-factor-cpu",
+    "--moe-paged-stash-buffer-size-factor-cuda", "--moe-paged-stash-page-size", "--moe-per-layer-logging",
+    "--moe-permute-fusion", "--moe-permute-fusion-into-hybridep", "--moe-router-bias-update-rate",
+    "--moe-router-dtype", "--moe-router-enable-expert-bias", "--moe-router-force-biased",
+    "--moe-router-force-load-balancing", "--moe-router-fusion", "--moe-router-group-topk",
+    "--moe-router-load-balancing-type", "--moe-router-num-groups", "--moe-router-padding-for-fp8",
+    "--moe-router-padding-for-quantization", "--moe-router-pre-softmax", "--moe-router-quantile-balancing-ema",
+    "--moe-router-score-function", "--moe-router-topk", "--moe-router-topk-limited-devices",
+    "--moe-router-topk-scaling-factor", "--moe-shared-expert-gate", "--moe-shared-expert-glu-interleave-size",
+    "--moe-shared-expert-intermediate-size", "--moe-shared-expert-overlap", "--moe-single-grouped-bias",
+    "--moe-single-grouped-weight", "--moe-token-dispatcher-type", "--moe-token-drop-policy", "--moe-token-dropping",
+    "--moe-upcycling-granularity", "--moe-use-grouped-tensor", "--moe-use-upcycling", "--moe-z-loss-coeff",
+})
+
+
 def _no_effect(name: str, dense: bool) -> bool:
     return (name in NO_EFFECT or name in LAUNCHER or name.startswith(NO_EFFECT_PREFIXES)
-            or (dense and name.startswith("--moe-")))
+            or (dense and name in MOE_FLAGS))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ..config import ConfigError, show
+from ..config import ConfigError, parse_count, show
 
 __all__ = ["MegatronLayout", "parse_layout", "layout_stages", "megatron_layout", "MAX_LAYOUT_CHARS"]
 
@@ -50,14 +50,14 @@ def parse_layout(text: str, name: str = "--pipeline-model-parallel-layout") -> M
         digits = mo.group(2)
         if len(digits) > 9:
             raise ConfigError(f"{name}={show(text)}: the repetition {digits[:12]}... is too large")
-        n = int(digits)
+        n = parse_count(name, digits, minimum=0)
         total[0] += len(mo.group(1)) * n
         if total[0] > MAX_LAYOUT_CHARS:
             raise ConfigError(f"{name}={show(text)} unrolls to more than {MAX_LAYOUT_CHARS:,} characters")
         return mo.group(1) * n
 
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", unroll, s)
-    s = re.sub(r"(.)\*(\d+)", unroll, s)
+    s = re.sub(r"\(([^)]+)\)\*([0-9]+)", unroll, s)      # ASCII digits: \d matches other scripts' too
+    s = re.sub(r"(.)\*([0-9]+)", unroll, s)
     stages = tuple(s.split("|"))
     for st in stages:
         bad = [c for c in st if c not in "EtmL"]

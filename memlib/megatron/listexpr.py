@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..config import LIMITS, ConfigError, show
+from ..config import LIMITS, ConfigError, ascii_digits, parse_count, show
 
 __all__ = ["moe_layer_pattern", "pattern_to_hf"]
 
@@ -30,12 +30,13 @@ def moe_layer_pattern(text: str, num_layers: int) -> tuple[int, ...]:
     name = "--moe-layer-freq"
     t = text.strip()
     if "[" not in t:
-        if not (0 < len(t) <= 6 and all("0" <= c <= "9" for c in t)) or int(t) < 1:
+        try:
+            n = parse_count(name, t, bound=LIMITS["moe_layer_freq"])
+        except ConfigError:
             raise ConfigError(f"{name}={show(t)} must be a positive integer or a list expression such as "
-                              f"([0]*3+[1]*58)")
-        n = int(t)
+                              f"([0]*3+[1]*58)") from None
         return tuple(1 if i % n == 0 else 0 for i in range(num_layers))
-    if re.search(r"[^,\d\[\]()+*]", t):
+    if re.search(r"[^,0-9\[\]()+*]", t):
         raise ConfigError(f"{name}={show(t)}: a list expression may hold only digits, commas, [ ] ( ) + and * "
                           f"(Megatron-LM's rule; no spaces)")
     pattern = _ListExpr(t, name, limit=LIMITS["num_hidden_layers"]).parse()
@@ -66,11 +67,11 @@ class _ListExpr:
 
     def _int(self) -> int:
         j = self.i
-        while self.i < len(self.t) and self.t[self.i].isdigit():
+        while self.i < len(self.t) and ascii_digits(self.t[self.i]):
             self.i += 1
         if j == self.i or self.i - j > 6:
             self._fail("a number of at most 6 digits is expected")
-        return int(self.t[j:self.i])
+        return parse_count(self.name, self.t[j:self.i], minimum=0)
 
     def _times(self, items: list[int], n: int) -> list[int]:
         if len(items) * n > self.limit:
@@ -89,7 +90,7 @@ class _ListExpr:
         return out
 
     def term(self, depth: int) -> list[int]:
-        if self._peek().isdigit():                  # N*[...]
+        if ascii_digits(self._peek()):              # N*[...]
             n = self._int()
             if self._peek() != "*":
                 self._fail("'*' is expected after a repetition count")

@@ -35,6 +35,7 @@ no EP or ETP > 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Callable
 from math import ceil
 
@@ -242,7 +243,7 @@ def build_stages(layout: tuple[int, ...], train: TrainingConfig) -> list[Stage]:
     """Model chunks from ``layout``, assigned to the PP ranks by the schedule."""
     check_chunking(train)
     p, v = train.pp, train.vpp
-    starts = [sum(layout[:i]) for i in range(len(layout))]
+    starts = [0, *accumulate(layout)][:-1]          # the first layer of each chunk (a running sum: linear)
     n = len(layout)
     chunks = [Chunk(i, tuple(range(s0, s0 + k)), i == 0, i == n - 1) for i, (s0, k) in enumerate(zip(starts, layout))]
     per_rank = [tuple(chunks[c] for c in train.schedule.rank_chunks(r, p, v)) for r in range(p)]

@@ -153,7 +153,9 @@ def routed_count_comparison(est: Estimate, index: int | None = None) -> dict[str
     out = {}
     for key, e, tokens in (("paper", est, tok["paper"]), ("held", other, tok["held"])):
         st = e.stages[i]
-        out[key] = {"tokens": tokens, "layer_routed": layer if key == "paper" else layer * tok["held"] // tok["paper"],
+        # (a dense model routes no token: no routed entry, layer = 0)
+        held = layer * tok["held"] // tok["paper"] if tok["paper"] else layer
+        out[key] = {"tokens": tokens, "layer_routed": layer if key == "paper" else held,
                     "stage_per_microbatch": st.activations["per_microbatch"], "stage_held": st.bytes["activations"],
                     "in_flight": st.activations["microbatches_in_flight"], "total": st.total}
     return out

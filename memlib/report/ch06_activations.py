@@ -395,6 +395,10 @@ def routed_count_table(cmp: dict) -> str:
 def routed_count_values(cmp: dict) -> dict[str, str]:
     """The comparison's numbers for the prose: the two counts, their ratio, what the held count adds."""
     p, h = cmp["paper"], cmp["held"]
+    if not p["tokens"]:              # a dense model routes no token
+        return {"rc_paper": "0", "rc_held": "0", "rc_ratio": "—", "rc_layer_paper": fmt_bytes(0),
+                "rc_layer_held": fmt_bytes(0), "rc_added": fmt_bytes(0),
+                "rc_claim": "a model without routed experts routes no token, so neither count applies to it"}
     return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]),
             "rc_ratio": fmt_decimal(Fraction(h["tokens"], p["tokens"]), 0) if h["tokens"] % p["tokens"] == 0
             else fmt_decimal(Fraction(h["tokens"], p["tokens"]), 2),

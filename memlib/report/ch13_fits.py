@@ -1,24 +1,40 @@
-"""Chapter 13, "What fits": tables, figures and glued values, formatted from :mod:`memlib.scenarios.fits`
-(every configuration of a GPU count that :func:`memlib.search.plan.search` goes through, with its exact peak).
+"""Chapter 13, "What fits, and what is fastest": tables, figures and glued values, formatted from
+:mod:`memlib.scenarios.fits` (every configuration of a GPU count in plan's practical space, with its exact peak and
+its predicted step on each GPU) and :mod:`memlib.scenarios.steps` (the step-time model against measured runs).
 Nothing here computes a quantity: it reads the searches, formats them and picks words."""
 from __future__ import annotations
 
 from fractions import Fraction
 
 from ..config import ModelConfig
+from ..data.reference import DEEPSEEK_V3_TRAINING
+from ..device.overhead import DEVICE_PRODUCT_GB
 from ..scenarios import fits as sf
-from ..scenarios.deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
-from .figures import (CAPACITY_COLOR, CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, Series, capacity_line, in_unit,
-                      in_units, new_figure, stacked_bars)
+from ..scenarios import steps as st
+from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
+from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
+from ..search.plan import PRACTICAL, SPACE_RULES
+from .figures import CATEGORY_COLORS, OKABE_ITO, capacity_line, in_units, new_figure
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, model_name
 
-__all__ = ["values", "recipe_values", "RECIPE_KEYS", "fits_table", "region_figure", "region_fix", "pareto_figure", "front_figure",
-           "front_table"]
+__all__ = ["values", "recipe_values", "RECIPE_KEYS", "rules_table", "gpus_table", "validation_table", "fits_table",
+           "fastest_table", "memory_table", "recipe_table", "region_figure", "region_fix", "pareto_figure"]
 
 UNIT = "GiB"
 #: the tensor-parallel sizes the region figure draws (one line each), in these colours
 _TP_COLORS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"])
-RECIPE_KEYS = ("rank", "fitting", "rule", "peak", "step", "beaten", "front_word", "label", "gpu", "cap")
+RECIPE_KEYS = ("rank", "fitting", "tied_word", "peak", "step", "implied", "over", "gpu", "cap", "label", "best",
+               "best_step", "largest_term", "largest_diff", "ep_bytes", "ep_hidden", "ep_1f1b", "gpu_hours", "batch",
+               "seq", "gpus")
+#: the chapter's main card and the larger ones it sets against it
+MAIN, LARGER = "H100", ("H200", "B200")
+_TERM_NAMES = {"compute_s": "compute", "tp_s": "TP", "ep_s": "EP", "cp_s": "CP", "pp_s": "PP", "bubble_s": "bubble",
+               "dp_s": "DP", "optimizer_s": "optimizer"}
+#: the same terms in words
+_TERM_WORDS = {"compute_s": "the computation", "tp_s": "tensor parallelism's collectives",
+               "ep_s": "the experts' all-to-alls", "cp_s": "context parallelism's exchange",
+               "pp_s": "the pipeline's sends", "bubble_s": "the pipeline bubble",
+               "dp_s": "the data-parallel synchronisation", "optimizer_s": "the optimizer step"}
 
 
 def _words(xs) -> str:
@@ -26,74 +42,162 @@ def _words(xs) -> str:
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
 
 
-def _card(c: sf.Card) -> str:
-    return f"{c.label} ({fmt_bytes(c.capacity, 'GB', 0)} = {fmt_bytes(c.capacity, UNIT, 1)})"
+def _s(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else fmt_decimal(Fraction(x), digits) + " s"
 
 
-def _seconds(x: float) -> str:
-    return fmt_decimal(Fraction(x), 2) + " s"
+def _pct(x: float | None) -> str:
+    return "—" if x is None else fmt_decimal(Fraction(x) * 100, 0) + " %"
+
+
+def _shortens(gain: float | None) -> str:
+    """How the memory changes the fastest step, in words."""
+    if gain is None or round(gain * 100) == 0:
+        return "leaves the fastest step as it is (to the percent)"
+    return f"shortens the fastest step by {_pct(gain)}"
 
 
 def _config(t) -> str:
-    """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1``."""
-    return f"{t.label()}, DP{t.dp}, ZeRO-{int(t.zero)}, b = {t.micro_batch}"
+    """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1, DualPipe, none``."""
+    sched = t.schedule.value + (f" V{t.vpp}" if t.vpp > 1 else "")
+    return f"{t.label()}, DP{t.dp}, ZeRO-{int(t.zero)}, b = {t.micro_batch}, {sched}, recompute {t.recompute}"
 
 
-def _main(model):
-    return sf.grid(model, sf.GPU_COUNTS[0])
+def _fit(fl, gpus, name):
+    return next(f for f in fl if f.gpus == gpus and f.card.name == name)
 
 
 def values(model: ModelConfig | str) -> dict[str, str]:
     """The chapter's numbers and words for its prose."""
-    cards = sf.cards()
-    fl = sf.fits(model, sf.GPU_COUNTS[:1], cards)
-    g = _main(model)
-    small, large = fl[0], fl[-1]
-    front = sf.pareto(g, small.card.capacity)
+    fl = sf.fits(model)
+    main = _fit(fl, sf.GPU_COUNTS[0], MAIN)
+    v = st.validation()
+    mem = sf.memory_buys(model, sf.GPU_COUNTS[0], MAIN, LARGER[0])
+    small = sf.memory_buys(model, sf.GPU_COUNTS[-1], MAIN, LARGER[0])
     sp = sf.SPACE
     return {
         "model": model_name(model), "gpus": _words(fmt_count(n) for n in sf.GPU_COUNTS),
-        "gpus_main": fmt_count(g.gpus), "searched": fmt_count(g.searched),
-        "seq_len": fmt_count(g.seq_len), "global_batch": fmt_count(g.global_batch),
-        "profile": sp["profiles"][0], "precision": sp["precisions"][0], "recompute": sp["recomputes"][0],
-        "cards": _words(_card(c) for c in cards), "n_cards": fmt_count(len(cards)),
-        "card_small": small.card.label, "cap_small": fmt_bytes(small.card.capacity, "GB", 0),
-        "card_large": large.card.label, "cap_large": fmt_bytes(large.card.capacity, "GB", 0),
-        "fit_small": fmt_count(small.fitting), "fit_large": fmt_count(large.fitting),
-        "best_small": _config(small.best) if small.best else "nothing",
-        "best_small_peak": fmt_bytes(small.best_peak, UNIT) if small.best else "—",
-        "best_small_step": _seconds(small.best_step_s) if small.best else "—",
-        "smallest_peak": fmt_bytes(small.smallest_peak, UNIT) if small.smallest_peak is not None else "—",
-        "front_n": fmt_count(len(front)), "region_fix": region_fix(model),
+        "gpus_main": fmt_count(main.gpus), "gpus_small": fmt_count(sf.GPU_COUNTS[-1]),
+        "searched": fmt_count(main.searched), "card": MAIN,
+        "global_batch": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).global_batch),
+        "seq_len": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).seq_len), "cap": f"{DEVICE_PRODUCT_GB[MAIN]} GB",
+        "fit": fmt_count(main.fitting), "best": _config(main.best) if main.best else "nothing",
+        "best_step": _s(main.best_step_s), "best_peak": fmt_bytes(main.best_peak, UNIT) if main.best else "—",
+        "tied": fmt_count(main.tied), "tie_band": _pct(TIE_BAND),
+        "smallest_peak": fmt_bytes(main.smallest_peak, UNIT) if main.smallest_peak is not None else "—",
+        "profile": sp["profiles"][0], "precision": sp["precisions"][0], "recomputes": _words(sp["recomputes"]),
+        "schedules": _words(sp["schedules"]), "cp_tokens": fmt_count(PRACTICAL.min_cp_tokens),
+        "gpus_list": _words(GPUS), "efficiency": fmt_decimal(Fraction(EFFICIENCY[st.GPU]), 2),
+        "efficiency_gpu": st.GPU, "runs": fmt_count(len(v.rows)), "right": fmt_count(v.right),
+        "counted": fmt_count(v.right + v.wrong), "threshold": _pct(st.THRESHOLD),
+        "spearman_low": fmt_decimal(Fraction(min(v.spearman().values())), 2),
+        "spread_high": fmt_decimal(Fraction(max(v.spread().values())), 2),
+        "ratio_low": fmt_decimal(Fraction(min(r.ratio for r in v.rows)), 2),
+        "ratio_high": fmt_decimal(Fraction(max(r.ratio for r in v.rows)), 2),
+        "network_eta": fmt_decimal(Fraction(NETWORK_ETA), 2),
+        "large": LARGER[0], "large_cap": f"{DEVICE_PRODUCT_GB[LARGER[0]]} GB",
+        "large_fit": fmt_count(mem.large.fitting), "more_fit": fmt_count(mem.more_fit),
+        "large_step": _s(mem.large.best_step_s), "memory_gain": _pct(mem.memory_gain),
+        "memory_shortens": _shortens(mem.memory_gain), "small_memory_shortens": _shortens(small.memory_gain),
+        "small_fit": fmt_count(small.small.fitting), "small_large_fit": fmt_count(small.large.fitting),
+        "small_step": _s(small.small.best_step_s), "small_memory_gain": _pct(small.memory_gain),
+        "fastest_gpu": LARGER[-1], "fastest_gpu_step": _s(_fit(fl, sf.GPU_COUNTS[0], LARGER[-1]).best_step_s),
+        "fastest_gpu_gain": _pct(sf.memory_buys(model, sf.GPU_COUNTS[0], MAIN, LARGER[-1]).gain),
+        "region_fix": region_fix(model),
     }
 
 
 def recipe_values(model: ModelConfig | str) -> dict[str, str]:
-    """Where DeepSeek-V3's own recipe stands among the configurations that fit its card (empty for another model:
-    the recipe is DeepSeek-V3's)."""
-    if not sf.has_recipe(model):
+    """Where DeepSeek-V3's own recipe stands among the configurations of its options that fit its GPUs, and its step
+    against its report's (empty for another model: the recipe is DeepSeek-V3's)."""
+    r = sf.recipe_step(model)
+    if r is None:
         return {}
-    train = deepseek_recipe(model)
-    r = sf.recipe_rank(sf.grid(model, train.world_size), train, RECIPE_CAPACITY)
-    card = {"label": _config(train), "gpu": RECIPE_GPU, "cap": fmt_bytes(RECIPE_CAPACITY, "GB", 0)}
-    if r.rank is None:
-        return {"rank": "none (it does not fit)", "fitting": fmt_count(r.fitting), "rule": "—", "peak": "—",
-                "step": "—", "beaten": "—", "front_word": "is not", **card}
-    return {"rank": fmt_count(r.rank), "fitting": fmt_count(r.fitting), "rule": r.layout_rule,
-            "peak": fmt_bytes(r.peak, UNIT), "step": _seconds(r.step_s), "beaten": fmt_count(r.faster_and_smaller),
-            "front_word": "is" if r.on_front else "is not", **card}
+    k = r.rank
+    return {"rank": fmt_count(k.rank), "fitting": fmt_count(k.fitting), "tied_word": "is" if k.tied else "is not",
+            "peak": fmt_bytes(k.peak, UNIT), "step": _s(k.step_s), "implied": _s(r.implied_s, 1),
+            "over": fmt_decimal(Fraction(r.over_report), 2), "gpu": RECIPE_GPU,
+            "cap": f"{DEVICE_PRODUCT_GB[RECIPE_GPU]} GB", "label": _config(deepseek_recipe(model)),
+            "best": _config(r.best_train), "best_step": _s(r.best["step_s"]),
+            "largest_term": _TERM_WORDS[r.largest_term()], "largest_diff": _TERM_WORDS[r.largest_difference()],
+            "ep_bytes": fmt_bytes(int(r.recipe["ep_bytes"]), "GB", 0), "ep_hidden": _s(r.recipe["ep_s"]),
+            "ep_1f1b": _s(r.one_f_one_b["ep_s"]),
+            "gpu_hours": fmt_count(DEEPSEEK_V3_TRAINING["gpu_hours_per_trillion_tokens"]),
+            "batch": fmt_count(DEEPSEEK_V3_TRAINING["global_batch"]), "seq": fmt_count(DEEPSEEK_V3_TRAINING["seq_len"]),
+            "gpus": fmt_count(DEEPSEEK_V3_TRAINING["gpus"])}
+
+
+def rules_table() -> str:
+    """The practical space's rules, their values and sources."""
+    rows = [[what.replace("min_cp_tokens", fmt_count(PRACTICAL.min_cp_tokens)).replace("gpus_per_node", "8 by default"),
+             src] for what, src in SPACE_RULES.values()]
+    return md_table(["the practical space keeps", "source"], rows, "ll")
+
+
+def gpus_table() -> str:
+    """The GPUs the step is priced for: their numbers and sources."""
+    rows = [[g.name, fmt_count(int(g.flops / 1e12)), fmt_decimal(Fraction(g.hbm_bw / 1e12), 2),
+             fmt_count(int(g.nvlink / 1e9)), fmt_count(int(g.network / 1e9)), GPU_SOURCES[g.name]]
+            for g in GPUS.values()]
+    return md_table(["GPU", "dense BF16 TFLOP/s", "HBM TB/s", "NVLink GB/s (one direction)", "network GB/s",
+                     "source"], rows, "lrrrrl")
+
+
+def validation_table() -> str:
+    """The step-time model against SimuMax's measured B200 runs, per model."""
+    rows = [[f"{x.model} ({x.layers} layers)", fmt_count(x.runs), f"{x.right} of {x.pairs}",
+             fmt_decimal(Fraction(x.spearman), 2),
+             f"{fmt_decimal(Fraction(x.low), 2)} – {fmt_decimal(Fraction(x.high), 2)}",
+             fmt_decimal(Fraction(x.spread), 2)] for x in st.by_model()]
+    return md_table(["model (SimuMax's proxy)", "runs", "pairs in the measured order", "Spearman",
+                     "predicted / measured step", "largest spread in a group"], rows, "lrrrrr")
 
 
 def fits_table(model: ModelConfig | str) -> str:
     rows = []
     for f in sf.fits(model):
-        rows.append([fmt_count(f.gpus), f.card.label, fmt_bytes(f.card.capacity, UNIT, 1, with_unit=False),
-                     fmt_count(f.searched), fmt_count(f.fitting),
-                     _config(f.best) if f.best else "nothing fits", f.best_layout_rule or "—",
-                     fmt_bytes(f.best_peak, UNIT, 2, with_unit=False) if f.best else "—",
-                     _seconds(f.best_step_s) if f.best else "—"])
-    return md_table(["GPUs", "card", f"capacity ({UNIT})", "searched", "fit", "best by the cost model", "layout",
-                     f"its peak ({UNIT})", "est. step time"], rows, "rlrrrllrr")
+        rows.append([fmt_count(f.gpus), f.card.name, fmt_bytes(f.card.capacity, UNIT, 1, with_unit=False),
+                     fmt_count(f.searched), fmt_count(f.fitting), _config(f.best) if f.best else "nothing fits",
+                     fmt_bytes(f.best_peak, UNIT, 2, with_unit=False) if f.best else "—", _s(f.best_step_s),
+                     fmt_count(f.tied)])
+    return md_table(["GPUs", "GPU", f"capacity ({UNIT})", "searched", "fit", "fastest (predicted)",
+                     f"its peak ({UNIT})", "its step", "within the tie band"], rows, "rlrrrlrrr")
+
+
+def fastest_table(model: ModelConfig | str, limit: int = 8) -> str:
+    """The fastest configurations on the main card, within the tie band (at most ``limit``), with their terms."""
+    g = sf.grid(model, sf.GPU_COUNTS[0], MAIN)
+    rows = []
+    for i in sf.fastest(g, sf.card(MAIN).capacity, limit):
+        t = sf.terms(g, i)
+        rows.append([_config(g.train(int(i))), fmt_bytes(int(g.peak[i]), UNIT, 2, with_unit=False),
+                     *(fmt_decimal(Fraction(t[k]), 2) for k in _TERM_NAMES), fmt_decimal(Fraction(t["step_s"]), 2)])
+    return md_table(["configuration", f"peak ({UNIT})", *_TERM_NAMES.values(), "step (s)"], rows,
+                    "lr" + "r" * (len(_TERM_NAMES) + 1))
+
+
+def memory_table(model: ModelConfig | str) -> str:
+    """What the larger cards buy over the main one, per GPU count."""
+    rows = []
+    for gpus in sf.GPU_COUNTS:
+        for name in LARGER:
+            m = sf.memory_buys(model, gpus, MAIN, name)
+            rows.append([fmt_count(gpus), f"{MAIN} → {name}", f"{fmt_count(m.small.fitting)} → {fmt_count(m.large.fitting)}",
+                         f"{_s(m.small.best_step_s)} → {_s(m.large.best_step_s)}", _s(m.same_gpu_step_s),
+                         _pct(m.memory_gain), _pct(m.gain)])
+    return md_table(["GPUs", "card", "configurations that fit", "fastest step", f"its memory on the {MAIN}",
+                     "memory alone", "memory and GPU"], rows, "rllrrrr")
+
+
+def recipe_table(model: ModelConfig | str) -> str:
+    """DeepSeek-V3's recipe beside the fastest configuration of its options, term by term."""
+    r = sf.recipe_step(model)
+    if r is None:
+        return ""
+    rows = [[name, _config(t), *(fmt_decimal(Fraction(x[k]), 2) for k in _TERM_NAMES),
+             fmt_decimal(Fraction(x["step_s"]), 2)]
+            for name, t, x in (("the recipe", deepseek_recipe(model), r.recipe), ("the fastest", r.best_train, r.best))]
+    return md_table(["", "configuration", *_TERM_NAMES.values(), "step (s)"], rows, "ll" + "r" * (len(_TERM_NAMES) + 1))
 
 
 def region_figure(model: ModelConfig | str):
@@ -101,7 +205,7 @@ def region_figure(model: ModelConfig | str):
     panel per PP, EP on the x axis, one line per TP, the cards' capacities as dashed lines."""
     from matplotlib.lines import Line2D
 
-    reg = sf.region(_main(model))
+    reg = sf.region(sf.grid(model, sf.GPU_COUNTS[0]))
     tps = reg.tps[:len(_TP_COLORS)]
     fig, axes = new_figure(9.0, 3.6, ncols=len(reg.pps), sharey=True)
     axes = list(axes) if len(reg.pps) > 1 else [axes]
@@ -118,8 +222,8 @@ def region_figure(model: ModelConfig | str):
         ax.set_yscale("log")
         ax.set_title(f"PP {pp}", fontsize=9)
         ax.set_xlabel("EP")
-        for c in sf.cards():
-            capacity_line(ax, c.capacity, fmt_bytes(c.capacity, "GB", 0) if ax is axes[-1] else "")
+        for cap in sorted({c.capacity for c in sf.cards()}):
+            capacity_line(ax, cap, fmt_bytes(cap, "GB", 0) if ax is axes[-1] else "")
     axes[0].set_ylabel(f"smallest peak, {UNIT} per device")
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(tps), fontsize=8)
@@ -129,14 +233,14 @@ def region_figure(model: ModelConfig | str):
 def region_fix(model: ModelConfig | str) -> str:
     """The knobs the region figure fixes, in words."""
     names = {"cp": "CP", "zero": "ZeRO stage", "b": "micro-batch size", "dp": "DP", "etp": "ETP"}
-    return _words(f"{names.get(k, k)} {v}" for k, v in sf.region(_main(model)).fix)
+    return _words(f"{names.get(k, k)} {v}" for k, v in sf.region(sf.grid(model, sf.GPU_COUNTS[0])).fix)
 
 
 def pareto_figure(model: ModelConfig | str):
-    """Every configuration that fits the smallest card: peak memory against the estimated step time (density),
-    the Pareto front, and DeepSeek-V3's recipe where the book is DeepSeek-V3's."""
-    g = _main(model)
-    card = sf.cards()[0]
+    """Every configuration that fits the main card: peak memory against the predicted step (density), the Pareto
+    front, the tie band of the fastest."""
+    g = sf.grid(model, sf.GPU_COUNTS[0], MAIN)
+    card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
     fig, ax = new_figure(7.0, 3.8)
@@ -146,43 +250,12 @@ def pareto_figure(model: ModelConfig | str):
         fig.colorbar(hb, ax=ax, label="configurations", pad=0.01)
         ax.plot(g.cost["step_s"][front], in_units(g.peak[front], UNIT), marker="o", ms=3, lw=1.4,
                 color=CATEGORY_COLORS["activations"], label="Pareto front")
-    if sf.has_recipe(model):
-        train = deepseek_recipe(model)
-        r = sf.recipe_rank(sf.grid(model, train.world_size), train, RECIPE_CAPACITY)
-        if r.index is not None:
-            ax.plot([r.step_s], [in_unit(r.peak, UNIT)], marker="*", ms=12, ls="none", color=OKABE_ITO["vermillion"],
-                    markeredgecolor="black", label="DeepSeek-V3's recipe")
-    capacity_line(ax, card.capacity, f"{card.label}: {fmt_bytes(card.capacity, 'GB', 0)}")
-    ax.set_xlabel("estimated step time (cost model), s")
+        tied = sf.fastest(g, card.capacity)
+        ax.plot(g.cost["step_s"][tied], in_units(g.peak[tied], UNIT), marker="*", ms=8, ls="none",
+                color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
+    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, 'GB', 0)}")
+    ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
     fig.legend(loc="outside lower center", ncol=2, fontsize=8)
     return fig
 
-
-def _front(model):
-    g = _main(model)
-    return sf.front_split(g, sf.pareto(g, sf.cards()[0].capacity))
-
-
-def front_figure(model: ModelConfig | str):
-    """The Pareto front's configurations, fastest first: their peak device in the book's categories."""
-    sp = list(reversed(_front(model)))
-    labels = [f"{s.train.label()}\nZ{int(s.train.zero)} b{s.train.micro_batch}" for s in sp]
-    series = [Series(CATEGORY_LABELS["model_states"], CATEGORY_COLORS["model_states"], [s.model_states for s in sp]),
-              Series(CATEGORY_LABELS["activations"], CATEGORY_COLORS["activations"], [s.activations for s in sp]),
-              Series(CATEGORY_LABELS["overhead"], CATEGORY_COLORS["overhead"], [s.overhead for s in sp])]
-    fig, ax = new_figure(9.0, 3.8)
-    stacked_bars(ax, labels, series, UNIT, totals=False, fontsize=5)
-    card = sf.cards()[0]
-    capacity_line(ax, card.capacity, f"{card.label}: {fmt_bytes(card.capacity, 'GB', 0)}")
-    ax.tick_params(axis="x", labelrotation=90)
-    ax.legend(fontsize=8, loc="upper left", ncol=3)
-    return fig
-
-
-def front_table(model: ModelConfig | str) -> str:
-    rows = [[_config(s.train), s.train.schedule.value, fmt_count(s.stage), fmt_bytes(s.model_states, UNIT, 2, False),
-             fmt_bytes(s.activations, UNIT, 2, False), fmt_bytes(s.overhead, UNIT, 2, False),
-             fmt_bytes(s.total, UNIT, 2, False), _seconds(s.step_s)] for s in _front(model)]
-    return md_table(["configuration", "schedule", "peak stage", f"model states ({UNIT})", f"activations ({UNIT})",
-                     f"overheads ({UNIT})", f"peak ({UNIT})", "est. step time"], rows, "llrrrrrr")

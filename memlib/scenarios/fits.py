@@ -1,14 +1,14 @@
-"""What fits: every parallel configuration of a GPU count found by :func:`memlib.search.plan.search`, read against
-the capacities of the cards the book sizes for.
+"""What fits, and what is fastest: every configuration of a GPU count in plan's practical space
+(:data:`memlib.search.plan.PRACTICAL`), its exact peak against each GPU's capacity and its predicted step on that GPU
+(:mod:`memlib.search.cost`).
 
-The space searched is DeepSeek-V3's own options (:data:`SPACE`: the ``megatron`` profile, the ``deepseek-v3``
-precision recipe, the ``deepseek`` recompute policy, the DualPipe schedule) with every PP, TP, CP, DP, EP, ETP,
-ZeRO stage, micro-batch size and layout rule the search allows, at DeepSeek-V3's global batch and sequence
-length.  One search per GPU count (kept for the process) answers every capacity: a configuration fits a card
-when its exact peak (:attr:`memlib.device.estimate.Estimate.peak`, through :mod:`memlib.search.compiled`) is at most the card's
-bytes.  The cards are :data:`memlib.device.overhead.DEVICE_MEMORY`'s distinct capacities.
+One search per model and GPU count (kept for the process) gives the rows and their peaks; each GPU prices them
+(:meth:`memlib.search.plan.Grid.priced`).  The GPUs are those both memlib's capacities
+(:data:`memlib.device.overhead.DEVICE_MEMORY`) and the step-time model (:data:`memlib.search.cost.GPUS`) know.  For
+DeepSeek-V3, its recipe is located in the same rules with its own options (:data:`RECIPE_SPACE`) on its report's
+H800s, and its predicted step set against the one its report's GPU-hours imply.
 
->>> g = grid("deepseek-v3", 512)
+>>> g = grid("deepseek-v2-lite", 64)
 >>> g.searched > 0 and bool(g.fits(10**15).all())
 True
 """
@@ -19,65 +19,91 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
-from ..device.estimate import estimate
+from ..data.reference import DEEPSEEK_V3_TRAINING
 from ..device.overhead import DEVICE_MEMORY
 from ..paper import is_paper_model
-from ..search.plan import Grid, search
+from ..search.cost import GPUS, TERMS, TIE_BAND, CostModel
+from ..search.plan import PRACTICAL, Grid, search, step_cost
+from .deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
 
-__all__ = ["SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "grid", "Fit", "fits", "Region", "region", "pareto",
-           "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe", "Split", "front_split"]
+__all__ = ["SPACE", "RECIPE_SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "card", "grid", "Fit", "fits",
+           "Region", "region", "pareto", "fastest", "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe",
+           "implied_step", "Memory", "memory_buys", "FIRST_GPU", "recipe", "recipe_grid", "terms",
+           "RecipeStep", "recipe_step"]
 
-#: the options searched: DeepSeek-V3's (profile, precision recipe, recompute policy, schedule)
-SPACE = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",), schedules=("dualpipe",))
+#: the options searched: Megatron-LM's (the megatron profile and precision recipe, no, selective or full
+#: recomputation, its 1F1B and interleaved schedules), in the practical space's rules
+SPACE = dict(profiles=("megatron",), precisions=("megatron",), recomputes=("none", "selective", "full"),
+             schedules=("1f1b", "interleaved"))
+#: DeepSeek-V3's own options: its precision recipe and recomputation, and DualPipe beside Megatron-LM's schedules
+RECIPE_SPACE = dict(SPACE, precisions=("deepseek-v3",), recomputes=("deepseek",),
+                    schedules=("1f1b", "interleaved", "dualpipe"))
 
-#: the GPU counts the chapter asks about: DeepSeek-V3's 2048, a half and a quarter of it
-GPU_COUNTS = (2048, 1024, 512)
+#: the GPU counts the chapter asks about: DeepSeek-V3's 2048 and a quarter of it
+GPU_COUNTS = (2048, 512)
+#: the GPU the searches are first priced on (the others reprice the same rows)
+FIRST_GPU = "H100"
 
 
 @dataclass(frozen=True)
 class Card:
-    """One capacity of :data:`~memlib.device.overhead.DEVICE_MEMORY` and the cards that have it."""
+    """A GPU: its name and the capacity its driver reports."""
 
-    names: tuple[str, ...]
+    name: str
     capacity: int
-
-    @property
-    def label(self) -> str:
-        return " / ".join(self.names)
 
 
 def cards() -> list[Card]:
-    """The distinct capacities of :data:`~memlib.device.overhead.DEVICE_MEMORY`, smallest first, each with its cards."""
-    by_cap: dict[int, list[str]] = {}
-    for name, cap in DEVICE_MEMORY.items():
-        by_cap.setdefault(int(cap), []).append(name)
-    return [Card(tuple(names), cap) for cap, names in sorted(by_cap.items())]
+    """The GPUs both :data:`~memlib.device.overhead.DEVICE_MEMORY` and :data:`~memlib.search.cost.GPUS` know, smallest
+    capacity first (then by name)."""
+    return sorted((Card(n, int(DEVICE_MEMORY[n])) for n in GPUS if n in DEVICE_MEMORY),
+                  key=lambda c: (c.capacity, c.name))
+
+
+def card(name: str) -> Card:
+    return next(c for c in cards() if c.name == name)
 
 
 _GRIDS: dict[tuple, Grid] = {}
 
 
-def grid(model: ModelConfig | str, gpus: int) -> Grid:
-    """Every configuration of ``gpus`` GPUs in :data:`SPACE` with its exact peak and cost terms (kept)."""
+def grid(model: ModelConfig | str, gpus: int, gpu: str = FIRST_GPU, options: dict | None = None) -> Grid:
+    """Every configuration of ``gpus`` GPUs in the practical space with ``options`` (:data:`SPACE`), its exact peak,
+    priced on ``gpu`` (kept)."""
     m = load_model(model)
-    key = (m, int(gpus))
-    if key not in _GRIDS:
-        _GRIDS[key] = search(m, gpus, **SPACE)
-    return _GRIDS[key]
+    opts = SPACE if options is None else options
+    key = (m, int(gpus), tuple(sorted((k, v) for k, v in opts.items())))
+    if (key, gpu) not in _GRIDS:
+        if (key, FIRST_GPU) not in _GRIDS:
+            _GRIDS[(key, FIRST_GPU)] = search(m, gpus, cost=CostModel.of(FIRST_GPU), space=PRACTICAL, **opts)
+        _GRIDS[(key, gpu)] = _GRIDS[(key, FIRST_GPU)].priced(CostModel.of(gpu))
+    return _GRIDS[(key, gpu)]
+
+
+def fastest(g: Grid, capacity: int, limit: int | None = None) -> np.ndarray:
+    """The rows that fit ``capacity`` whose predicted step is within the tie band of the fastest one's, fastest
+    first (at most ``limit``)."""
+    order = g.ranking(capacity)
+    if not len(order):
+        return order
+    step = g.cost["step_s"][order]
+    tied = order[step <= (1 + TIE_BAND) * step[0]]
+    return tied if limit is None else tied[:limit]
 
 
 @dataclass(frozen=True)
 class Fit:
-    """What fits ``gpus`` GPUs of one card: how many configurations, the best by the cost model."""
+    """What fits ``gpus`` GPUs of one card, and the fastest of it by the step-time model."""
 
     gpus: int
     card: Card
     searched: int
     fitting: int
-    best: TrainingConfig | None      #: the best fitting configuration (None: nothing fits)
+    best: TrainingConfig | None      #: the fastest fitting configuration (None: nothing fits)
     best_layout_rule: str | None
     best_peak: int | None            #: its peak bytes
-    best_step_s: float | None        #: its estimated step time (the cost model's, seconds)
+    best_step_s: float | None        #: its predicted step (seconds)
+    tied: int                        #: fitting configurations within the tie band of it
     smallest_peak: int | None        #: the smallest peak of any configuration searched
 
     @property
@@ -89,23 +115,63 @@ def fits(model: ModelConfig | str, gpus_counts=GPU_COUNTS, card_list: list[Card]
     """One :class:`Fit` per GPU count and card."""
     out = []
     for gpus in gpus_counts:
-        g = grid(model, gpus)
-        smallest = int(min(g.peak)) if g.searched else None
-        for card in card_list if card_list is not None else cards():
-            order = g.ranking(card.capacity)
+        for c in card_list if card_list is not None else cards():
+            g = grid(model, gpus, c.name) if c.name in GPUS else grid(model, gpus)
+            smallest = int(min(g.peak)) if g.searched else None
+            order = g.ranking(c.capacity)
             if len(order):
                 i = int(order[0])
-                best, rule, peak, step = (g.train(i), g.labels("layout_rule")[i], int(g.peak[i]),
+                best, rule, peak, step = (g.train(i), str(g.labels("layout_rule")[i]), int(g.peak[i]),
                                           float(g.cost["step_s"][i]))
+                tied = len(fastest(g, c.capacity))
             else:
                 best = rule = peak = step = None
-            out.append(Fit(gpus, card, g.searched, len(order), best, rule, peak, step, smallest))
+                tied = 0
+            out.append(Fit(gpus, c, g.searched, len(order), best, rule, peak, step, tied, smallest))
     return out
 
 
+@dataclass(frozen=True)
+class Memory:
+    """What a card with more memory buys over a smaller one on the same GPU count: the configurations that fit and the
+    fastest predicted step on each, and on the small card's GPU priced as the large card's compute (the memory alone:
+    :attr:`same_gpu_step_s`, the large capacity's fastest row priced on the small card's GPU)."""
+
+    gpus: int
+    small: Fit
+    large: Fit
+    same_gpu_step_s: float | None
+
+    @property
+    def memory_gain(self) -> float | None:
+        """How much shorter the fastest step is with the large card's memory alone (the small card's GPU), a fraction
+        of the small card's fastest step."""
+        if self.small.best_step_s is None or self.same_gpu_step_s is None:
+            return None
+        return 1 - self.same_gpu_step_s / self.small.best_step_s
+
+    @property
+    def gain(self) -> float | None:
+        """How much shorter the large card's fastest step is than the small card's (memory and GPU together)."""
+        if self.small.best_step_s is None or self.large.best_step_s is None:
+            return None
+        return 1 - self.large.best_step_s / self.small.best_step_s
+
+    @property
+    def more_fit(self) -> int:
+        return self.large.fitting - self.small.fitting
+
+
+def memory_buys(model: ModelConfig | str, gpus: int, small: str, large: str) -> Memory:
+    """:class:`Memory` of ``large`` over ``small`` (card names) on ``gpus`` GPUs."""
+    fs, fl = fits(model, (gpus,), [card(small), card(large)])
+    g = grid(model, gpus, small)
+    order = g.ranking(card(large).capacity)
+    return Memory(gpus, fs, fl, float(g.cost["step_s"][order[0]]) if len(order) else None)
+
+
 #: the knobs the region fixes at DeepSeek-V3's choices (no context parallelism, ZeRO-1, one sequence per
-#: micro-batch), so that it shows what TP, EP and PP do: with them free the smallest peak is nearly the same
-#: everywhere (ZeRO-3 and a large CP shrink every device)
+#: micro-batch), so that it shows what TP, EP and PP do
 REGION_FIX = {"cp": 1, "zero": 1, "b": 1}
 
 
@@ -150,8 +216,8 @@ def region(g: Grid, fix=None) -> Region:
 
 
 def pareto(g: Grid, capacity: int) -> np.ndarray:
-    """The rows that fit ``capacity`` and that no other fitting row beats on both peak memory and estimated step
-    time (each at most, one strictly less), by ascending peak."""
+    """The rows that fit ``capacity`` and that no other fitting row beats on both peak memory and predicted step
+    (each at most, one strictly less), by ascending peak."""
     idx = np.flatnonzero(g.fits(capacity))
     if not len(idx):
         return idx
@@ -193,10 +259,12 @@ class RecipeRank:
     rank: int | None          #: 1-based, by :meth:`memlib.search.plan.Grid.ranking` (None: it does not fit)
     fitting: int
     index: int | None         #: its row (the best ranked of its layout rules)
+    best: int | None          #: the fastest fitting row
     layout_rule: str | None
     peak: int | None
     step_s: float | None
-    faster_and_smaller: int   #: fitting rows with a smaller estimated step time and a smaller peak
+    tied: bool                #: within the tie band of the fastest
+    faster_and_smaller: int   #: fitting rows with a shorter predicted step and a smaller peak
 
     @property
     def on_front(self) -> bool:
@@ -208,41 +276,73 @@ def recipe_rank(g: Grid, train: TrainingConfig, capacity: int) -> RecipeRank:
     order = g.ranking(capacity)
     mine = set(int(i) for i in recipe_rows(g, train))
     pos = next((k for k, i in enumerate(order) if int(i) in mine), None)
+    best = int(order[0]) if len(order) else None
     if pos is None:
-        return RecipeRank(None, len(order), None, None, None, None, 0)
+        return RecipeRank(None, len(order), None, best, None, None, None, False, 0)
     i = int(order[pos])
-    fit = order
-    peak = g.peak[fit]
-    step = g.cost["step_s"][fit]
-    beaten = int(np.count_nonzero((step < g.cost["step_s"][i]) & (peak < g.peak[i])))
-    return RecipeRank(pos + 1, len(order), i, str(g.labels("layout_rule")[i]), int(g.peak[i]),
-                      float(g.cost["step_s"][i]), beaten)
+    step = g.cost["step_s"][order]
+    beaten = int(np.count_nonzero((step < g.cost["step_s"][i]) & (g.peak[order] < g.peak[i])))
+    return RecipeRank(pos + 1, len(order), i, best, str(g.labels("layout_rule")[i]), int(g.peak[i]),
+                      float(g.cost["step_s"][i]), bool(g.cost["step_s"][i] <= (1 + TIE_BAND) * step[0]), beaten)
+
+
+def terms(g: Grid, i: int) -> dict[str, float]:
+    """Row ``i``'s step-time terms (seconds; ``bubble`` a fraction)."""
+    return {k: float(x[int(i)]) for k, x in g.cost.items()}
+
+
+def recipe_grid(model: ModelConfig | str) -> Grid:
+    """The recipe's GPU count in :data:`RECIPE_SPACE`, priced on its report's GPU."""
+    return grid(model, deepseek_recipe(model).world_size, RECIPE_GPU, RECIPE_SPACE)
+
+
+def recipe(model: ModelConfig | str) -> RecipeRank:
+    """Where DeepSeek-V3's recipe stands on its report's GPUs (:data:`memlib.scenarios.deepseek.CAPACITY`)."""
+    return recipe_rank(recipe_grid(model), deepseek_recipe(model), RECIPE_CAPACITY)
+
+
+def implied_step() -> float:
+    """The step DeepSeek-V3's report implies (seconds): its H800 GPU-hours per trillion tokens x the tokens of a step
+    (its global batch of sequences) over its GPUs (:data:`memlib.data.reference.DEEPSEEK_V3_TRAINING`)."""
+    r = DEEPSEEK_V3_TRAINING
+    per_token = r["gpu_hours_per_trillion_tokens"] * 3600 / 1e12
+    return per_token * r["global_batch"] * r["seq_len"] / r["gpus"]
 
 
 @dataclass(frozen=True)
-class Split:
-    """One configuration's peak device split into the book's categories (bytes): what :func:`memlib.device.estimate.estimate`
-    gives for a row of a search."""
+class RecipeStep:
+    """DeepSeek-V3's recipe priced on its report's GPUs beside the fastest configuration of the same options, and the
+    step its report's GPU-hours imply."""
 
-    train: TrainingConfig
-    stage: int
-    model_states: int
-    activations: int
-    overhead: int
-    step_s: float
+    rank: RecipeRank
+    recipe: dict            #: its terms
+    best: dict              #: the fastest fitting configuration's terms
+    best_train: TrainingConfig
+    implied_s: float
+    one_f_one_b: dict       #: its terms under 1F1B (the same ranks, no DualPipe overlap)
 
     @property
-    def total(self) -> int:
-        return self.model_states + self.activations + self.overhead
+    def over_report(self) -> float:
+        """Predicted over implied step."""
+        return self.recipe["step_s"] / self.implied_s
+
+    def largest_difference(self) -> str:
+        """The term (of :data:`memlib.search.cost.TERMS`) in which the recipe and the fastest differ most."""
+        return max(TERMS, key=lambda k: abs(self.recipe[k] - self.best[k]))
+
+    def largest_term(self) -> str:
+        """The recipe's largest term."""
+        return max(TERMS, key=lambda k: self.recipe[k])
 
 
-def front_split(g: Grid, rows) -> list[Split]:
-    """The peak device of each of ``rows`` (e.g. :func:`pareto`'s) split into model states, activations and
-    overheads by :func:`memlib.device.estimate.estimate` (its total is the row's peak)."""
-    out = []
-    for i in rows:
-        train = g.train(int(i))
-        pk = estimate(g.model, train, g.overhead).peak
-        out.append(Split(train, pk.stage.index, pk.model_states, pk.bytes["activations"], pk.bytes["overhead"],
-                         float(g.cost["step_s"][int(i)])))
-    return out
+def recipe_step(model: ModelConfig | str) -> RecipeStep | None:
+    """:class:`RecipeStep` of DeepSeek-V3 (None for another model, or where the recipe does not fit)."""
+    if not has_recipe(model):
+        return None
+    g = recipe_grid(model)
+    r = recipe_rank(g, deepseek_recipe(model), RECIPE_CAPACITY)
+    if r.index is None:
+        return None
+    train = g.train(r.index)
+    plain = step_cost(g.model, train.with_(schedule="1f1b"), g.cost_model, g.overhead)
+    return RecipeStep(r, terms(g, r.index), terms(g, r.best), g.train(r.best), implied_step(), plain)

@@ -346,15 +346,21 @@ class PublishedCase:
 
 
 def simumax_model(model: str, layers: int, tp: int):
-    """The launcher's Llama (``SIMUMAX_MODELS``) with ``layers`` layers and Megatron-LM's padded vocabulary."""
+    """The launcher's model (``SIMUMAX_MODELS``) with ``layers`` layers and Megatron-LM's padded vocabulary: a Llama,
+    or a DeepSeek whose first layer is dense, without MTP (``run_pretrain_deepseekv2.sh``)."""
     from ..config import model_from_dict
     from ..megatron.flags import pad_vocab
     from ..data.reference import SIMUMAX_MODELS
     shape = dict(SIMUMAX_MODELS[model])
     shape["vocab_size"] = pad_vocab(shape["vocab_size"] + 1, 128, tp)
-    return model_from_dict({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-                            "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-                            "num_hidden_layers": layers, **shape}, name=f"{model} ({layers} layers)")
+    if model.startswith("deepseek"):
+        kind = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "first_k_dense_replace": 1,
+                "scoring_func": "softmax"}
+    else:
+        kind = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+                "attention_bias": False, "mlp_bias": False}
+    return model_from_dict({**kind, "tie_word_embeddings": False, "num_hidden_layers": layers, **shape},
+                           name=f"{model} ({layers} layers)")
 
 
 def _simumax_label(run: dict) -> str:

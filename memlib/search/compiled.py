@@ -471,8 +471,7 @@ class Family:
         key = (sig, int(zero))
         if key not in self._states:
             counts = self.base.stage_counts(stage)
-            if sig not in self._counts:
-                self._counts[sig] = {x: ExactFunction(counts[x]) for x in (P_ne, P_e)}
+            self.counts_program(stage)
             z = int(zero)
             if z not in self._formulas:
                 edp = {sym("EDP"): counts[sym("EDP")]}
@@ -480,6 +479,15 @@ class Family:
                 self._formulas[z] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
             self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[z].items()}
         return self._states[key]
+
+    def counts_program(self, stage: Stage) -> dict[sp.Symbol, ExactFunction]:
+        """P_ne and P_e of a stage's device (:meth:`~memlib.device.estimate.Estimate.stage_counts`), compiled once per
+        stage signature."""
+        sig = stage_signature(self.model, stage)
+        if sig not in self._counts:
+            counts = self.base.stage_counts(stage)
+            self._counts[sig] = {x: ExactFunction(counts[x]) for x in (P_ne, P_e)}
+        return self._counts[sig]
 
     def pipeline(self, pp: int = 1, schedule: Schedule | str = "1f1b", vpp: int = 1,
                  layout: Sequence[int] | None = None) -> "Pipeline":
@@ -526,6 +534,15 @@ class Pipeline:
     @cached_property
     def _saturation(self) -> int:
         return replay_microbatches(self.train, saturate=True)
+
+    @cached_property
+    def replay_rule(self) -> tuple:
+        """How :meth:`replay` maps M to the micro-batches the replay runs: every M (GPipe), or M capped at the
+        schedule's saturation.  Pipelines of one rule give equal replays for equal rows: part of every cache
+        key of values computed from them."""
+        if self.train.schedule is Schedule.GPIPE:
+            return ("every",)
+        return ("capped", self._saturation)
 
     def moments(self, rank: int, m: int | None) -> list[Moment]:
         """The replay's candidate moments of ``rank`` with M = ``m`` micro-batches (they depend on M only
@@ -627,7 +644,9 @@ class Pipeline:
             progs = [[(wide, fam.chunk_program(c, wide)) for wide in fam._variants] for c in st.chunks]
             akeys = tuple(k for k in KNOBS if k == "tp" and len(fam._variants) > 1 or any(
                 k in pr.knobs for row in progs for _, pr in row))
-            ukey = ("activation rows", akeys)
+            # the rows' distinct values of those knobs and of the replay their M gives: the replay depends on the
+            # pipeline's rule (GPipe holds all M, the others cap it), so the rule is part of the key
+            ukey = ("activation rows", akeys, self.replay_rule)
             if ukey not in cache:
                 uenv, inverse = _unique_rows([env[k] for k in akeys] + [reps], akeys + ("R",))
                 cache[ukey] = (uenv, inverse)

@@ -1,51 +1,91 @@
-"""``memlib plan``: every parallel configuration of N GPUs that fits, ranked by a stated cost model.
+"""``memlib plan``: every parallel configuration of N GPUs that fits, ranked by a predicted step time.
 
 For a model, N GPUs, a capacity and a global batch, :func:`search` enumerates every parallel
 configuration (DP TP PP CP EP ETP, ZeRO stage, micro-batch, recompute policy, precision, profile,
-schedule, layout rule) that the library's rules allow, computes each one's peak with
-:mod:`memlib.search.compiled` (:func:`memlib.device.estimate.estimate`'s ``peak.total``, to the byte) and
-keeps those that fit; :func:`plan` ranks them by an estimated step time built from named terms (the
-pipeline bubble, communication, recomputation), each stated so that a reader can re-rank.
+schedule, layout rule) that the library's rules allow in a :class:`Space` (by default the practical one,
+:data:`SPACE_RULES`), computes each one's peak with :mod:`memlib.search.compiled`
+(:func:`memlib.device.estimate.estimate`'s ``peak.total``, to the byte) and its predicted step with
+:mod:`memlib.search.cost` (named terms: computation, each parallelism's exposed communication, the bubble, the
+data-parallel synchronisation, the optimizer step); :func:`plan` ranks those that fit.
 
 The derivation, with its sources (file:line), is in ``docs/derivations/plan.md``.
 """
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .compiled import Family, stage_signature
+from ..config import LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, check_count, load_model, parse_count, show
+from ..ledgers import ACT_PROFILES
 from ..ledgers.base import parse_policy
-from .compiled import Family
-from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
 from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
-from ..model.params import activated_params, by_block, model_params, values as model_values
 from ..model.partition import balanced_layout, default_layout
-from ..device.peak import Framework
+from ..device.peak import COMPUTE_CAPABILITY, Framework
+from ..device.schedule import replay_size
 from ..model.states import recipe
+from ..model.states import P_e, P_ne
+from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
-__all__ = ["CostModel", "PlanResult", "Grid", "search", "plan", "FIXABLE", "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
+__all__ = ["CostModel", "step_cost", "Space", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
+           "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
 DEFAULT_GLOBAL_BATCH = 15360
+
+#: the most GPUs plan searches
+MAX_GPUS = 2**20
 
 #: the knobs ``--fix`` may pin, with the option name they are given by
 FIXABLE = ("dp", "tp", "pp", "ep", "etp", "cp", "zero", "b", "vpp")
 LAYOUT_RULES = ("default", "balanced")
 
 
-@dataclass(frozen=True)
-class CostModel:
-    """The constants of the cost model (module docstring)."""
+#: the practical space's rules: field of :class:`Space` -> (what it keeps, its source)
+SPACE_RULES: dict[str, tuple[str, str]] = {
+    "tp_in_node": ("TP at most the GPUs of a node (gpus_per_node)",
+                   "Narayanan et al. 2021 (arXiv 2104.04473) §3.3, takeaway 1: tensor parallelism up to the GPUs of a "
+                   "server, pipeline parallelism across servers"),
+    "min_cp_tokens": ("at least min_cp_tokens tokens per CP rank (s / CP)",
+                      "Megatron-LM docs/user-guide/parallelism-guide.md: context parallelism for long sequences (8K+ "
+                      "tokens); features/context_parallel.md: 8K tokens over CP 2, 4K per GPU"),
+    "etp1_fine_grained": ("ETP 1 for fine-grained experts (narrower than the hidden size, h_E < h)",
+                          "Megatron-LM megatron/core/transformer/moe/README.md: --expert-tensor-parallel-size "
+                          "recommended 1 for fine-grained MoE models (MoE Parallel Folding: better GEMM efficiency, "
+                          "less communication)"),
+    "megatron_zero": ("the megatron profile's ZeRO 0 and 1: Megatron-Core's DDP and distributed optimizer, whose "
+                      "buffers that profile models (memlib.device.peak)",
+                      "Megatron-LM megatron/training/arguments.py: --use-distributed-optimizer; ZeRO 2 and 3 only "
+                      "through Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads | "
+                      "optim_grads_params)"),
+}
 
-    flops: float = 989e12             #: dense BF16 FLOP/s of one GPU (H800/H100 SXM)
-    nvlink: float = 400e9             #: bytes/s per GPU inside a node (H800 NVLink: 400 GB/s)
-    network: float = 50e9             #: bytes/s per GPU across nodes (400 Gb/s InfiniBand)
-    gpus_per_node: int = 8
-    act_bytes: int = 2                #: bytes of a communicated activation element
+
+@dataclass(frozen=True)
+class Space:
+    """The practical search space: each rule of :data:`SPACE_RULES` on (True, or the least tokens per CP rank), or
+    off (False, 1); :data:`FULL` has none.  A knob fixed by ``fix``, or ZeRO stages asked for by ``zeros``, bypass
+    the rule on it."""
+
+    tp_in_node: bool = True
+    min_cp_tokens: int = 4096
+    etp1_fine_grained: bool = True
+    megatron_zero: bool = True
+
+    def __post_init__(self):
+        n = self.min_cp_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"min_cp_tokens={show(n)} must be a positive integer (1: no rule)")
+
+
+PRACTICAL = Space()
+FULL = Space(tp_in_node=False, min_cp_tokens=1, etp1_fine_grained=False, megatron_zero=False)
 
 
 @dataclass
@@ -56,14 +96,12 @@ class PlanResult:
     searched: int
     fitting: int
     configs: list[dict] = field(default_factory=list)
+    cost_model: dict = field(default_factory=dict)      #: :meth:`memlib.search.cost.CostModel.values`
+    space: dict = field(default_factory=dict)           #: the :class:`Space`'s rules
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpus": self.gpus, "capacity": self.capacity, "searched": self.searched,
-                "fitting": self.fitting, "configs": self.configs}
-
-
-_COST_NAMES = ("bubble", "recompute", "tp_bytes", "ep_bytes", "cp_bytes", "dp_bytes", "pp_bytes", "compute_s",
-               "comm_s", "step_s")
+                "fitting": self.fitting, "cost_model": self.cost_model, "space": self.space, "configs": self.configs}
 
 
 @dataclass
@@ -77,6 +115,8 @@ class Grid:
     seq_len: int
     global_batch: int
     overhead: Overheads
+    cost_model: CostModel
+    space: Space
     groups: list
     rows: np.ndarray
     group: np.ndarray
@@ -106,6 +146,18 @@ class Grid:
         else:
             per = [getattr(g[0].train, name) for g in self.groups]
         return np.array(per, dtype=object)[self.group] if per else np.zeros(0, dtype=object)
+
+    def priced(self, cost: CostModel) -> "Grid":
+        """The same rows and peaks with the cost terms of another :class:`~memlib.search.cost.CostModel` (another
+        GPU: its peaks are the same bytes)."""
+        out = replace(self, cost_model=cost, cost={k: np.empty(self.searched) for k in COST_TERMS})
+        for gi in np.unique(self.group):
+            idx = np.flatnonzero(self.group == gi)
+            fam, pp, sch, v, rule, lay = self.groups[int(gi)]
+            terms = _group_cost(fam, fam.pipeline(pp, sch, v, lay), self.rows[idx], self.seq_len, cost)
+            for k in COST_TERMS:
+                out.cost[k][idx] = terms[k]
+        return out
 
     def fits(self, capacity: int) -> np.ndarray:
         """Which rows' peak stage fits ``capacity`` bytes (exact integers)."""
@@ -140,7 +192,8 @@ class Grid:
         fam, pp, sch, v, rule, lay = self.groups[int(self.group[i])]
         pipe = fam.pipeline(pp, sch, v, lay)
         peak = int(self.peak[i])
-        return {"config": config_values(self.train(i), pipe.layout, Framework(), self.overhead),
+        fw = Framework(compute_capability=COMPUTE_CAPABILITY[self.cost_model.gpu.name])
+        return {"config": config_values(self.train(i), pipe.layout, fw, self.overhead),
                 "layout_rule": rule, "peak": peak, "peak_stage": int(self.stage[i]), "headroom": int(capacity - peak),
                 "cost": {k: float(x[i]) for k, x in self.cost.items()}}
 
@@ -157,18 +210,22 @@ def parse_fix(items: Iterable[str]) -> dict[str, int]:
             key = key.strip().lower().replace("micro_batch", "b")
             if not eq or key not in FIXABLE:
                 raise ConfigError(f"fix={show(part)} must be KEY=VALUE with KEY one of {', '.join(FIXABLE)}")
-            v = value.strip()
-            if not v.isdigit() or len(v) > 12:
-                raise ConfigError(f"fix={show(part)}: {key}={show(v)} must be a non-negative integer")
-            if key in out and out[key] != int(v):
-                raise ConfigError(f"fix={show(part)}: {key} is fixed twice ({out[key]} and {v})")
-            out[key] = int(v)
+            try:
+                n = parse_count(key, value, minimum=0)
+            except ConfigError as exc:
+                raise ConfigError(f"fix={show(part)}: {exc}") from None
+            if key in out and out[key] != n:
+                raise ConfigError(f"fix={show(part)}: {key} is fixed twice ({out[key]} and {n})")
+            out[key] = n
     return out
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+@lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n`` in increasing order (trial division to its square root: ``n`` is at most a bounded
+    count, :data:`~memlib.config.LIMITS`)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def _valid(fn) -> bool:
@@ -214,46 +271,23 @@ def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
     return _Axes(tp, cp, ep, etp)
 
 
-def _qkv_width(m: ModelConfig) -> int:
-    """The widths of one head's query-key and value: d_h + d_h^R + d_v (MLA), 2 d_head (GQA)."""
-    if m.qk_nope_head_dim is not None:
-        return m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
-    return 2 * m.head_dim
-
-
-def _flops(model: ModelConfig, s: int) -> dict:
-    """Forward FLOPs per token of the whole model and of each recompute module (module docstring)."""
-    m, v = model, model_values(model)
-    n_moe = sum(k == "moe" for k in m.layer_kinds)
-    n_dense = m.num_hidden_layers - n_moe
-    attn_core = 2 * s * m.num_attention_heads * _qkv_width(m)
-    up = 0 if m.kv_lora_rank is None else \
-        2 * ((m.q_lora_rank or 0) * m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-             + m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim))
-    h_e, k_e = m.moe_intermediate_size or 0, m.num_experts_per_tok or 0
-    fwd = 2 * activated_params(m).evaluate_total(v) + m.num_hidden_layers * attn_core
-    return {"forward": fwd, "core_attn": m.num_hidden_layers * attn_core, "mla_up_proj": m.num_hidden_layers * up,
-            "mlp": n_dense * 6 * m.hidden_size * (m.intermediate_size or 0),
-            "moe": n_moe * 6 * m.hidden_size * h_e * (k_e + (m.n_shared_experts or 0)),
-            "shared_experts": n_moe * 6 * m.hidden_size * h_e * (m.n_shared_experts or 0),
-            "layernorm": 0, "moe_act": 0, "n_moe": n_moe}
-
-
-def _recompute_fraction(policy_name: str, flops: dict, layers: int, chunks: int) -> float:
-    pol = parse_policy(policy_name)
-    if pol.full:
-        share = 1.0 if pol.block_layers is None else min(1.0, pol.block_layers * chunks / layers)
-        return share / 3
-    return sum(flops.get(mod, 0) for mod in pol.modules) / (3 * flops["forward"])
-
-
-def _bubble(schedule: Schedule, p: int, v: int, m: np.ndarray) -> np.ndarray:
-    m = m.astype(float)
-    if schedule is Schedule.INTERLEAVED:
-        return (p - 1) / (v * m)
-    if schedule is Schedule.DUALPIPE:
-        return 2 * (p / 2 - 1) / (3 * m)
-    return (p - 1) / m
+def _check_fix(fix: Mapping[str, int], zeros: Sequence[int], schedules: Sequence[str], max_micro_batch: int,
+               max_vpp: int) -> None:
+    """A pinned knob outside what the other options search is an error naming both (it would otherwise
+    replace the list, or leave nothing to search)."""
+    if "zero" in fix and fix["zero"] not in zeros:
+        raise ConfigError(f"fix=zero={fix['zero']} contradicts zero={','.join(map(str, zeros))}: pin a stage "
+                          f"of the list (or list it)")
+    if "b" in fix and fix["b"] > max_micro_batch:
+        raise ConfigError(f"fix=b={fix['b']} exceeds max_micro_batch={max_micro_batch}")
+    if "vpp" in fix:
+        v = fix["vpp"]
+        if v > 1 and Schedule.INTERLEAVED.value not in schedules:
+            raise ConfigError(f"fix=vpp={v} needs the interleaved schedule, not among schedule={','.join(schedules)}")
+        if v > max_vpp:
+            raise ConfigError(f"fix=vpp={v} exceeds max_vpp={max_vpp}")
+        if v == 1 and all(x == Schedule.INTERLEAVED.value for x in schedules):
+            raise ConfigError(f"fix=vpp=1 contradicts schedule={','.join(schedules)} (V >= 2 chunks per rank)")
 
 
 def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: int, fix: Mapping) -> list:
@@ -263,14 +297,17 @@ def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: 
         if sch is Schedule.INTERLEAVED:
             if pp < 2:
                 continue
-            for v in range(2, max_vpp + 1):
-                if pp * v <= layers and fix.get("vpp", v) == v:
+            # only pp * v <= layers can give every chunk a layer: the loop ends there
+            for v in range(2, min(max_vpp, layers // pp) + 1):
+                if fix.get("vpp", v) == v:
                     out.append((sch, v))
         elif fix.get("vpp", 1) == 1:
             if sch is Schedule.DUALPIPE and (pp < 2 or pp % 2):
                 continue
             out.append((sch, 1))
-    return out
+    # a pipeline whose replay memlib refuses (LIMITS' replay: too many stages and chunks) is not searched
+    return [(sch, v) for sch, v in out
+            if replay_size(TrainingConfig(pp=pp, vpp=v, schedule=sch)) <= LIMITS["replay"]]
 
 
 def _layouts(layers: int, stages: int, rules: Sequence[str]) -> list[tuple[str, tuple | None]]:
@@ -299,39 +336,52 @@ def _progress(total: int, enabled: bool):
 def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
          global_batch: int = DEFAULT_GLOBAL_BATCH, profiles: Sequence[str] = ("megatron",),
          precisions: Sequence[str] = ("megatron",), recomputes: Sequence[str] = ("none", "selective", "full"),
-         schedules: Sequence[str] = ("1f1b", "interleaved", "dualpipe"), zeros: Sequence[int] = (0, 1, 2, 3),
+         schedules: Sequence[str] = ("1f1b", "interleaved", "dualpipe"), zeros: Sequence[int] | None = None,
          layout_rules: Sequence[str] = LAYOUT_RULES, fix: Mapping[str, int] | None = None,
          max_micro_batch: int = 16, max_vpp: int = 4, overhead: Overheads | None = None,
-         cost: CostModel = CostModel(), progress: bool = False) -> "Grid":
-    """Every valid configuration of ``gpus`` GPUs (module docstring), each with its exact peak and its cost
-    terms: a :class:`Grid`, whatever the capacity."""
+         cost: CostModel = CostModel(), space: Space = PRACTICAL, progress: bool = False) -> "Grid":
+    """Every valid configuration of ``gpus`` GPUs in ``space`` (:class:`Space`; module docstring), each with its exact
+    peak and its cost terms (:mod:`memlib.search.cost`): a :class:`Grid`, whatever the capacity.  ``zeros``: the ZeRO
+    stages (None: 0-3, the ``megatron`` profile's by the space's rule)."""
     m = load_model(model)
     fix = dict(fix or {})
     overhead = overhead if overhead is not None else Overheads()
-    for name, value, rule in (("gpus", gpus, "a positive integer"), ("global_batch", global_batch, "a positive integer"),
-                              ("seq_len", seq_len, "a positive integer"), ("max_micro_batch", max_micro_batch, "a positive integer"),
-                              ("max_vpp", max_vpp, "an integer >= 2")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "max_vpp" else 1):
-            raise ConfigError(f"{name}={show(value)} must be {rule}")
-    if gpus > 2**20:
-        raise ConfigError(f"gpus={gpus} exceeds 2^20, the largest plan searches")
+    # every size bounded before any work (LIMITS): each bound is searched in seconds
+    check_count("gpus", gpus, bound=MAX_GPUS)
+    check_count("global_batch", global_batch, bound=LIMITS["global_batch"])
+    check_count("seq_len", seq_len, bound=LIMITS["seq_len"])
+    check_count("max_micro_batch", max_micro_batch, bound=LIMITS["micro_batch"])
+    check_count("max_vpp", max_vpp, minimum=2, bound=LIMITS["max_vpp"])
     for rule in layout_rules:
         if rule not in LAYOUT_RULES:
             raise ConfigError(f"layout_rule={show(rule)} must be one of {', '.join(LAYOUT_RULES)}")
+    if not isinstance(space, Space) or not isinstance(cost, CostModel):
+        raise ConfigError("space must be a memlib.search.plan.Space and cost a memlib.search.cost.CostModel")
+    asked_zeros = zeros is not None or "zero" in fix
+    zeros = (0, 1, 2, 3) if zeros is None else zeros
     for z in zeros:
-        if z not in (0, 1, 2, 3):
+        if isinstance(z, bool) or z not in (0, 1, 2, 3):
             raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
     for name in schedules:
         if name not in {s.value for s in Schedule}:
             raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
-    for key in ("dp", "tp", "pp", "ep", "etp", "cp", "b", "vpp"):
-        if key in fix and fix[key] < 1:
-            raise ConfigError(f"fix={key}={fix[key]} must be a positive integer")
-    if "zero" in fix:
-        if fix["zero"] not in (0, 1, 2, 3):
-            raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
-        zeros = (fix["zero"],)
+    # every name of the lists is one the library knows (a family it rejects for this model is skipped below)
+    for prof in profiles:
+        if prof not in ACT_PROFILES:
+            raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
+    for prec in precisions:
+        recipe(prec)
+    for rc in recomputes:
+        parse_policy(rc)
+    for key in FIXABLE:
+        if key in fix:
+            check_count(f"fix={key}", fix[key], minimum=0 if key == "zero" else 1)
+    if "zero" in fix and fix["zero"] not in (0, 1, 2, 3):
+        raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
     zeros = tuple(sorted(set(zeros)))
+    _check_fix(fix, zeros, schedules, max_micro_batch, max_vpp)
+    if "zero" in fix:
+        zeros = (fix["zero"],)
 
     # families: (profile, precision, recompute); the ones the library rejects are skipped
     families, first_error = [], None
@@ -348,23 +398,23 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                 families.append((fam, axes))
     if not families:
         raise first_error
-    flops = _flops(m, seq_len)
-    counts = by_block(model_params(m)).evaluate(model_values(m))
-    p_expert = counts.get("routed_experts", 0)
-    p_dense = sum(counts.values()) - p_expert
-    n_moe = flops["n_moe"]
+    # the practical space's rules (Space), each bypassed by the knob's fix
+    node = cost.gpu.gpus_per_node
+    tp_max = node if space.tp_in_node and "tp" not in fix else gpus
+    min_cp_tokens = space.min_cp_tokens if "cp" not in fix else 1
+    fine = m.has_moe and (m.moe_intermediate_size or 0) < m.hidden_size
+    etp_one = space.etp1_fine_grained and fine and "etp" not in fix
 
     # parallel rows per PP: (dp, tp, cp, ep, etp, zero, b, M)
-    zs = np.asarray(zeros, dtype=np.int64)
-
-    def rows_for(pp: int, axes: _Axes, sp_on: bool):
+    def rows_for(pp: int, axes: _Axes, sp_on: bool, zeros_here: tuple[int, ...]):
+        zs = np.asarray(zeros_here, dtype=np.int64)
         rest = gpus // pp
         out = []            # blocks of rows: every ZeRO stage by every micro-batch size of one parallel split
         for tp in axes.tp:
-            if rest % tp or fix.get("tp", tp) != tp:
+            if rest % tp or fix.get("tp", tp) != tp or tp > tp_max:
                 continue
             for cp in axes.cp:
-                if (rest // tp) % cp or fix.get("cp", cp) != cp:
+                if (rest // tp) % cp or fix.get("cp", cp) != cp or (cp > 1 and seq_len // cp < min_cp_tokens):
                     continue
                 if sp_on and tp > 1 and seq_len % (cp * tp):
                     continue
@@ -377,7 +427,8 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                 zb = np.stack([np.repeat(zs, len(bs)), np.tile(bs, len(zs))], axis=1)
                 tail = np.column_stack([zb, per_dp // zb[:, 1]])
                 heads = [(dp, tp, cp, ep, etp) for ep in axes.ep if fix.get("ep", ep) == ep
-                         for etp in sorted({1, tp}) if etp in axes.etp and fix.get("etp", etp) == etp
+                         for etp in ((1,) if etp_one else sorted({1, tp})) if etp in axes.etp
+                         and fix.get("etp", etp) == etp
                          and (dp * tp * cp) % (ep * etp) == 0]
                 if heads and len(tail):          # every (EP, ETP) of this split by every (ZeRO, b, M)
                     head = np.repeat(np.asarray(heads, dtype=np.int64), len(tail), axis=0)
@@ -387,13 +438,21 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
     groups = []
     for fam, axes in families:
+        zeros_here = zeros if asked_zeros or not (space.megatron_zero and fam.train.profile == "megatron") \
+            else tuple(z for z in zeros if z <= 1)
         for pp in pps:
-            rows = rows_for(pp, axes, fam.train.sp)
+            rows = rows_for(pp, axes, fam.train.sp, zeros_here)
             if not len(rows):
                 continue
             for sch, v in _schedule_variants(schedules, pp, m.num_hidden_layers, max_vpp, fix):
                 for rule, lay in _layouts(m.num_hidden_layers, pp * v, layout_rules):
                     groups.append((fam, pp, sch, v, rule, lay, rows))
+    # the search's work grows with the pipeline stages it evaluates (each over its rows): bounded before it starts
+    stages = sum(g[1] for g in groups)
+    if stages > LIMITS["plan_stages"]:
+        raise ConfigError(f"gpus={gpus}: the search holds {len(groups):,} pipelines of {stages:,} stages in all, more "
+                          f"than {LIMITS['plan_stages']:,} that plan evaluates in seconds; pin pp (fix pp=N) or search "
+                          f"fewer schedules, layout rules, policies, precisions or profiles")
 
     bar = _progress(len(groups), progress)
     parts = []      # (rows, peak, stage, group index) of every searched row
@@ -419,8 +478,8 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     if bar is not None:
         bar.close()
 
-    names = _COST_NAMES
-    grid = Grid(m, gpus, seq_len, global_batch, overhead, [g[:6] for g in groups],
+    names = COST_TERMS
+    grid = Grid(m, gpus, seq_len, global_batch, overhead, cost, space, [g[:6] for g in groups],
                 rows=np.zeros((0, 8), dtype=np.int64), group=np.zeros(0, dtype=np.int64),
                 peak=np.zeros(0, dtype=np.int64), stage=np.zeros(0, dtype=np.int64),
                 cost={k: np.zeros(0) for k in names})
@@ -434,7 +493,7 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     start = 0
     for r, peak, stage, gi in parts:            # each group's terms written into its slice of the columns
         fam, pp, sch, v, rule, lay = groups[gi][:6]
-        terms = _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, seq_len, global_batch, gpus, cost)
+        terms = _group_cost(fam, fam.pipeline(pp, sch, v, lay), r, seq_len, cost)
         for k in names:
             grid.cost[k][start:start + len(r)] = terms[k]
         start += len(r)
@@ -446,43 +505,63 @@ def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None 
     stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
         raise ConfigError(f"top={show(top)} must be a non-negative integer (or None: every configuration)")
+    if top is not None:
+        check_count("top", top, minimum=0, bound=LIMITS["top"])
     grid = search(model, gpus, **options)
     fits = grid.fits(capacity)
-    result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()))
+    result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()),
+                        cost_model=grid.cost_model.values(), space=asdict(grid.space))
     order = grid.ranking(capacity, top)
     for i in order:
-        result.configs.append(grid.config(int(i), capacity))
+        c = grid.config(int(i), capacity)
+        c["tie"] = bool(c["cost"]["step_s"] <= (1 + TIE_BAND) * float(grid.cost["step_s"][order[0]]))
+        result.configs.append(c)
     return result
 
 
-def _cost_terms(r, pp, sch, v, fam, flops, p_dense, p_expert, n_moe, m, s, gb, gpus, cost: CostModel) -> dict:
-    dp, tp, cp, ep, etp, z, b, M = (r[:, j].astype(np.float64) for j in range(8))
-    layers = m.num_hidden_layers
-    bubble = _bubble(sch, pp, v, r[:, 7])
-    rec = _recompute_fraction(fam.train.recompute, flops, layers, pp * v)
-    recompute = np.full(len(r), rec)
-    a = cost.act_bytes
-    h = m.hidden_size
-    layer_mb = M * layers / pp                        # layer-micro-batches one GPU runs per step
-    tp_bytes = np.where(tp > 1, layer_mb * 8 * (tp - 1) / tp * b * s / cp * h * a, 0.0)
-    ep_bytes = M * n_moe / pp * 4 * (b * s / (cp * tp)) * (m.num_experts_per_tok or 0) * h * a * (ep - 1) / ep
-    copies = 2 if sch is Schedule.DUALPIPE else 1
-    g = recipe(fam.train.precision).gradients
-    psi_dense = copies * p_dense / (pp * tp)
-    psi_exp = copies * p_expert / (pp * ep * etp)
-    d_ne, edp = dp * cp, dp * tp * cp / (ep * etp)
-    k = np.where(z >= 3, 3.0, 2.0)
-    dp_bytes = k * ((d_ne - 1) / d_ne * psi_dense + (edp - 1) / edp * psi_exp) * g
-    kv = m.num_attention_heads * _qkv_width(m)
-    cp_bytes = np.where(cp > 1, layer_mb * 2 * (cp - 1) / cp * b * s * kv / tp * a, 0.0)
-    pp_bytes = np.where(pp > 1, 2 * M * (v if sch is Schedule.INTERLEAVED else 1) * b * s * h / (cp * tp) * a, 0.0)
-    compute_s = np.full(len(r), 3 * flops["forward"] * gb * s / (gpus * cost.flops))
-    node = cost.gpus_per_node
-    comm_s = (tp_bytes / np.where(tp <= node, cost.nvlink, cost.network)
-              + ep_bytes / np.where(ep * etp * tp <= node, cost.nvlink, cost.network)
-              + cp_bytes / np.where(cp * tp <= node, cost.nvlink, cost.network)
-              + dp_bytes / cost.network + pp_bytes / cost.network)
-    step_s = compute_s * (1 + recompute) * (1 + bubble) + comm_s
-    return {"bubble": bubble, "recompute": recompute, "tp_bytes": tp_bytes, "ep_bytes": ep_bytes, "cp_bytes": cp_bytes,
-            "dp_bytes": dp_bytes, "pp_bytes": pp_bytes, "compute_s": compute_s, "comm_s": comm_s, "step_s": step_s}
+def step_cost(model: ModelConfig | str, train: TrainingConfig, cost: CostModel = CostModel(),
+              overhead: Overheads | None = None) -> dict[str, float]:
+    """The step-time terms of one configuration (as :func:`search` prices each of its rows)."""
+    m = load_model(model)
+    fam = Family.of(m, train, overhead)
+    pipe = fam.pipeline(train.pp, train.schedule, train.vpp, train.layout)
+    if train.num_microbatches is None:
+        raise ConfigError("num_microbatches=None: the step time needs the micro-batches per step")
+    row = np.array([[train.dp, train.tp, train.cp, train.ep, train.etp, int(train.zero), train.micro_batch,
+                     train.num_microbatches]], dtype=np.int64)
+    return {k: float(v[0]) for k, v in _group_cost(fam, pipe, row, train.seq_len, cost).items()}
 
+
+_WORKS: dict[tuple, list] = {}       #: each pipeline's ranks' work (memlib.search.cost.RankWork), kept
+
+
+def _group_cost(fam: Family, pipe, r: np.ndarray, seq_len: int, cost: CostModel) -> dict:
+    """The step-time terms (:func:`memlib.search.cost.step_terms`) of a group's rows: each rank's work (kept with the
+    pipeline) and its parameters, the stage's P_ne and P_e of :meth:`~memlib.device.estimate.Estimate.stage_counts`
+    compiled once per stage signature and evaluated on the rows' distinct (TP, EP, ETP)."""
+    t = fam.train
+    key = (fam.model, t.recompute, fam.base.partition.profile.include_mtp, seq_len, pipe.train.pp,
+           pipe.train.schedule, pipe.train.vpp, tuple(pipe.layout))
+    if key not in _WORKS:
+        if len(_WORKS) > 4096:
+            _WORKS.clear()
+        distinct: dict = {}                 # ranks of the same layers do the same work: one each
+        for st in pipe.stages:
+            distinct.setdefault(stage_signature(fam.model, st), []).append(st)
+        _WORKS[key] = [(rank_work(fam.model, sts[0], pipe.train.schedule, t.recompute, seq_len, key[2]), sts[0],
+                        len(sts)) for sts in distinct.values()]
+    knobs = {"tp": r[:, 1], "ep": r[:, 3], "etp": r[:, 4]}
+    keys, inverse = np.unique(np.stack([knobs["tp"], knobs["ep"], knobs["etp"]], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n = len(keys)
+    env = {"dp": np.ones(n, dtype=np.int64), "tp": keys[:, 0], "ep": keys[:, 1], "etp": keys[:, 2],
+           "cp": np.ones(n, dtype=np.int64), "micro_batch": np.ones(n, dtype=np.int64),
+           "seq_len": np.full(n, seq_len, dtype=np.int64)}
+    params = []
+    for _, st, _ in _WORKS[key]:
+        progs = fam.counts_program(st)
+        params.append(tuple(np.asarray(progs[x](env, n), dtype=np.float64)[inverse] for x in (P_ne, P_e)))
+    rows = dict(zip(("dp", "tp", "cp", "ep", "etp", "zero", "b", "M"), r.T))
+    return step_terms(rows, [w for w, _, _ in _WORKS[key]], params, ranks=[k for _, _, k in _WORKS[key]], m=fam.model, pp=pipe.train.pp, schedule=pipe.train.schedule,
+                      vpp=pipe.train.vpp, seq_len=seq_len, sp=t.sp, precision=fam.base.recipe, cost=cost,
+                      overlap_grad_reduce=t.overlap_grad_reduce, moe_a2a_overlap=t.moe_a2a_overlap)
