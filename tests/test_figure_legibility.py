@@ -24,9 +24,8 @@ from book_figures import NOTEBOOKS, builders, figures, glued_keys
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
 
-#: figures of chapters other engineers are rewriting (issue 24): measured and reported, not yet held to the floor
-#: (chapter 11's figure and chapter 13's three, whose x axis carries 35 rotated configuration names)
-PENDING = {"mp_figure": "chapter 11", "wf_region": "chapter 13", "wf_pareto": "chapter 13"}
+#: figures measured and reported but not yet held to the floor, by glue key -> why (none: every figure is held)
+PENDING: dict[str, str] = {}
 
 
 def _fig(width: float, size: float, text: str = "label"):

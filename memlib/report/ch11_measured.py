@@ -2,7 +2,6 @@
 :mod:`memlib.scenarios.measured`.  Nothing here computes a quantity."""
 from __future__ import annotations
 
-import textwrap
 
 from ..device.peak import TRANSIENT_TERMS
 from ..data.reference import MEGATRON_LM_COMMIT, SIMUMAX_COMMIT, SIMUMAX_SETUP
@@ -140,25 +139,26 @@ def gaps_table() -> str:
 
 
 def figure():
+    """Per case, memlib's peak_allocated part by part (stacked bars) beside the steady peak and the run's maximum
+    Megatron-LM logged (last rank); the cases named on the x axis, slanted, at the book's smallest size."""
     cs = _cases()
-    labels = [textwrap.fill(c.case.label.replace("DeepSeek-V3 proxy", "V3 proxy").replace(",", ""), 11) for c in cs]
+    labels = [c.case.label.replace("DeepSeek-V3 proxy", "V3 proxy") for c in cs]
     pers = [sum(c.peak.persistent.values()) for c in cs]
     acts = [sum(c.peak.activations.values()) for c in cs]
     trans = [sum(c.peak.transient.values()) for c in cs]
-    fig, ax = new_figure(9.0, 4.2)
+    fig, ax = new_figure(height=4.6)
     stacked_bars(ax, labels, [Series("persistent (states, buffers)", CATEGORY_COLORS["model_states"], pers),
                               Series("activations held", CATEGORY_COLORS["activations"], acts),
-                              Series("transient", OKABE_ITO["vermillion"], trans)], UNIT, totals=False,
-                 fontsize=6.5)
+                              Series("transient", OKABE_ITO["vermillion"], trans)], UNIT, totals=False, ticks=False)
     xs = list(range(len(cs)))
+    ax.set_xticks(xs, labels, rotation=30, ha="right", rotation_mode="anchor")
     ax.scatter(xs, [in_unit(c.steady, UNIT) for c in cs], marker="_", s=300, color=OKABE_ITO["black"], zorder=3,
                label="measured steady peak")
     ax.scatter(xs, [in_unit(c.run_max, UNIT) for c in cs], marker="x", s=25, color=OKABE_ITO["black"], zorder=3,
                label="measured run maximum")
-    ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("memlib's peak_allocated against Megatron-LM's logged max_memory_allocated (last rank)", fontsize=9)
+    ax.set_ylabel(f"{UNIT} per device, last rank")
+    ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig
-
 
 
 # ------------------------------------------------------------------------------------------------

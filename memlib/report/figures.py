@@ -96,13 +96,18 @@ def use_style() -> None:
     })
 
 
-def plain_log_ticks(ax, axis: str = "y") -> None:
+def plain_log_ticks(ax, axis: str = "y", ticks: Sequence[float] | None = None) -> None:
     """A log axis labelled with plain numbers (``0.1``, ``1``, ``10``, ``1,000``) rather than powers of ten,
-    whose exponents matplotlib sets at 0.7 of the tick's size."""
-    from matplotlib.ticker import FuncFormatter
+    whose exponents matplotlib sets at 0.7 of the tick's size.  ``ticks``: the values labelled (the minor
+    ticks then unlabelled), for an axis whose powers are too close (base 2) or too few (less than a decade)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:.10g}")
-    getattr(ax, f"{axis}axis").set_major_formatter(fmt)
+    a = getattr(ax, f"{axis}axis")
+    if ticks is not None:
+        a.set_major_locator(FixedLocator(list(ticks)))
+        a.set_minor_formatter(NullFormatter())
+    a.set_major_formatter(fmt)
 
 
 def new_figure(width: float = TEXT_WIDTH, height: float = 3.6, nrows: int = 1, ncols: int = 1, **kw):
