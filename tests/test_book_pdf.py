@@ -132,3 +132,13 @@ def test_the_text_block_is_the_one_figures_are_measured_against():
     tex_pt = 72.27                                   # TeX points per inch
     assert abs(float(m.group(1)) - float(TEXT_WIDTH_IN) * tex_pt) < 0.5
     assert abs(float(m.group(2)) - float(TEXT_HEIGHT_IN) * tex_pt) < 0.5
+
+
+def test_every_figure_and_its_caption_fit_a_page():
+    """No float taller than the text block (LaTeX's "Float too large for page"): such a figure runs into the
+    page's bottom margin, its caption off the page."""
+    log = LATEX / "report.log"
+    _need(log.is_file(), "the PDF is not built (make pdf)")
+    too_large = re.findall(r"Float too large for page by [\d.]+pt on input line \d+",
+                           log.read_text(encoding="utf-8", errors="replace"))
+    assert not too_large, too_large

@@ -255,6 +255,28 @@ def test_a_diagram_renders_the_same_bytes_twice():
     assert set(bundle) == {"image/svg+xml", "application/pdf", "text/plain"}
 
 
+@needs_dot
+@pytest.mark.parametrize("figure", ["attention", "ffn", "stage"])
+def test_the_pdf_is_the_size_the_measure_reads(figure):
+    """The PDF the LaTeX book prints has the SVG's size (the one the legibility measure scales by): ``dot -Tpdf``
+    adds a half-inch margin on every side unless the graph sets ``margin=0``, which shrank every diagram's text
+    in the PDF below what the measure read (the stage diagram's 10 pt to 8 pt, its scripts below 8 pt) and made
+    the MoE layer's figure taller than the page."""
+    import subprocess
+    import tempfile
+
+    est = _estimate("deepseek-v3")
+    d = ch04.device_figure(est, zero=ZeroStage.OS) if figure == "stage" else ch02.block_figure(est, figure)
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as f:
+        f.write(d.pdf)
+        f.flush()
+        if shutil.which("pdfinfo") is None:
+            pytest.skip("poppler's pdfinfo is not installed")
+        info = subprocess.run(["pdfinfo", f.name], capture_output=True, text=True, check=True).stdout
+    w, h = map(float, re.search(r"Page size:\s+([\d.]+) x ([\d.]+) pts", info).groups())
+    assert abs(w - d.size_pt[0]) < 1 and abs(h - d.size_pt[1]) < 1, (w, h, d.size_pt)
+
+
 # ------------------------------------------------------------------------------------------------
 # one pipeline stage: the rank groups and one rank's slices
 # ------------------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def grid_figure(grid: dict):
 
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    fig, axes = new_figure(TEXT_WIDTH, 1.45 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
+    fig, axes = new_figure(TEXT_WIDTH, 1.4 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
         for j, z in enumerate(zs):

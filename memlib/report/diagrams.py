@@ -223,7 +223,7 @@ class Diagram:
 def _graph(body: list[str], label: str = "", rankdir: str = "TB", nodesep: float = 0.15, ranksep: float = 0.28) -> str:
     head = [f'digraph G {{',
             f'  graph [rankdir={rankdir}, fontname="{FONT}", fontsize={FONT_SIZE}, nodesep={nodesep}, '
-            f'ranksep={ranksep}, pad=0.05, newrank=true, labelloc=b, labeljust=l{", label=<" + label + ">" if label else ""}];',
+            f'ranksep={ranksep}, pad=0.05, margin=0, newrank=true, labelloc=b, labeljust=l{", label=<" + label + ">" if label else ""}];',
             f'  node [fontname="{FONT}", fontsize={FONT_SIZE}, margin="0.08,0.03", height=0.3];',
             f'  edge [fontname="{FONT}", fontsize={SMALL_SIZE}, arrowsize=0.6, color="#333333"];']
     return "\n".join(head + body + ["}"]) + "\n"
