@@ -46,7 +46,12 @@ from .model.params import (
 from .model.partition import PROFILES, shard_divisor
 from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
 from .paper import device_group
-from .core.symbols import latex, sym
+from .core.symbols import latex, latex_lines, printed_width, sym
+
+#: a displayed equation whose right-hand side prints wider than this many characters is broken into lines of
+#: about LINE_WIDTH: at 1,300 px the HTML's text column holds about 70 printed characters of an equation, the
+#: PDF's about 75 (tests/test_book_html.py measures the HTML)
+DISPLAY_WIDTH, LINE_WIDTH = 60, 45
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
 
@@ -142,12 +147,21 @@ class Formula:
         return e
 
     def latex(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
-        """The equation as the book displays it."""
+        """The equation as the book displays it: on one line, or, when its right-hand side prints wider than
+        :data:`DISPLAY_WIDTH` characters, broken between the terms of its sums into aligned lines of about
+        :data:`LINE_WIDTH` (so that it fits the text column of the HTML and of the PDF)."""
         r = self.build(model, train)
         kw = {} if self.order is None else {"order": self.order}
         body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else latex(r, **kw))
         lhs = self.lhs_for(model)
-        return f"{lhs} = {body}" if lhs else body
+        lines = None
+        if not isinstance(r, str) and printed_width(body) > DISPLAY_WIDTH:
+            terms = [e for e in r.values() if e != 0] if isinstance(r, Breakdown) else r
+            lines = latex_lines(terms, LINE_WIDTH, **kw)
+        if lines is None:
+            return f"{lhs} = {body}" if lhs else body
+        return (r"\begin{aligned}" + (f"{lhs} " if lhs else "") + "&= " * bool(lhs) + "&" * (not lhs) + lines[0]
+                + "".join(r" \\ &\quad " + line for line in lines[1:]) + r"\end{aligned}")
 
     def text(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
         """The equation in plain text (SymPy's string form, named blocks by plain names), as

@@ -175,6 +175,23 @@ def test_an_integer_field_refuses_booleans_floats_and_strings(family, key):
         assert key in msg and "\n" not in msg, (key, bad, msg)
 
 
+@pytest.mark.parametrize("q,needle", [
+    ({"quant_method": "fp8", "weight_block_size": [0, 128]}, "weight_block_size"),
+    ({"quant_method": "fp8", "weight_block_size": [128]}, "two integers"),
+    ({"quant_method": "fp8", "weight_block_size": [128.0, 128]}, "weight_block_size"),
+    ({"quant_method": "fp8", "weight_block_size": "128x128"}, "two integers"),
+    ("fp8", "must be an object"),
+])
+def test_a_bad_fp8_block_is_refused(q, needle):
+    """A block-FP8 checkpoint's ``weight_block_size`` is read (it decides how many scales the files store):
+    anything but two positive integers is a one-line error naming the field."""
+    d, _ = _families()["deepseek"]
+    with pytest.raises(ConfigError) as e:
+        model_from_dict({**d, "quantization_config": q})
+    msg = str(e.value)
+    assert "quantization_config" in msg and needle in msg and "\n" not in msg, msg
+
+
 # ------------------------------------------------------------------------------------------------
 # Megatron-LM flags memlib does not know
 # ------------------------------------------------------------------------------------------------

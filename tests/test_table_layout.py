@@ -9,7 +9,8 @@ import sympy as sp
 
 from memlib import PAPER_TRAINING, estimate
 from memlib.paper import activations as pact
-from memlib.report.format import _printed_width, tex, wrapped_math
+from memlib.core.symbols import printed_width as _printed_width
+from memlib.report.format import tex, wrapped_math
 
 
 def unwrap(cell: str) -> str:

@@ -18,7 +18,9 @@ _PLAIN = (("dp", "--dp"), ("tp", "--tp"), ("pp", "--pp"), ("ep", "--ep"), ("etp"
           ("transformer_impl", "--transformer-impl"), ("attention_backend", "--attention-backend"),
           ("cross_entropy_fusion_impl", "--cross-entropy-fusion-impl"),
           ("moe_aux_loss", "--moe-router-load-balancing-type"), ("fp8_recipe", "--fp8-recipe"),
-          ("routing_imbalance", "--routing-imbalance"), ("runtime", "--runtime"))
+          ("routing_imbalance", "--routing-imbalance"), ("runtime", "--runtime"), ("cp_comm_type", "--cp-comm-type"),
+          ("hidden_dropout", "--hidden-dropout"), ("attention_dropout", "--attention-dropout"),
+          ("megatron_version", "--megatron-version"))
 #: its switches: field -> (the option, the value that gives it)
 _SWITCHES = {"sp": ("--no-sp", False), "attention_softmax_in_fp32": ("--attention-softmax-in-fp32", True),
              "bias_swiglu_fusion": ("--no-bias-swiglu-fusion", False),

@@ -473,6 +473,8 @@ SIMUMAX_SETUP: dict[str, tuple] = {
     "vocab": ("NullTokenizer: --vocab-size + 1 (one EOD token), padded to a multiple of 128 TP",
               "Megatron-LM 23e00ed0: megatron/training/tokenizer/tokenizer.py (_NullTokenizer.vocab_size, "
               "_vocab_size_with_padding)"),
+    "cp_comm_type": ("a2a", "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh: CP_COMM_TYPE=${CP_COMM_TYPE:-a2a}, "
+                            "passed as --cp-comm-type with CP > 1; docs/b200/b200_real_repro_guide.md: cp_comm_type=a2a"),
     "rank_order": ("tp-cp-ep-dp-pp", "Megatron-LM 23e00ed0: megatron/core/parallel_state.py, initialize_model_parallel's "
                                      "default order (pipeline stage slowest: ranks 0 .. 8/PP - 1 are the first stage)"),
     "metric": ("torch.cuda.max_memory_allocated() / 2**20 of every rank, the published value their maximum",

@@ -86,12 +86,17 @@ class Framework:
     permute_fusion: bool = True
     cublas_workspace_config: Optional[str] = None
     expandable_segments: bool = True
+    deterministic: bool = False      #: --deterministic-mode (the embedding's backward: index_put, no partial sums)
+    #: PyTorch with pytorch#175344 (merged 2026-02-19): 32 MiB cuBLAS workspaces on Blackwell too (False: an older
+    #: PyTorch, Hopper only; memlib.config.versions.container_rules reads it from an NGC container)
+    blackwell_cublas_32mib: bool = True
 
     def buffer_options(self, train: TrainingConfig, grad_dtype_bytes: int, param_dtype_bytes: int) -> dict:
         """The keyword options of :func:`~memlib.device.megatron_buffers.persistent_memory` for ``train``."""
         opts = {k: getattr(self, k) for k in ("compute_capability", "gradient_accumulation_fusion", "rope_fusion",
                                              "moe_grouped_gemm", "token_dispatcher", "permute_fusion",
-                                             "cublas_workspace_config", "expandable_segments")}
+                                             "cublas_workspace_config", "expandable_segments",
+                                             "blackwell_cublas_32mib")}
         opts.update(distributed_optimizer=int(train.zero) >= 1, grad_dtype_bytes=grad_dtype_bytes,
                     param_dtype_bytes=param_dtype_bytes, overlap_grad_reduce=train.overlap_grad_reduce,
                     bucket_size=train.ddp_bucket_size, fp8=train.fp8,

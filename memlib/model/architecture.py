@@ -348,9 +348,9 @@ def _mla_equations() -> list[tuple[str, str]]:
     dh, dhR = L("d_h"), L("d_hR")
     return [
         ("mla-cq", r"c_t^{Q} = W^{DQ} h_t \in \mathbb{R}^{" + L("d_cq") + "}"),
-        ("mla-q", r"[q^C_{t,1};\dots;q^C_{t,n_h}] = W^{UQ} c^Q_t,\quad "
-                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\quad "
-                  r"q_{t,i} = [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + "}"),
+        ("mla-q", r"\begin{aligned}[q^C_{t,1};\dots;q^C_{t,n_h}] &= W^{UQ} c^Q_t,\qquad "
+                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\\ "
+                  r"q_{t,i} &= [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + r"}\end{aligned}"),
         ("mla-ckv", r"c_t^{KV} = W^{DKV} h_t \in \mathbb{R}^{" + L("d_c") + "}"),
         ("mla-k", r"[k^C_{t,1};\dots;k^C_{t,n_h}] = W^{UK} c^{KV}_t,\quad "
                   r"k^R_t = \mathrm{RoPE}(W^{KR} h_t),\quad k_{t,i} = [k^C_{t,i}; k^R_t]"),

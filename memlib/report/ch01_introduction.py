@@ -163,10 +163,14 @@ def answer_values(model) -> dict[str, str]:
     else:
         paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} does not fit an {cap} even with "
                  f"ZeRO-1 and full recomputation: {full}.")
+    verdict = {"fits": "it fits even were memlib's error as large as the largest it showed against measured "
+                       "runs of such models (chapter 11)",
+               "marginal": "a marginal verdict: an error as large as the largest memlib showed against measured "
+                           "runs of such models (chapter 11) would take it over",
+               "does not fit": "so it does not fit"}[a["recipe_verdict"]]
     recipe = (f"DeepSeek's own recipe ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
-              f"and its norms and MLA up-projections recomputed) peaks at {fmt_bytes(a['recipe_total'])} on rank "
-              f"{a['recipe_rank']}, " + ("so it fits, " if a["recipe_fits"] else "so it does not fit, ")
-              + _margin(a["recipe_margin"]) + ".")
+              f"and its norms and attention up-projections recomputed) peaks at {fmt_bytes(a['recipe_total'])} on "
+              f"rank {a['recipe_rank']}, {_margin(a['recipe_margin'])}; {verdict}.")
     return {"answer_paper": paper, "answer_recipe": recipe, "answer_gpu": a["gpu"],
             "answer_capacity": fmt_capacity(a["capacity"]), "answer_capacity_bytes": fmt_count(a["capacity"]),
             "answer_allocatable": fmt_capacity(allocatable(a["capacity"])),

@@ -36,7 +36,8 @@ STATEMENTS = {"total": "total", "activated": "activated", "activated_weights_doc
 QUANTITIES = {"total": "main model", "activated": "activated, embedding counted whole",
               "activated_no_embedding": "activated, without the embedding", "mtp": "MTP modules, own parameters",
               "mtp_block": "MTP decoder block alone",
-              "checkpoint": "main model + MTP + the MTP's embedding and head copies"}
+              "checkpoint": "main model + MTP + the MTP's embedding and head copies",
+              "stored": "the same, with the FP8 scales and buffers the files store"}
 
 #: legend of the stage figure, per block of :data:`memlib.paper.parameters.FIGURE_BLOCKS`
 FIGURE_LABELS = {**BLOCKS, "norms": "RMSNorms", "mtp": "MTP modules"}
@@ -127,7 +128,7 @@ PAPER_KEYS = ("paper_mla_layer", "mla_exact", "paper_moe_ffn", "moe_ffn_exact", 
               "stage0_sum_terms", "stage0_sum_is_printed", "layout_is_papers", "official_total", "total_relation",
               "official_activated", "official_activated_doc", "card_relation", "doc_relation", "doc_gap",
               "official_mtp", "mtp_block_relation", "mtp_relation", "official_checkpoint", "mtp_stored_b",
-              "checkpoint_b", "checkpoint_relation")
+              "checkpoint_b", "checkpoint_relation", "fp8_block", "fp8_scales", "stored_b", "stored_relation")
 
 
 def paper_values(est: Estimate) -> dict[str, str]:
@@ -174,6 +175,9 @@ def paper_values(est: Estimate) -> dict[str, str]:
         "official_checkpoint": off[("checkpoint", "checkpoint")]["printed_text"] + "B",
         "mtp_stored_b": fmt_billions(tot["mtp_stored"]), "checkpoint_b": fmt_billions(tot["checkpoint"]),
         "checkpoint_relation": _words(off[("checkpoint", "checkpoint")]),
+        "fp8_block": " × ".join(fmt_count(x) for x in m.weight_block_size) if m.weight_block_size else "none",
+        "fp8_scales": fmt_count(tot["fp8_scales"]), "stored_b": fmt_billions(tot["stored"]),
+        "stored_relation": _words(off[("checkpoint", "stored")]),
     }
 
 

@@ -376,7 +376,7 @@ def errata_md(est: Estimate) -> str:
 ROUTED_COUNTS = {"paper": "the paper's count, (N/EP) E_token", "held": "held after the all-to-all"}
 
 
-def routed_count_table(cmp: dict) -> str:
+def routed_count_table(cmp: dict, est: Estimate) -> str:
     """The paper's routed-token count beside the one a device holds (:func:`memlib.paper.activations.
     routed_count_comparison`): token copies, one MoE layer's routed tensors, the stage's activations of one
     micro-batch and at its peak, and the device's total, GiB."""
@@ -388,7 +388,8 @@ def routed_count_table(cmp: dict) -> str:
              fmt_bytes(h["stage_per_microbatch"])],
             [f"activations held ({fmt_count(p['in_flight'])} micro-batches in flight)", fmt_bytes(p["stage_held"]),
              fmt_bytes(h["stage_held"])],
-            ["the device's total, overheads included", fmt_bytes(p["total"]), fmt_bytes(h["total"])]]
+            [f"the device's total under ZeRO-{int(est.train.zero)}, overheads included", fmt_bytes(p["total"]),
+             fmt_bytes(h["total"])]]
     return md_table(["on one device of the stage", "paper's count", "held after the all-to-all"], rows, "lrr")
 
 

@@ -14,11 +14,12 @@ from ..model.states import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
+from ..scenarios.uncertainty import judged
+from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, signed_bytes, span,
                      yes_no)
 from .tables import attention_switch_values, notation_recap
 
-__all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
+__all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
@@ -225,6 +226,59 @@ def rank_figure(est: Estimate):
     ax.set_xlabel("pipeline rank")
     ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig
+
+
+#: how the choices table names a layer kind
+_KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
+
+
+#: how a verdict reads after "it"
+_VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
+
+
+def _signed_pct(x) -> str:
+    return ("+" if x >= 0 else "−") + fmt_decimal(abs(x) * 100, 2) + " %"
+
+
+def band_text(band) -> str:
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    if band.n == 0:
+        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
+                f"prediction's alone")
+    where = " and ".join(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    return (f"between {_signed_pct(band.low)} and {_signed_pct(band.high)} of the measured peaks on "
+            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
+
+
+def verdict_values(est: Estimate) -> dict[str, str]:
+    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`)."""
+    j = judged(est, ds.CAPACITY)
+    return {"pa": fmt_bytes(j["peak_allocated"]), "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
+            "far": fmt_bytes(j["far"]), "verdict": _VERDICT_WORDS[j["verdict"]]}
+
+
+def choices_table(est: Estimate) -> str:
+    """The norm and SwiGLU outputs the recipe recomputes or keeps (:func:`memlib.scenarios.deepseek.
+    recipe_choices`), one row per saved tensor with the layers it concerns."""
+    c = ds.recipe_choices(est.model, est.train)
+    kinds = list(dict.fromkeys(est.model.layer_kinds))
+    rows = []
+    for what, word in (("recomputed", "recomputed in backward"), ("kept", "kept from the forward")):
+        where: dict[str, list[str]] = {}
+        for kind, name in c[what]:
+            where.setdefault(name, []).append(kind)
+        rows += [[name, "every layer" if len(ks) == len(kinds) > 1 or kinds == ks else
+                  ", ".join(_KIND_WORDS[k] for k in ks), word] for name, ks in where.items()]
+    return md_table(["saved tensor", "in", "under the recipe"], rows, "lll")
+
+
+def choices_values(est: Estimate) -> dict[str, str]:
+    """The recipe's choices in words: the E5M6 tensors and DualPipe's mirrored optimizer states."""
+    c = ds.recipe_choices(est.model, est.train)
+    e5m6 = " and ".join(n.split(",")[0] for n in c["e5m6"])
+    return {"e5m6_clause": (f"; the {e5m6} in the report's twelve-bit E5M6 format, counted at 12 bits an element "
+                            f"with no scale, as the report describes none") if e5m6 else "",
+            "mirror_saving": fmt_bytes(c["mirror_saving"]), "mirror_rank": fmt_count(c["peak_rank"])}
 
 
 def ledger_table(est: Estimate) -> str:

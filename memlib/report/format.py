@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import sympy as sp
 
 from ..config import ModelConfig
-from ..core.symbols import SYMBOLS, latex
+from ..core.symbols import SYMBOLS, latex, latex_lines
 from ..core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
@@ -148,41 +148,15 @@ def tex(expr) -> str:
     return expr if isinstance(expr, str) else latex(expr)
 
 
-def _printed_width(latex: str) -> int:
-    """About how many characters ``latex`` prints as: its letters, digits and operators, no commands or braces."""
-    return len(re.sub(r"\\[a-zA-Z]+|[{}_^\\\s]", "", latex))
-
-
 def wrapped_math(expr, width: int = 40) -> str:
-    """Inline math for a table cell, a long sum broken at its ``+`` into lines of about ``width`` printed
-    characters, so that a long formula fits its column (in the HTML and in the PDF) and no cell is clipped:
-    ``c (t_1 + t_2 + ...)`` (one sum times factors) or ``t_1 + t_2 + ...``.  A short formula, or one that is
-    not of those forms, stays on one line (:func:`math`)."""
-    whole = tex(expr)
-    if isinstance(expr, str) or _printed_width(whole) <= width:
-        return f"${whole}$"
-    if isinstance(expr, sp.Add):
-        head, body = "", expr
-    else:
-        sums = [a for a in sp.Mul.make_args(expr) if isinstance(a, sp.Add)]
-        if len(sums) != 1:
-            return f"${whole}$"
-        head = latex(sp.Mul(*[a for a in sp.Mul.make_args(expr) if a is not sums[0]]))
-        head = {"1": "", "-1": "-"}.get(head, head)
-        body = sums[0]
-    terms = []
-    for t in body.as_ordered_terms():                  # the order the printer prints the sum in
-        lt = latex(t)
-        terms.append(lt if not terms else f"- {lt[1:].lstrip()}" if lt.startswith("-") else f"+ {lt}")
-    lines, line = [], ""
-    for t in terms:
-        if line and _printed_width(line + t) > width:
-            lines.append(line)
-            line = ""
-        line = f"{line} {t}".strip()
-    lines.append(line)
-    open_, close = (rf"{head} \bigl(", r"\bigr)") if head else ("", "")
-    return "$\\begin{aligned}&" + open_ + " \\\\ &\\quad ".join(lines) + close + "\\end{aligned}$"
+    """Inline math for a table cell, a long sum broken between its terms into lines of about ``width`` printed
+    characters (:func:`memlib.core.symbols.latex_lines`), so that a long formula fits its column (in the HTML
+    and in the PDF) and no cell is clipped.  A short formula, or one without a sum to break, stays on one line
+    (:func:`math`)."""
+    lines = None if isinstance(expr, str) else latex_lines(expr, width)
+    if lines is None:
+        return f"${tex(expr)}$"
+    return "$\\begin{aligned}&" + " \\\\ &\\quad ".join(lines) + "\\end{aligned}$"
 
 
 def sym_tex(key: str) -> str:
