@@ -1,5 +1,6 @@
 # Build infrastructure for memlib and its Jupyter Book report.
-# Needs only python3 (and make). `make pdf` also needs texlive: see `make pdf-deps`.
+# Needs python3 (and make) and Graphviz's dot, which draws the book's diagrams. `make pdf` also needs texlive:
+# `make pdf-deps` installs both.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -71,7 +72,7 @@ pdf: $(STAMP)
 
 pdf-deps:
 	apt-get update
-	apt-get install -y --no-install-recommends latexmk texlive-latex-recommended \
+	apt-get install -y --no-install-recommends graphviz latexmk texlive-latex-recommended \
 		texlive-latex-extra texlive-fonts-recommended texlive-xetex fonts-freefont-otf tex-gyre \
 		poppler-utils
 

@@ -58,7 +58,7 @@ def test_the_module_table_lists_every_package_in_the_order_data_flows():
     ledgers = next(r for r in rows if "`memlib.ledgers`" in r)
     assert "base, hf, megatron, megatron_blocks, paper" in ledgers and "Activation ledgers" in ledgers
     report = next(r for r in rows if "`memlib.report`" in r)
-    assert "ch01_introduction … ch14_errata (one per chapter), book, figures" in report
+    assert "ch01_introduction … ch14_errata (one per chapter), book, diagrams, figures" in report
     order = list(memlib.PACKAGES)
     assert order.index("formulas") > order.index("device") and order.index("report") > order.index("scenarios")
 

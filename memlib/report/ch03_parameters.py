@@ -295,8 +295,8 @@ def stage_figure(est: Estimate):
     part = est.partition
     per = pp.stage_block_weights(part)
     series = [Series(FIGURE_LABELS[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
-    fig, ax = new_figure(7.0, 3.6)
-    stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8, fontsize=8)
+    fig, ax = new_figure(height=3.8)
+    stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8)
     ax.use_sticky_edges = False          # zero-height segments would pin the top of the axis to the tallest bar
     ax.margins(y=0.06)
     ax.autoscale_view()
@@ -304,7 +304,7 @@ def stage_figure(est: Estimate):
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel(f"{_fmt(est)} weights per stage, GiB")
     handles, labels = ax.get_legend_handles_labels()
-    ax.legend(list(reversed(handles)), list(reversed(labels)), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.legend(list(reversed(handles)), list(reversed(labels)), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4)
     return fig
 
 

@@ -179,12 +179,12 @@ def ep_table(est: Estimate) -> str:
 def states_figure(est: Estimate):
     """Stacked bars: parameters, gradients and optimizer states per ZeRO stage, GiB per device."""
     v = pzero.table8(est, stage(est))
-    fig, ax = new_figure(6.5, 3.6)
+    fig, ax = new_figure()
     series = [Series(TERM_LABELS[t], CATEGORY_COLORS[t], [r[t] for r in v.values()]) for t in TERMS]
-    stacked_bars(ax, [zero_name(z) for z in v], series, digits=2, fontsize=8)
+    stacked_bars(ax, [zero_name(z) for z in v], series, digits=2)
     ax.set_ylabel("model states, GiB per device")
     ax.set_xlabel("ZeRO stage")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 

@@ -13,7 +13,8 @@ from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
-from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
+from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, Series, in_unit, new_figure,
+                      plain_log_ticks, stacked_bars)
 from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
 from .notation import chapter_notation
@@ -160,6 +161,14 @@ def ledger_table(est: Estimate, block: str) -> str:
                      "dropped by (recompute modules)", "note"], rows, "llllrll")
 
 
+def _short_name(name: str) -> str:
+    """A ledger entry's name as a box of :func:`dataflow_figure` shows it: before its first comma or
+    parenthesis, "after W^O" as "after the output", other symbols left out (``c^Q``: the words name it), "gate projection
+    output" as "gate output"."""
+    short = name.split(",")[0].split(" (")[0].replace(" projection output", " output").replace(" after W^O", " after the output").replace(" * ", " × ")
+    return " ".join(w for w in short.split(" ") if "^" not in w)
+
+
 def dataflow_figure(est: Estimate):
     """The data flow of one MoE layer as the ledger lists it (the paper's Fig. 2 and its MoE
     counterpart): one box per saved tensor, in order, coloured by the weakest policy that drops it,
@@ -168,28 +177,28 @@ def dataflow_figure(est: Estimate):
 
     columns = [(blk, pact.ledger_rows(est, blk)) for blk in BLOCK_LABELS]
     n = max(len(rows) for _, rows in columns)
-    fig, ax = new_figure(9.0, 0.42 * n + 1.2)
+    fig, ax = new_figure(TEXT_WIDTH, 0.3 * n + 1.1)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
-        ax.text(x0 + 0.45, 0.3, f"{BLOCK_LABELS[blk]} block", ha="center", va="bottom", fontsize=10,
+        ax.text(x0 + 0.47, 0.3, f"{BLOCK_LABELS[blk]} block", ha="center", va="bottom", fontsize=10,
                 fontweight="bold")
         for k, r in enumerate(rows):
             y = -k
-            ax.add_patch(FancyBboxPatch((x0, y - 0.38), 0.9, 0.7, boxstyle="round,pad=0.0,rounding_size=0.05",
+            ax.add_patch(FancyBboxPatch((x0, y - 0.38), 0.94, 0.7, boxstyle="round,pad=0.0,rounding_size=0.05",
                                         facecolor=CLASS_COLORS[r["class"]], edgecolor="white", alpha=0.85))
-            label = r["name"].split(",")[0].split(" (")[0]
-            ax.text(x0 + 0.02, y - 0.03, label, ha="left", va="center", fontsize=7.5, color="black")
-            ax.text(x0 + 0.88, y - 0.03, fmt_bytes(r["bytes"], "MiB", 1), ha="right", va="center", fontsize=7.5,
+            ax.text(x0 + 0.02, y - 0.03, _short_name(r["name"]), ha="left", va="center", fontsize=SMALL_FONT,
                     color="black")
+            ax.text(x0 + 0.92, y - 0.03, fmt_bytes(r["bytes"], "MiB", 1), ha="right", va="center",
+                    fontsize=SMALL_FONT, color="black")
             if k + 1 < len(rows):
                 ax.annotate("", xy=(x0 + 0.45, y - 0.62), xytext=(x0 + 0.45, y - 0.38),
                             arrowprops={"arrowstyle": "->", "lw": 0.8, "color": "grey"})
-    ax.set_xlim(-0.05, 1.95)
+    ax.set_xlim(-0.02, 1.96)
     ax.set_ylim(-n + 0.3, 0.9)
     ax.axis("off")
     ax.grid(False)
     handles = [Patch(color=CLASS_COLORS[c], label=CLASS_LABELS[c]) for c in pact.RECOMPUTE_CLASSES]
-    ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, ncol=2, loc="outside lower center")
     return fig
 
 
@@ -259,18 +268,19 @@ def microbatch(est: Estimate):
     words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
              "mb_order": "keep" if facts["same_order"] else "do not keep",
              "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
-    fig, (ax1, ax2) = new_figure(9.0, 3.6, 1, 2)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 3.4, 1, 2)
     for p, rows in sweep.items():
         color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
         bs = [r["b"] for r in rows]
         ax1.plot(bs, [in_unit(r["per_microbatch"]) for r in rows], marker="o", color=color, label=_policy_name(p))
         ax2.plot(bs, [in_unit(r["total"]) for r in rows], marker="o", color=color, label=_policy_name(p))
     ax1.set_ylabel("one micro-batch, GiB per device")
-    ax2.set_ylabel(f"held at the {SCHEDULE_NAMES.get(est.train.schedule, est.train.schedule)} peak, GiB per device")
+    ax2.set_ylabel(f"held at the {SCHEDULE_NAMES.get(est.train.schedule, est.train.schedule)} peak,\nGiB per device")
     for ax in (ax1, ax2):
         ax.set_xlabel("micro-batch size b (sequences)")
         ax.set_yscale("log")
-    ax2.legend(fontsize=8)
+        plain_log_ticks(ax)
+    fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncol=5)
     return words, fig
 
 
@@ -280,9 +290,9 @@ def seqlen_figure(est: Estimate):
     rows = sact.seqlen_sweep(est)
     cross = sact.crossover(est)
     xs = [r["seq_len"] for r in rows]
-    fig, ax = new_figure(7.0, 3.8)
+    fig, ax = new_figure(height=3.8)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
-            label="attention scores (terms in $s^2$)")
+            label="attention scores (terms in s²)")
     ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],
             label="all other saved tensors (terms in $s$)")
     ax.plot(xs, [in_unit(r["total"]) for r in rows], color=CATEGORY_COLORS["activations"], ls="--",
@@ -290,16 +300,18 @@ def seqlen_figure(est: Estimate):
     if cross:
         ax.axvline(cross["s"], color="grey", lw=1, ls=":")
         ax.annotate(f"crossover s = {fmt_count(cross['s'])}", (cross["s"], 0.02), xycoords=("data", "axes fraction"),
-                    xytext=(4, 0), textcoords="offset points", fontsize=8)
+                    xytext=(4, 0), textcoords="offset points", fontsize=SMALL_FONT)
     s = est.train.seq_len
     ax.axvline(s, color="grey", lw=1, ls="-.")          # no category's colour: the lines are all activations
     ax.annotate(f"configured s = {fmt_count(s)}", (s, 0.9), xycoords=("data", "axes fraction"), xytext=(4, 0),
-                textcoords="offset points", fontsize=8, color="dimgrey")
+                textcoords="offset points", fontsize=SMALL_FONT, color="dimgrey")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax)
     ax.set_xlabel("sequence length s (tokens)")
     ax.set_ylabel("one MoE layer, GiB per device")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(loc="lower right")
     return fig
 
 
@@ -324,15 +336,15 @@ def policy_figure(est: Estimate):
     """Stacked bars per policy: the micro-batches held and the working set of a recomputed layer,
     GiB per device of the analysed stage at the schedule's peak."""
     rows = sact.policy_comparison(est)
-    fig, ax = new_figure(7.0, 3.4)
+    fig, ax = new_figure(height=3.4)
     stacked_bars(ax, [_policy_name(r["policy"]) for r in rows],
                  [Series("micro-batches in flight", CATEGORY_COLORS["activations"], [r["held"] for r in rows]),
                   Series("recompute working set", WORKING_COLOR, [r["working"] for r in rows])],
-                 digits=2, fontsize=8)
+                 digits=2)
     ax.margins(y=0.12)
     ax.set_ylabel("activations, GiB per device")
     ax.set_xlabel("recompute policy")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 

@@ -112,8 +112,8 @@ def preset_figure(base: Estimate):
     presets = list(rows)
     series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [st.bytes[k]] * len(presets)) for k in ALLOCATED]
     series += [Series(TERM_LABELS[t], CATEGORY_COLORS["overhead"], [rows[p][t] for p in presets]) for t in so.TERMS]
-    fig, ax = new_figure(6.5, 3.8)
-    tops = stacked_bars(ax, [f"preset {p}" for p in presets], series, digits=2, fontsize=8)
+    fig, ax = new_figure(height=3.8)
+    tops = stacked_bars(ax, [f"preset {p}" for p in presets], series, digits=2)
     for c in ax.containers:
         for t in so.TERMS:
             if c.get_label() == TERM_LABELS[t]:
@@ -122,7 +122,7 @@ def preset_figure(base: Estimate):
                     patch.set_edgecolor("white")
     ax.set_ylim(0, max(tops) * 1.15)
     ax.set_ylabel("memory, GiB per device")
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.legend(loc="upper left", ncol=2)
     return fig
 
 

@@ -15,7 +15,7 @@ from ..scenarios import together as st
 from ..model.states import ZeroStage
 from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
-                      SECOND_CHUNK_ALPHA, Series,
+                      SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
 from .notation import chapter_notation
@@ -102,7 +102,7 @@ def grid_figure(grid: dict):
 
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    fig, axes = new_figure(11.0, 2.3 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
+    fig, axes = new_figure(TEXT_WIDTH, 1.4 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
         for j, z in enumerate(zs):
@@ -110,22 +110,21 @@ def grid_figure(grid: dict):
             stages = grid[(z, p)].est.stages
             series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [s.bytes[k] for s in stages]) for k in TERMS]
             labels = [str(s.stage.index) for s in stages]
-            stacked_bars(ax, labels, series, totals=False, width=0.8, fontsize=6, ticks=False)
+            stacked_bars(ax, labels, series, totals=False, width=0.8, ticks=False)
             capacity_line(ax, _capacity(), "")
-            ax.set_xticks(range(0, len(labels), 5), labels[::5], fontsize=7)
+            ax.set_xticks(range(0, len(labels), 5), labels[::5])
             ax.set_ylabel("")
-            ax.tick_params(labelsize=7)
             if i == 0:
-                ax.set_title(zero_name(z), fontsize=9)
+                ax.set_title(zero_name(z).replace(" (", "\n("), fontsize=10)
             if j == 0:
                 name = p if p in POLICY_COLORS else "modules"
-                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", fontsize=9, color=POLICY_COLORS[name])
+                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", color=POLICY_COLORS[name])
             if i == len(policies) - 1:
-                ax.set_xlabel("pipeline stage", fontsize=9)
+                ax.set_xlabel("stage")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(Line2D([], [], color=OKABE_ITO["black"], lw=1.1, ls="--"))
     labels.append(capacity_label())
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
@@ -228,7 +227,7 @@ def schedule_table(runs: dict[str, st.Outcome]) -> str:
 
 def schedule_figure(runs: dict[str, st.Outcome]):
     """Total memory of every pipeline rank's device under each schedule, GiB, with the capacity."""
-    fig, ax = new_figure(7.5, 3.8)
+    fig, ax = new_figure(height=3.8)
     top = 0.0
     last = 0
     for name, r in runs.items():
@@ -240,10 +239,9 @@ def schedule_figure(runs: dict[str, st.Outcome]):
     ax.set_xlim(-0.5, last + 0.45 * (last + 1))        # room on the right for the capacity's label
     ax.set_ylim(0, max(top, in_unit(_capacity())) * 1.12)
     ax.set_xticks(range(last + 1))
-    ax.tick_params(labelsize=8)
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("total, GiB per device")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(loc="lower right")
     return fig
 
 
@@ -259,7 +257,22 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
                     f"{ot.peak_rank} holds {fmt_count(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
                     f"states and peaks at {fmt_bytes(pk.allocated)}, the most of any rank.")
     last = ot.peaks[-1]
-    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "sentence": sentence,
+    idle = st.first_idle(ot) or st.first_idle(ot, 0)     # the peak rank's wait, or the first rank's
+    caption = ""
+    if idle is None or not idle["drop"]:
+        drop = ""
+    else:
+        caption = ("A rank's memory steps down while it waits between its warm-up forwards and its first backward: "
+                   "the working set of a computing chunk is released while nothing computes.")
+        what = (f"the working set of the chunk that last computed, {fmt_bytes(idle['working'])}, and the "
+                f"{fmt_bytes(idle['released'])} of activations its last backward freed" if idle["released"]
+                else "the working set of the chunk that last computed")
+        drop = (f"Between its warm-up forwards and its first backward (slots {fmt_count(idle['start'])} to "
+                f"{fmt_count(idle['end'])}) rank {fmt_count(idle['rank'])} computes nothing, and its memory drops by "
+                f"{fmt_bytes(idle['drop'])}, {what}; it keeps its model states and the "
+                f"{fmt_bytes(idle['held'])} of activations its micro-batches saved for their backwards.")
+    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "sentence": sentence, "idle": drop,
+            "idle_caption": caption,
             "peak_rank": fmt_count(ot.peak_rank), "peak": fmt_bytes(pk.allocated),
             "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
             "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
@@ -285,12 +298,11 @@ def schedule_diagram(configs: dict):
     (:func:`memlib.device.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
     from matplotlib.patches import Patch
 
-    fig, axes = new_figure(9.0, 1.15 * len(configs) * 1.6, nrows=len(configs))
+    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.6, nrows=len(configs))
     for ax, (name, t) in zip(axes, configs.items()):
         schedule_boxes(ax, clock(t), lambda op, t=t: microbatch(t, op), lambda op, t=t: op_duration(t, op))
-        ax.set_title(_config_text(name, t, math=False), fontsize=9, loc="left")
-        ax.set_ylabel("rank", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(_config_text(name, t, math=False), fontsize=10, loc="left")
+        ax.set_ylabel("rank")
     end = max(ax.get_xlim()[1] for ax in axes)
     for ax in axes:
         ax.set_xlim(0, end)
@@ -298,7 +310,7 @@ def schedule_diagram(configs: dict):
     handles = [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, label=OP_LABELS[k]) for k in OP_COLORS]
     handles += [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, alpha=SECOND_CHUNK_ALPHA,
                       label=f"{OP_LABELS[k]}, second chunk") for k in ("F", "B")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     return fig
 
 

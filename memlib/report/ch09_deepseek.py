@@ -167,12 +167,15 @@ def ablation_table(est: Estimate) -> str:
 
 
 def _wrap(label: str) -> str:
-    return label.replace(" and ", "\nand ").replace("+ FP8 ", "+ FP8\n").replace("+ BF16 ", "+ BF16\n")
+    """A step's label on lines short enough for its bar's width."""
+    import textwrap
+
+    return textwrap.fill(label, 12, break_on_hyphens=False, break_long_words=False)
 
 
-def _clear_of_line(fig, ax, totals, capacity_text, line_y: float) -> None:
-    """Keep the capacity line off the text: a bar's total that the line would cross moves inside the
-    top of its bar, and the capacity's label moves below the line if it would cover a total."""
+def _clear_of_line(fig, ax, totals, line_y: float) -> None:
+    """Keep the capacity line off the bars' totals: a total that the line would cross moves inside the
+    top of its bar (the line's label is in the legend, clear of the bars)."""
     fig.draw_without_rendering()
     y = ax.transData.transform((0, line_y))[1]
     for t in totals:
@@ -180,26 +183,21 @@ def _clear_of_line(fig, ax, totals, capacity_text, line_y: float) -> None:
         if box.y0 <= y <= box.y1:
             t.set(va="top")
             t.xyann = (0, -2)
-    fig.draw_without_rendering()
-    label = capacity_text.get_window_extent()
-    if any(label.overlaps(t.get_window_extent()) for t in totals):
-        capacity_text.set(va="top")
-        capacity_text.xyann = (0, -2)
 
 
 def ablation_figure(est: Estimate):
     """The peak device after each step as stacked bars (model states, activations, overheads), GiB,
     with the device's capacity (the line crosses no label)."""
     rows = _recipe(est)
-    fig, ax = new_figure(7.2, 3.8)
+    fig, ax = new_figure(height=4.0)
     series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
-    stacked_bars(ax, [_wrap(r["label"]) for r in rows], series, fontsize=7)
+    stacked_bars(ax, [_wrap(r["label"]) for r in rows], series, total_unit=False)
     totals = list(ax.texts)
-    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL, legend=True)
     ax.margins(y=0.1)
     ax.set_ylabel("peak device, GiB")
-    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    _clear_of_line(fig, ax, totals, ax.texts[-1], in_unit(ds.CAPACITY))
+    ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    _clear_of_line(fig, ax, totals, in_unit(ds.CAPACITY))
     return fig
 
 
@@ -221,13 +219,13 @@ def rank_table(est: Estimate) -> str:
 def rank_figure(est: Estimate):
     """Stacked bars per pipeline rank (model states, activations, overheads), GiB, with the capacity."""
     rows = ds.rank_rows(est)
-    fig, ax = new_figure(7.2, 3.6)
+    fig, ax = new_figure(height=3.8)
     series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
-    stacked_bars(ax, [fmt_count(r["rank"]) for r in rows], series, totals=False, fontsize=8)
-    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    stacked_bars(ax, [fmt_count(r["rank"]) for r in rows], series, totals=False)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL, legend=True)
     ax.margins(y=0.1)
     ax.set_xlabel("pipeline rank")
-    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig
 
 

@@ -13,7 +13,7 @@ from ..device.estimate import Estimate
 from ..data.reference import PYTORCH_ALLOCATOR
 from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
-from .figures import OKABE_ITO, Series, new_figure, stacked_bars
+from .figures import OKABE_ITO, Series, new_figure, plain_log_ticks, stacked_bars
 from .format import fmt_bytes, fmt_count, join_and, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
 from .notation import chapter_notation
 
@@ -215,7 +215,7 @@ def hf_figure(est: Estimate):
     of every measured case; the line is equality."""
     from matplotlib.lines import Line2D
 
-    fig, ax = new_figure(7.0, 4.2)
+    fig, ax = new_figure(height=4.6)
     cases = [("hf-eager: " + r["label"], [(x["predicted"], x["measured"]) for x in r["regions"]], "o")
              for r in sv.hf_comparisons(est.model)]
     cases += [("Megatron-Core: " + r["label"], [(x["predicted"], x["measured"]) for x in r["blocks"]], "s")
@@ -230,9 +230,11 @@ def hf_figure(est: Estimate):
         handles.append(Line2D([], [], ls="", marker=marker, color=color, label=label))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax)
     ax.set_xlabel("predicted by the ledger, bytes")
     ax.set_ylabel("measured with autograd hooks, bytes")
-    ax.legend(handles=handles, fontsize=7, loc="upper left")
+    ax.legend(handles=handles, loc="lower right")
     return fig
 
 
@@ -294,11 +296,11 @@ def side_figure(est: Estimate):
     Megatron-Core with Transformer Engine: stacked bars by group of entries, GiB."""
     b, s = _b_s(est)
     cols = sv.by_group(est.model, _kind(est), b, s)
-    fig, ax = new_figure(7.0, 4.0)
+    fig, ax = new_figure(height=4.2)
     series = [Series(g, _GROUP_COLORS[g], [cols[c][g] for c in cols]) for g in sv.SIDE_GROUPS]
-    stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2, fontsize=7)
+    stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2)
     ax.set_ylabel(f"one {_KIND[_kind(est)]} layer, GiB")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(ncol=2)
     return fig
 
 

@@ -9,7 +9,7 @@ from ..config.versions import NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE
 from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..device.megatron_buffers import torch_cublas_workspace_bytes
 from ..scenarios import functional as fv, measured as sm
-from .figures import OKABE_ITO, in_unit, new_figure
+from .figures import OKABE_ITO, SMALL_FONT, in_unit, new_figure, plain_log_ticks
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
 
 __all__ = ["values", "family_table", "cases_table", "not_expressible_table", "figure", "published_values",
@@ -125,7 +125,7 @@ def not_expressible_table() -> str:
 def figure():
     """memlib against the measured steady peak, every case (log-log), the 1 % band."""
     ok, _ = fv.validation()
-    fig, ax = new_figure(6.4, 4.6)
+    fig, ax = new_figure(height=4.4)
     colours = {fv.FAMILIES[0]: OKABE_ITO["vermillion"], fv.FAMILIES[1]: OKABE_ITO["orange"],
                fv.FAMILIES[2]: OKABE_ITO["green"], fv.FAMILIES[3]: OKABE_ITO["blue"]}
     for fam in fv.FAMILIES:
@@ -134,12 +134,13 @@ def figure():
             ax.scatter([in_unit(c.steady, UNIT) for c in cs], [float(100 * c.error) for c in cs], s=9,
                        color=colours[fam], label=f"{fam} ({len(cs)})", alpha=0.8)
     ax.set_xscale("log")
+    plain_log_ticks(ax, "x")
     ax.axhspan(-100 * float(fv.TARGET), 100 * float(fv.TARGET), color=OKABE_ITO["black"], alpha=0.08, lw=0)
     ax.axhline(0, color=OKABE_ITO["black"], lw=0.6)
     ax.set_xlabel(f"measured steady peak ({UNIT})")
     ax.set_ylabel("memlib's error (%)")
-    ax.legend(fontsize=7, loc="upper right")
-    ax.set_title("memlib's peak_allocated against Megatron-LM's functional tests (last rank)", fontsize=9)
+    fig.legend(loc="outside lower center", ncol=2)
+    ax.set_title("memlib's peak_allocated against Megatron-LM's functional tests (last rank)", fontsize=SMALL_FONT)
     return fig
 
 

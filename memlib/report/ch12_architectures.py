@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from ..config import load_model
 from ..scenarios import architectures as sa
-from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
+from .figures import CATEGORY_COLORS, CATEGORY_LABELS, TEXT_WIDTH, Series, new_figure, stacked_bars
 from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, fmt_exact, md_table, model_name, ratio
 
 __all__ = ["values", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
@@ -169,12 +169,13 @@ def pairs_figure():
     """The peak device of each model of the pairs, by memory category, under both profiles."""
     pairs = sa.equal_activated_pairs()
     names = [n for p in pairs for n in (p.dense, p.moe)]
-    fig, axes = new_figure(8.0, 3.8, 1, len(sa.PROFILES), sharey=True)
+    fig, axes = new_figure(TEXT_WIDTH, 4.0, 1, len(sa.PROFILES), sharey=True)
     for ax, prof in zip(axes, sa.PROFILES):
         peaks = [sa.peak_device(n, prof) for n in names]
         series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
-        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1)
-        ax.set_title(f"{prof} profile", fontsize=9)
-        ax.tick_params(axis="x", rotation=20)
-    axes[0].legend(fontsize=7, loc="upper left")
+        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1, total_unit=False)
+        ax.set_title(f"{prof} profile", fontsize=10)
+        ax.tick_params(axis="x", rotation=30)
+    axes[1].set_ylabel("")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
     return fig

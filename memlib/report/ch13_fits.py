@@ -12,7 +12,7 @@ from ..scenarios import steps as st
 from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
 from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
 from ..search.plan import PRACTICAL, SPACE_RULES
-from .figures import CATEGORY_COLORS, OKABE_ITO, capacity_line, in_units, new_figure
+from .figures import CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
 from .format import (fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
                      zero_name)
 
@@ -187,15 +187,30 @@ def recipe_table(model: ModelConfig | str) -> str:
     return md_table(["", "configuration", *_TERM_NAMES.values(), "step (s)"], rows, "ll" + "r" * (len(_TERM_NAMES) + 1))
 
 
+def _card_label(c) -> str:
+    """A card as the book names it everywhere: its product's size and the capacity its driver reports."""
+    return f"{c.name}: {DEVICE_PRODUCT_GB[c.name]} GB = {fmt_bytes(c.capacity, 'GiB', 2)}"
+
+
+#: the line style of each card's capacity, smallest first (named in the figure's legend)
+_CARD_STYLES = ("--", "-.", ":")
+
+
 def region_figure(model: ModelConfig | str):
     """The smallest peak per (TP, EP, PP) with the knobs of :data:`~memlib.scenarios.fits.REGION_FIX` fixed: one
-    panel per PP, EP on the x axis, one line per TP, the cards' capacities as dashed lines."""
+    panel per PP (three to a row), EP on the x axis, one line per TP, the capacities of the chapter's cards
+    (:data:`MAIN`, :data:`LARGER`) as black lines of their own style, all named in the legend below."""
     from matplotlib.lines import Line2D
 
     reg = sf.region(sf.grid(model, sf.GPU_COUNTS[0]))
     tps = reg.tps[:len(_TP_COLORS)]
-    fig, axes = new_figure(9.0, 3.6, ncols=len(reg.pps), sharey=True)
-    axes = list(axes) if len(reg.pps) > 1 else [axes]
+    caps = [sf.card(n) for n in (MAIN, *LARGER)][:len(_CARD_STYLES)]
+    ncols = min(3, len(reg.pps))
+    nrows = -(-len(reg.pps) // ncols)
+    fig, axes = new_figure(height=2.2 * nrows + 0.9, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
+    axes = list(axes.flat)
+    for ax in axes[len(reg.pps):]:
+        ax.remove()
     for ax, pp in zip(axes, reg.pps):
         for tp, color in zip(tps, _TP_COLORS):
             xs, ys = [], []
@@ -207,14 +222,17 @@ def region_figure(model: ModelConfig | str):
                 ax.plot(xs, in_units(ys, UNIT), marker="o", ms=3, lw=1.4, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(f"PP {pp}", fontsize=9)
+        plain_log_ticks(ax, "x", reg.eps[::1 if len(reg.eps) <= 5 else 2])
+        plain_log_ticks(ax)
+        ax.set_title(f"PP {pp}", fontsize=SMALL_FONT + 1)
         ax.set_xlabel("EP")
-        for cap in sorted({c.capacity for c in sf.cards()}):
-            names = "/".join(c.name for c in sf.cards() if c.capacity == cap)
-            capacity_line(ax, cap, f"{names}: {fmt_bytes(cap, UNIT, 2)}" if ax is axes[-1] else "")
-    axes[0].set_ylabel(f"smallest peak, {UNIT} per device")
+        for c, ls in zip(caps, _CARD_STYLES):
+            ax.axhline(in_unit(c.capacity, UNIT), color=OKABE_ITO["black"], lw=1.0, ls=ls, zorder=0.5)
+    fig.supylabel(f"smallest peak, {UNIT} per device", fontsize=SMALL_FONT + 1)
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(tps), fontsize=8)
+    handles += [Line2D([], [], color=OKABE_ITO["black"], lw=1.0, ls=ls, label=_card_label(c))
+                for c, ls in zip(caps, _CARD_STYLES)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     return fig
 
 
@@ -224,6 +242,10 @@ def region_fix(model: ModelConfig | str) -> str:
     return join_and(f"{names.get(k, k)} {v}" for k, v in sf.region(sf.grid(model, sf.GPU_COUNTS[0])).fix)
 
 
+#: the labelled values of a log axis of step times, s (1, 2, 3, 5 in each decade)
+_STEP_TICKS = [m * 10.0 ** e for e in range(-2, 5) for m in (1, 2, 3, 5)]
+
+
 def pareto_figure(model: ModelConfig | str):
     """Every configuration that fits the main card: peak memory against the predicted step (density), the Pareto
     front, the tie band of the fastest."""
@@ -231,19 +253,21 @@ def pareto_figure(model: ModelConfig | str):
     card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
-    fig, ax = new_figure(7.0, 3.8)
+    fig, ax = new_figure(height=4.0)
     if fits.any():
         hb = ax.hexbin(g.cost["step_s"][fits], in_units(g.peak[fits], UNIT), gridsize=60, bins="log", cmap="Greys",
                        xscale="log", mincnt=1, linewidths=0)
-        fig.colorbar(hb, ax=ax, label="configurations", pad=0.01)
+        plain_log_ticks(fig.colorbar(hb, ax=ax, label="configurations", pad=0.01).ax)
         ax.plot(g.cost["step_s"][front], in_units(g.peak[front], UNIT), marker="o", ms=3, lw=1.4,
                 color=CATEGORY_COLORS["activations"], label="Pareto front")
         tied = sf.fastest(g, card.capacity)
         ax.plot(g.cost["step_s"][tied], in_units(g.peak[tied], UNIT), marker="*", ms=8, ls="none",
                 color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
-    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, UNIT, 2)}")
+    capacity_line(ax, card.capacity, _card_label(card), legend=True)
+    lo, hi = ax.get_xlim()
+    plain_log_ticks(ax, "x", [t for t in _STEP_TICKS if lo <= t <= hi])
     ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
-    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    fig.legend(loc="outside lower center", ncol=2)
     return fig
 

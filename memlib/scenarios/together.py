@@ -30,7 +30,7 @@ from .overheads import CAPACITY_80GB, base_training
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
            "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
-           "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline",
+           "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline", "first_idle",
            "schedule_counts",
            "largest_micro_batch", "policy_change", "fits_all", "held_count_grid", "routed_count_effect"]
 
@@ -247,6 +247,23 @@ def memory_timeline(runs: dict[str, Outcome], name: str = "1f1b") -> OverTime:
     """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
     (:func:`memlib.device.timeline.over_time`, as many micro-batches as fill the pipeline)."""
     return over_time(runs[name].est)
+
+
+def first_idle(ot: OverTime, rank: int | None = None) -> dict | None:
+    """The first stretch of one iteration in which rank ``rank`` (the peak rank by default) computes nothing
+    (after its warm-up forwards, waiting for its first backward in 1F1B), and what its memory drops by there:
+    ``start`` and ``end`` (slots), ``drop`` (allocated bytes during the step before it less those after it),
+    ``working`` (the recompute working set of the chunk that step computed, held only while a chunk computes)
+    and ``released`` (saved activations the step freed: none after a forward), so ``drop = working +
+    released``; and ``held`` (the saved activations the rank keeps through the stretch).  None when the rank
+    never waits."""
+    r = ot.peak_rank if rank is None else rank
+    rows = ot.rows[r]
+    for a, b in zip(rows, rows[1:]):
+        if b.slot.start > a.slot.end:
+            return {"rank": r, "start": a.slot.end, "end": b.slot.start, "drop": a.allocated - a.allocated_after,
+                    "working": a.working, "released": a.held - a.held_after, "held": a.held_after}
+    return None
 
 
 def costs_more(runs: dict[str, Outcome], than: str = "1f1b") -> dict[str, bool]:
