@@ -50,6 +50,7 @@ def values() -> dict[str, str]:
         "n_not_expressible": fmt_count(len(no)),
         "target": fmt_decimal(100 * fv.TARGET, 0) + " %",
         "target_share": fmt_decimal(100 * fv.TARGET_SHARE, 0) + " %",
+        "target_met": "is met" if s["target_met"] else "is not met",
         "te_refused": next(r.commit for r in RULES if r.key == "te_cross_entropy_refused"),
         "share_within": fmt_decimal(100 * Fraction(s["within"], max(s["n"], 1)), 0) + " %",
         "max_abs": _err(s["max_abs"]).lstrip("+"), "mean_abs": _err(s["mean_abs"]).lstrip("+"),
