@@ -11,7 +11,9 @@ from memlib.scenarios import deepseek as ds
 def test_every_numbered_equation_is_typeset_with_its_value_in_order():
     text = ch.equations("deepseek-v3")
     numbers = re.findall(r"^\*\*\(([\d.]+)\)\*\*", text, re.M)
-    assert numbers == [f.number for f in book_formulas()]
+    # every numbered equation but those of another attention than DeepSeek-V3's MLA (chapter 12's GQA per token)
+    assert numbers == [f.number for f in book_formulas() if f.attention in (None, "mla")]
+    assert "12.1" not in numbers and "12.2" in numbers
     assert text.count("$$") == 2 * len(numbers)
     # values from memlib, checked by hand: 3 h h_E = 3 x 7168 x 2048; DeepSeek-V3's 671B; 14 bytes per parameter
     assert "(`params.expert`): **44,040,192**\n\n$$\nP_{\\mathrm{expert}} = 3 h h_{E}\n$$" in text

@@ -177,7 +177,13 @@ class TrainingConfig:
     def edp(self) -> int:
         """Expert data-parallel size (exact once :class:`memlib.model.partition.Partition` has checked
         that EP ETP divides DP TP CP)."""
-        return self.dp * self.tp * self.cp // (self.ep * self.etp)
+        return self.dp * self.tp * self.cp // self.ep_etp
+
+    @property
+    def ep_etp(self) -> int:
+        """The ranks that hold every routed expert of a layer once, EP ETP (an expert-parallel group of expert
+        tensor-parallel groups)."""
+        return self.ep * self.etp
 
     @property
     def dp_cp(self) -> int:

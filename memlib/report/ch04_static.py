@@ -19,7 +19,7 @@ from ..model.partition import SHARDING
 from ..scenarios import static as sstatic
 from ..model.states import RECIPES
 from ..core.symbols import SYMBOLS
-from .diagrams import rank_row, stage_diagram
+from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
 from .notation import chapter_notation
@@ -361,15 +361,15 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
              f"({fmt_count(len(g['tp']))} of them)" if t.tp > 1 else "there is no TP (each rank holds its layers' "
              "tensors whole)"]
     if t.ep > 1:
-        size = t.ep * t.etp
-        row = rank_row(t.tp, size, d["ranks"])
+        size = t.ep_etp
+        per_row = ep_groups_per_row(t.tp, size, d["ranks"])
         where = (f"each row is one of them ({fmt_count(len(g['ep']))} rows); the {fmt_count(t.edp)} ranks of a column "
-                 "hold the same routed experts, an EDP group that averages their gradients" if row == size else
-                 f"each row holds {fmt_count(row // size)} of them; the ranks of the columns that hold the same "
+                 "hold the same routed experts, an EDP group that averages their gradients" if per_row == 1 else
+                 f"each row holds {fmt_count(per_row)} of them; the ranks of the columns that hold the same "
                  "routed experts form an EDP group that averages their gradients")
         parts.append(f"an EP group of {fmt_count(size)} ranks holds all {fmt_count(est.model.n_routed_experts)} routed "
                      f"experts of a layer once: {where}")
-    parts.append(f"the {fmt_count(t.dp * t.cp)} ranks with the same TP rank are the data-parallel group of the "
+    parts.append(f"the {fmt_count(t.dp_cp)} ranks with the same TP rank are the data-parallel group of the "
                  "other tensors")
     groups = "; ".join(parts)
     return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),

@@ -15,7 +15,7 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import judged
-from .format import (fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
                      span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values
@@ -156,11 +156,12 @@ def ablation_values(est: Estimate) -> dict[str, str]:
 
 
 def ablation_table(est: Estimate) -> str:
-    """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB)."""
+    """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB),
+    read with memlib's measured errors (``marginal`` inside their band)."""
     rows = [[r["label"], r["what"], fmt_count(r["stage"]), fmt_bytes(r["states"], with_unit=False),
              fmt_bytes(r["activations"], with_unit=False), fmt_bytes(r["overhead"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**",
-             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), yes_no(r["fits"])]
+             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), VERDICT_CELLS[r["verdict"]]]
             for r in _recipe(est)]
     return md_table(["step", "what changes", "peak rank", "model states (GiB)", "activations (GiB)",
                      "overheads (GiB)", "total (GiB)", "change (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")

@@ -12,7 +12,7 @@ from ..scenarios import steps as st
 from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
 from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
 from ..search.plan import PRACTICAL, SPACE_RULES
-from .figures import CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
+from .figures import STEP_TICKS, CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
 from .format import (fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
                      zero_name)
 
@@ -242,8 +242,6 @@ def region_fix(model: ModelConfig | str) -> str:
     return join_and(f"{names.get(k, k)} {v}" for k, v in sf.region(sf.grid(model, sf.GPU_COUNTS[0])).fix)
 
 
-#: the labelled values of a log axis of step times, s (1, 2, 3, 5 in each decade)
-_STEP_TICKS = [m * 10.0 ** e for e in range(-2, 5) for m in (1, 2, 3, 5)]
 
 
 def pareto_figure(model: ModelConfig | str):
@@ -265,7 +263,7 @@ def pareto_figure(model: ModelConfig | str):
                 color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
     capacity_line(ax, card.capacity, _card_label(card), legend=True)
     lo, hi = ax.get_xlim()
-    plain_log_ticks(ax, "x", [t for t in _STEP_TICKS if lo <= t <= hi])
+    plain_log_ticks(ax, "x", [t for t in STEP_TICKS if lo <= t <= hi])
     ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
     fig.legend(loc="outside lower center", ncol=2)

@@ -354,6 +354,11 @@ def rank_row(tp: int, ep: int, ranks: int) -> int:
     return row
 
 
+def ep_groups_per_row(tp: int, ep: int, ranks: int) -> int:
+    """How many whole expert-parallel groups (of ``ep`` = EP ETP ranks) one row of :func:`stage_diagram` holds."""
+    return rank_row(tp, ep, ranks) // ep
+
+
 def stage_diagram(groups: dict, slices: dict, families: list, words: dict) -> Diagram:
     """One pipeline stage's ranks and what one of them holds, under the pipeline's stages.
 

@@ -65,6 +65,9 @@ OP_LABELS = {"F": "forward", "B": "backward", "W": "weight gradient (deferred)"}
 SECOND_CHUNK_ALPHA = 0.45
 
 
+#: the labelled values of a log axis of step times, s (1, 2, 3, 5 in each decade)
+STEP_TICKS = [m * 10.0 ** e for e in range(-2, 5) for m in (1, 2, 3, 5)]
+
 def in_unit(n: int, unit: str = "GiB") -> float:
     """Bytes in ``unit`` as a float, for drawing only."""
     return float(Fraction(int(n), UNITS[unit]))

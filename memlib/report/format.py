@@ -35,6 +35,10 @@ MODEL_NAMES = {"deepseek-v3": "DeepSeek-V3", "deepseek-v2": "DeepSeek-V2", "deep
                "qwen3-235b-a22b": "Qwen3-235B-A22B", "kimi-k2": "Kimi-K2", "moonlight-16b-a3b": "Moonlight-16B-A3B"}
 
 
+#: how a table cell gives a verdict of :mod:`memlib.scenarios.uncertainty` (chapter 9's ablation, the summary)
+VERDICT_CELLS = {"fits": "yes", "marginal": "marginal", "does not fit": "no"}
+
+
 def model_name(m: ModelConfig | str) -> str:
     """``DeepSeek-V3`` for the preset ``deepseek-v3``; a config file by its name."""
     name = m if isinstance(m, str) else m.name

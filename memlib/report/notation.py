@@ -87,7 +87,7 @@ def chapter_notation(chapter: str, model=None, train=None) -> str:
     configuration when given), and one line for the symbols of earlier chapters."""
     new = new_symbols(chapter)
     table = notation_recap(new, model, train) + "\n\n" if new else "This chapter introduces no symbol. "
-    return (table + earlier_line(chapter, model, train)).strip()
+    return f"{table}{earlier_line(chapter, model, train)}".strip()
 
 
 def notation_page() -> str:

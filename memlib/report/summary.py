@@ -8,13 +8,14 @@ Nothing here computes a quantity.
 from __future__ import annotations
 
 from ..config import ConfigError, TrainingConfig, load_model
+from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
 from ..ledgers.base import POLICIES
 from ..model.partition import PROFILES
 from ..model.states import RECIPES
 from ..scenarios import deepseek as ds
-from .format import fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
+from .format import VERDICT_CELLS, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
 
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
@@ -27,7 +28,7 @@ def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
     except (ConfigError, ValueError, ZeroDivisionError):
         return None
     if value_unit(name) == "bytes":
-        return f"{fmt_count(v)} bytes, {fmt_bytes(v, 'GiB' if v >= 2**30 else 'MiB')}"
+        return f"{fmt_count(v)} bytes, {fmt_bytes(v, 'GiB' if v >= GiB else 'MiB')}"
     return fmt_count(v)
 
 
@@ -39,7 +40,8 @@ def equations(model, train: TrainingConfig | None = None) -> str:
     m = load_model(model)
     out = []
     for f in book_formulas():
-        if (f.name.startswith("mla.") and m.attention != "mla") or (f.name.startswith("mtp.") and not m.num_nextn_predict_layers):
+        if (f.attention not in (None, m.attention) or (f.name.startswith("mla.") and m.attention != "mla")
+                or (f.name.startswith("mtp.") and not m.num_nextn_predict_layers)):
             continue
         try:
             tex = equation(f.name, m, train)
@@ -83,7 +85,7 @@ def knob_table(rows: list[dict]) -> str:
     """The ablation of :func:`memlib.scenarios.deepseek.ablation`: per technique, what it does, the peak
     device's total once it is on, what it changed, and whether the peak fits the capacity."""
     out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if r["change"] is None else signed_bytes(r["change"]),
-            "yes" if r["fits"] else "no"] for r in rows]
+            VERDICT_CELLS[r["verdict"]]] for r in rows]
     return md_table(["technique", "what it does", "peak device", "change", f"fits the {ds.GPU}"], out, "llrrc")
 
 

@@ -134,7 +134,8 @@ def ablation(model: ModelConfig | str, train: TrainingConfig, overhead: str = "l
     """One row per step of :func:`ablation_steps`: the peak device (its rank, model states, activations,
     overheads, allocated bytes and total, the micro-batches it holds, its parameters, whether it fits
     the H800 and by how much it is below (positive) or above it), the change of the total from the
-    previous step (``None`` for the first) and, per rank, whether the step lowered (or kept) the
+    previous step (``None`` for the first), the ``verdict`` with memlib's measured errors
+    (:func:`memlib.scenarios.uncertainty.judged`) and, per rank, whether the step lowered (or kept) the
     category it targets on every rank (``None`` for a step without a target)."""
     rows: list[dict] = []
     prev: Estimate | None = None
@@ -150,7 +151,8 @@ def ablation(model: ModelConfig | str, train: TrainingConfig, overhead: str = "l
             "stage": pk.stage.index, "states": pk.model_states, "activations": pk.bytes["activations"],
             "overhead": pk.bytes["overhead"], "allocated": pk.allocated, "total": pk.total,
             "microbatches": pk.activations["microbatches_in_flight"], "parameters": pk.parameters,
-            "fits": est.fits(pk), "margin": CAPACITY - pk.total, "largest": _largest(pk),
+            "fits": est.fits(pk), "verdict": judged(est, CAPACITY)["verdict"], "margin": CAPACITY - pk.total,
+            "largest": _largest(pk),
             "change": None if prev is None else pk.total - prev.peak.total,
             "magnitude": None if prev is None else abs(pk.total - prev.peak.total),
             "lowers_target": lowers,
