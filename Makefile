@@ -1,5 +1,6 @@
 # Build infrastructure for memlib and its Jupyter Book report.
-# Needs only python3 (and make). `make pdf` also needs texlive: see `make pdf-deps`.
+# Needs python3 (and make) and Graphviz's dot, which draws the book's diagrams. `make pdf` also needs texlive:
+# `make pdf-deps` installs both.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +15,7 @@ MODEL_SLUG := $(subst /,_,$(subst .json,,$(MODEL)))
 BOOK_OUT := $(if $(MODEL),--path-output _build/models/$(MODEL_SLUG),)
 CHAPTER ?= 03_parameters
 
-.PHONY: venv book test pdf pdf-deps bench readme-figure clean lab rerun
+.PHONY: venv book test test-fast lint pdf pdf-deps bench readme-figure clean lab rerun
 
 venv: $(STAMP)
 
@@ -39,8 +40,11 @@ book: $(STAMP)
 
 # JupyterLab on the chapters (jupytext opens the MyST .md notebooks as notebooks): change a chapter's
 # configuration cell and run it; every glued number, table and figure is displayed as it is computed
+# Jupyter refuses to start as root (a container's usual user) without --allow-root: given to root only.
+LAB_UID ?= $(shell id -u)
+LAB_FLAGS := --notebook-dir=notebooks$(if $(filter 0,$(LAB_UID)), --allow-root,)
 lab: $(STAMP)
-	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-lab --notebook-dir=notebooks
+	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-lab $(LAB_FLAGS)
 
 # one chapter executed without a browser: _build/rerun/$(CHAPTER).ipynb, with every output
 rerun: $(STAMP)
@@ -53,6 +57,14 @@ rerun: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# the inner loop: every test but those marked slow (measurements with torch and megatron-core, book builds)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# ruff's rule set (pyproject.toml [tool.ruff]); CI runs it
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 # PDF via xelatex (see _config.yml `latex:`); run `make pdf-deps` once per machine first.
 pdf: $(STAMP)
 	$(BIN)/jupyter-book build . --all --builder pdflatex
@@ -60,7 +72,7 @@ pdf: $(STAMP)
 
 pdf-deps:
 	apt-get update
-	apt-get install -y --no-install-recommends latexmk texlive-latex-recommended \
+	apt-get install -y --no-install-recommends graphviz latexmk texlive-latex-recommended \
 		texlive-latex-extra texlive-fonts-recommended texlive-xetex fonts-freefont-otf tex-gyre \
 		poppler-utils
 

@@ -58,4 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/cli_cold_start.md
+
+    with recorded("cli_cold_start"):
+        code = main()
+    raise SystemExit(code)

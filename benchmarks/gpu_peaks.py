@@ -441,7 +441,7 @@ def _run_loss_region(device: str) -> dict:
              "unfused": lambda x, y: tensor_parallel.vocab_parallel_cross_entropy(x.float(), y)}
     for impl, fn in impls.items():
         rows = []
-        for rep in range(3):                  # the first call compiles (jit_fuser); the last is reported
+        for _ in range(3):                  # the first call compiles (jit_fuser); the last is reported
             logits = torch.randn(s, b, v, dtype=torch.bfloat16, device=dev, requires_grad=True)
             target = torch.randint(0, v, (s, b), device=dev)
             if cuda:

@@ -32,7 +32,7 @@ import numpy as np
 
 from memlib import TrainingConfig, estimate
 from memlib.search.compiled import Family
-from memlib.search.plan import plan
+from memlib.search.plan import SearchSpace, plan
 
 GB = 10**9
 DS = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",), schedules=("dualpipe",))
@@ -116,12 +116,12 @@ def main() -> None:
     print(f"memlib plan from a shell (fresh process, DeepSeek-V3 options, 2048 GPUs, 80 GB, --top 3 --json): "
           f"best of {n}: {wall:.2f} s wall, {cpu:.2f} s CPU")
     for label, kw in spaces:
-        r, cold, cold_cpu = timed(plan, "deepseek-v3", 2048, 80 * GB, top=10, **kw)
-        _, warm, warm_cpu = best_of(lambda: plan("deepseek-v3", 2048, 80 * GB, top=10, **kw), args.repeat)
+        r, cold, cold_cpu = timed(plan, "deepseek-v3", 2048, 80 * GB, SearchSpace(**kw), top=10)
+        _, warm, warm_cpu = best_of(lambda: plan("deepseek-v3", 2048, 80 * GB, SearchSpace(**kw), top=10), args.repeat)
         print(f"plan deepseek-v3, 2048 GPUs, 80 GB, {label}, top 10: {r.searched:,} searched, {r.fitting:,} fit; "
               f"cold {cold:.2f} s ({cold_cpu:.2f} s CPU), warm {warm:.2f} s ({warm_cpu:.2f} s CPU)")
         if kw is DS:
-            r = plan("deepseek-v3", 2048, 80 * GB, top=None, **kw)     # every fitting configuration listed
+            r = plan("deepseek-v3", 2048, 80 * GB, SearchSpace(**kw), top=None)     # every fitting configuration listed
             rank = next(i for i, c in enumerate(r.configs, 1)
                         if (c["config"]["pp"], c["config"]["tp"], c["config"]["ep"], c["config"]["zero"],
                             c["config"]["micro_batch"]) == (16, 1, 64, 1, 1))
@@ -172,7 +172,7 @@ def main() -> None:
         return
     for gpus in (1024, 512):
         for cap in (80, 141):
-            r = plan("deepseek-v3", gpus, cap * GB, top=1, **DS)
+            r = plan("deepseek-v3", gpus, cap * GB, SearchSpace(**DS), top=1)
             best = r.configs[0]["config"] if r.configs else None
             desc = "nothing" if best is None else (
                 f"best PP{best['pp']} TP{best['tp']} CP{best['cp']} DP{best['dp']} EP{best['ep']} "
@@ -181,4 +181,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/plan.md
+
+    with recorded("plan"):
+        main()

@@ -59,4 +59,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/step_time.md
+
+    with recorded("step_time"):
+        main()

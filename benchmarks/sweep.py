@@ -78,4 +78,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import recorded   # benchmarks/results.py: writes benchmarks/results/sweep.md
+
+    with recorded("sweep"):
+        main()

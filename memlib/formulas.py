@@ -34,26 +34,31 @@ from typing import Callable, Union
 
 import sympy as sp
 
-from .ledgers.base import ledger_bytes, parse_policy
+from .ledgers import act_profile
+from .ledgers.base import entry_bytes, ledger_bytes, parse_policy
 from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .core.breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers.paper import MULTI_HEAD, gpt_structure, paper_layer
 from .model.params import (
-    activated_params, block_formulas, by_block, expert_params, layer_counts, layer_params, mtp_params,
+    by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
 )
 from .model.partition import PROFILES, shard_divisor
 from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
 from .paper import device_group
-from .core.symbols import latex, sym
+from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width, s, sym
 
-__all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol", "PAPER_FORMULA_CONFIG"]
+#: a displayed equation whose right-hand side prints wider than this many characters is broken into lines of
+#: about LINE_WIDTH: at 1,300 px the HTML's text column holds about 70 printed characters of an equation, the
+#: PDF's about 75 (tests/test_book_html.py measures the HTML)
+DISPLAY_WIDTH, LINE_WIDTH = 60, 45
+
+__all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol",
+           "token_training", "attention_token_formula", "TOKEN_EXAMPLES", "value", "value_unit"]
 
 Rhs = Union[sp.Expr, Breakdown, str]
 
-b, s = sym("b"), sym("s")
-TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
 
 
 def block_symbol(latex: str) -> sp.Symbol:
@@ -95,13 +100,33 @@ def _lhs_ffn(lhs: str) -> Callable[[ModelConfig], str]:
     return lambda m: lhs if m.has_moe else lhs.replace("MoE", "FFN")
 
 
+def _group(t: str, i: int) -> int:
+    """The index after the brace group that opens at ``t[i]``."""
+    depth = 0
+    for j in range(i, len(t)):
+        depth += {"{": 1, "}": -1}.get(t[j], 0)
+        if depth == 0:
+            return j + 1
+    return len(t)
+
+
 def plain(latex: str) -> str:
-    r"""A LaTeX name in plain text: ``M_{\mathrm{ZeRO\text{-}1}}`` -> ``M_ZeRO-1``."""
+    r"""A LaTeX name in plain text: ``M_{\mathrm{ZeRO\text{-}1}}`` -> ``M_ZeRO-1``,
+    ``\frac{M^{A}_{\mathrm{GQA}}}{b\,s}`` -> ``(M^A_GQA)/(b s)``."""
     import re
 
-    t = re.sub(r"\\(?:mathrm|text|operatorname)\{", "{", latex)
-    t = t.replace("\\tilde{P}", "P~").replace("\\ ", " ").replace("\\", "")
+    t = latex
+    while (i := t.find("\\frac{")) >= 0:
+        a = _group(t, i + 5)
+        b = _group(t, a)
+        t = f"{t[:i]}({t[i + 6:a - 1]})/({t[a + 1:b - 1]}){t[b:]}"
+    t = re.sub(r"\\(?:mathrm|text|operatorname)\{", "{", t)
+    t = t.replace("\\tilde{P}", "P~").replace("\\ ", " ").replace("\\,", " ").replace("\\", "")
     return t.replace("{", "").replace("}", "")
+
+
+#: the attentions an equation can be restricted to, as an error names them
+_ATTENTION_NAMES = {"mla": "multi-head latent attention", "gqa": "grouped-query (or multi-head) attention"}
 
 
 @dataclass(frozen=True)
@@ -115,19 +140,26 @@ class Formula:
     number: str | None = None                                  #: its number in the book, if it is displayed
     defs: tuple[tuple[sp.Symbol, str], ...] = field(default=())   #: named blocks -> the formulas defining them
     order: str | None = None                                   #: SymPy's term order for the LaTeX
+    #: the attention the equation is of (``mla``, ``gqa``), None for every model; MLA's structural equations
+    #: (``mla.*``) are MLA's
+    attention: str | None = None
+    #: the model the equation is shown for when none is given
+    example: str = "deepseek-v3"
 
-    def build(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> Rhs:
-        m = load_model(model)
-        if self.name.startswith("mla.") and m.attention != "mla":
-            raise ConfigError(f"formula={self.name} is an equation of multi-head latent attention; {m.name} has "
-                              f"{attention_name(m)} attention (its parameters: memlib formula params.mla)")
+    def build(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None) -> Rhs:
+        m = load_model(model or self.example)
+        needs = self.attention or ("mla" if self.name.startswith("mla.") else None)
+        if needs is not None and m.attention != needs:
+            hint = " (its parameters: memlib formula params.mla)" if self.name.startswith("mla.") else ""
+            raise ConfigError(f"formula={self.name} is an equation of {_ATTENTION_NAMES[needs]}; {m.name} has "
+                              f"{attention_name(m)} attention{hint}")
         return self.rhs(m, train if train is not None else default_training(m))
 
-    def lhs_for(self, model: ModelConfig | str = "deepseek-v3") -> str:
+    def lhs_for(self, model: ModelConfig | str | None = None) -> str:
         """The left-hand side for ``model`` (LaTeX): the block the model has (P_GQA, P_FFN)."""
-        return self.lhs(load_model(model)) if callable(self.lhs) else self.lhs
+        return self.lhs(load_model(model or self.example)) if callable(self.lhs) else self.lhs
 
-    def expression(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None,
+    def expression(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None,
                    expand: bool = False) -> sp.Expr:
         """The right-hand side as one SymPy expression; ``expand`` writes the named blocks out."""
         r = self.build(model, train)
@@ -141,15 +173,24 @@ class Formula:
                     e = e.xreplace({x: readable(FORMULAS[name].expression(model, train, expand=True))})
         return e
 
-    def latex(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
-        """The equation as the book displays it."""
+    def latex(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None) -> str:
+        """The equation as the book displays it: on one line, or, when its right-hand side prints wider than
+        :data:`DISPLAY_WIDTH` characters, broken between the terms of its sums into aligned lines of about
+        :data:`LINE_WIDTH` (so that it fits the text column of the HTML and of the PDF)."""
         r = self.build(model, train)
         kw = {} if self.order is None else {"order": self.order}
         body = r if isinstance(r, str) else (r.latex(**kw) if isinstance(r, Breakdown) else latex(r, **kw))
         lhs = self.lhs_for(model)
-        return f"{lhs} = {body}" if lhs else body
+        lines = None
+        if not isinstance(r, str) and printed_width(body) > DISPLAY_WIDTH:
+            terms = [e for e in r.values() if e != 0] if isinstance(r, Breakdown) else r
+            lines = latex_lines(terms, LINE_WIDTH, **kw)
+        if lines is None:
+            return f"{lhs} = {body}" if lhs else body
+        return (r"\begin{aligned}" + (f"{lhs} " if lhs else "") + "&= " * bool(lhs) + "&" * (not lhs) + lines[0]
+                + "".join(r" \\ &\quad " + line for line in lines[1:]) + r"\end{aligned}")
 
-    def text(self, model: ModelConfig | str = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+    def text(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None) -> str:
         """The equation in plain text (SymPy's string form, named blocks by plain names), as
         ``memlib formula NAME`` prints it."""
         r = self.build(model, train)
@@ -314,14 +355,6 @@ def _zero_lhs(z: ZeroStage) -> str:
 # ------------------------------------------------------------------------------------------------
 # chapter 6: activations (the paper's ledger, one layer, one micro-batch)
 # ------------------------------------------------------------------------------------------------
-#: which configuration each of the paper's per-layer activation formulas is printed for
-PAPER_FORMULA_CONFIG = {
-    "unsplit": "no parallelism (TP = CP = 1, SP off)",
-    "device": "one device, the parallel sizes left as symbols, sequence parallelism as configured",
-    "config": "one device of the configuration, its parallel sizes substituted",
-}
-
-
 def _act(block: str, where: str, policy: str = "none"):
     def build(m: ModelConfig, t: TrainingConfig) -> sp.Expr:
         # a dense model's layer: its FFN block in the MoE block's place
@@ -364,8 +397,40 @@ def _gpt(policy: str, sp_on: bool):
 # ------------------------------------------------------------------------------------------------
 # the registry
 # ------------------------------------------------------------------------------------------------
-def _f(name, description, lhs, rhs, number=None, defs=(), order=None) -> Formula:
-    return Formula(name, description, lhs, rhs, number, tuple(defs), order)
+def _f(name, description, lhs, rhs, number=None, defs=(), order=None, attention=None, example="deepseek-v3") -> Formula:
+    return Formula(name, description, lhs, rhs, number, tuple(defs), order, attention, example)
+
+
+# ------------------------------------------------------------------------------------------------
+# chapter 12: the attention's activation bytes per token
+# ------------------------------------------------------------------------------------------------
+def token_training(profile: str = "paper", seq_len: int = PAPER_TRAINING.seq_len) -> TrainingConfig:
+    """The configuration of the per-token numbers: one sequence of ``seq_len`` tokens on one device, no
+    parallelism (TP = CP = EP = 1, sequence parallelism off), the paper's precision."""
+    return TrainingConfig(profile=profile, sp=False, micro_batch=1, seq_len=seq_len)
+
+
+def attention_token_formula(model: ModelConfig | str, profile: str = "paper") -> sp.Expr:
+    """The attention block's bytes per token of one layer as an expression of the model's sizes and the
+    sequence length s (one device, no parallelism, nothing recomputed): the ledger's entries summed and
+    divided by the b s tokens."""
+    m = load_model(model)
+    train = token_training(profile)
+    pol = parse_policy("none")
+    entries = [e for e in act_profile(profile, train).layer(m, m.layer_kinds[-1]) if not pol.drops(e)]
+    total = sp.Add(*(entry_bytes(e, train, recipe(train.precision)) for e in entries if e.block == "attention"))
+    return sp.expand(sp.sympify(total.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})) / (b * s))
+
+
+def _token(profile: str):
+    return lambda m, t: attention_token_formula(m, profile)
+
+
+#: the left-hand sides of the per-token equations, by attention
+_TOKEN_LHS = {"gqa": r"\frac{M^{A}_{\mathrm{GQA}}}{b\,s}", "mla": r"\frac{M^{A}_{\mathrm{MLA}}}{b\,s}"}
+#: the model each per-token equation is shown for: every GQA model without per-head q/k norms and every MLA
+#: model with query compression has the same expression
+TOKEN_EXAMPLES = {"gqa": "llama-3-8b", "mla": "deepseek-v3"}
 
 
 FORMULAS: dict[str, Formula] = {f.name: f for f in (
@@ -454,6 +519,13 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     # chapter 9
     _f("states.deepseek_v3", "ZeRO-1 model states with DeepSeek-V3's recipe (bf16 moments)",
        _zero_lhs(ZeroStage.OS), _zero(ZeroStage.OS, "deepseek-v3"), "9.1", [(P_TILDE, "states.sharded")]),
+    # chapter 12
+    *(_f(f"attention_token.{att}{suffix}", f"activation bytes per token of one {att.upper()} attention block, "
+         f"{profile} profile, nothing recomputed", _TOKEN_LHS[att], _token(profile), f"12.{i}", attention=att,
+         example=TOKEN_EXAMPLES[att])
+      for i, (att, profile, suffix) in enumerate((("gqa", "paper", ""), ("mla", "paper", ""),
+                                                   ("gqa", "megatron", "_megatron"), ("mla", "megatron", "_megatron")),
+                                                  start=1)),
 )}
 
 
@@ -465,19 +537,19 @@ def _lookup(name: str) -> Formula:
                           f"formulas") from None
 
 
-def formula(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None,
+def formula(name: str, model: str | ModelConfig | None = None, train: TrainingConfig | None = None,
             expand: bool = True) -> sp.Expr:
     """The right-hand side of ``name`` for the structure of ``model`` as one expression (the named
     blocks written out unless ``expand=False``)."""
     return _lookup(name).expression(model, train, expand=expand)
 
 
-def equation(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+def equation(name: str, model: str | ModelConfig | None = None, train: TrainingConfig | None = None) -> str:
     """The LaTeX of ``name`` exactly as the book displays it."""
     return _lookup(name).latex(model, train)
 
 
-def equation_text(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> str:
+def equation_text(name: str, model: str | ModelConfig | None = None, train: TrainingConfig | None = None) -> str:
     """The equation ``name`` in plain text (what ``memlib formula NAME`` prints)."""
     return _lookup(name).text(model, train)
 
@@ -487,3 +559,44 @@ def book_formulas() -> list[Formula]:
     def key(f: Formula):
         return tuple(int(x) for x in f.number.split("."))
     return sorted((f for f in FORMULAS.values() if f.number), key=key)
+
+
+def value_unit(name: str) -> str:
+    """What :func:`value` of formula ``name`` counts: ``"bytes"`` (model states, activations) or ``"count"``
+    (parameters, ranks, devices); ``"latex"`` for an equation of the architecture, which has no value."""
+    f = _lookup(name)
+    if f.name.startswith(("mla.", "mtp.")):
+        return "latex"
+    return "bytes" if f.name.startswith(("states.", "activations.")) and f.name != "states.sharded" else "count"
+
+
+def value(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingConfig | None = None) -> int:
+    """The right-hand side of formula ``name`` as an exact integer: every symbol replaced by its value in
+    ``model`` and ``train`` (default: the paper's configuration), a stage's symbols (its layers, P, P_ne, P_e)
+    by those of one device of the stage the paper analyses (:func:`memlib.paper.analysed_stage`), the
+    precision's bytes by ``train``'s recipe.  ``ConfigError`` for an equation of the architecture.
+
+    >>> value("params.expert")                  # 3 h h_E = 3 x 7168 x 2048
+    44040192
+    """
+    from .device.estimate import Estimate
+    from .paper import analysed_stage
+
+    m = load_model(model)
+    t = train if train is not None else default_training(m)
+    e = _lookup(name).expression(m, t, expand=True)
+    est = Estimate(m, t)
+    part = est.partition
+    st = part.stages[analysed_stage(part)]
+    rec = recipe(t.precision)
+    counts = est.stage_counts(st)
+    rep = {**part.values, sym("b"): t.micro_batch, sym("s"): t.seq_len, sym("EDP"): t.edp,
+           sym("B_w"): rec.weights, sym("B_g"): rec.gradients, sym("B_o"): rec.optimizer_bytes,
+           sym("L_moe"): sum(1 for i in st.layers if m.is_moe_layer(i)),
+           sym("L_dense"): sum(1 for i in st.layers if not m.is_moe_layer(i))}
+    pne, pe = (sp.sympify(counts[x]).xreplace(rep) for x in (sym("P_ne"), sym("P_e")))
+    rep.update({sym("P_ne"): pne, sym("P_e"): pe, sym("P"): pne + pe})
+    v = sp.sympify(e.xreplace(rep))
+    if not v.is_Integer:
+        raise ValueError(f"formula={name} is not a whole number in this configuration: {v}")
+    return int(v)

@@ -215,7 +215,7 @@ def test_gqa_tp_splits_query_heads_and_kv_groups():
     m = load_model("llama-3-8b")
     (one,) = _device_params(m, tp=1, ep=1, pp=1)
     (two,) = _device_params(m, tp=2, ep=1, pp=1, dp=1)
-    h, v, n_h, n_kv, d, l = 4096, 128256, 32, 8, 128, 32
+    h, n_h, n_kv, d, l = 4096, 32, 8, 128, 32
     # everything but the norms is TP-split under megatron: (W^Q, W^K, W^V, W^O, FFN, embedding, head) / 2
     norms = (2 * l + 1) * h
     assert two == (one - norms) // 2 + norms

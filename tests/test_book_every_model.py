@@ -30,9 +30,6 @@ from memlib.model.blocks import BLOCK_NAMES, VOCABULARY, lacking, model_blocks, 
 from memlib.report.book import book_blocks
 
 PRESETS = preset_names()
-#: every preset's book rendered: about 20 s a model on two free cores (main registers the marker: `make test-fast`
-#: leaves these out)
-SLOW = pytest.mark.slow
 CHAPTERS = [p.name for p in bp.NOTEBOOKS]
 #: chapters whose subject is other models than the book's (their vocabulary is not checked)
 COMPARATIVE = {"11_measured_peaks.md", "12_other_architectures.md"}
@@ -94,7 +91,6 @@ def test_the_words_of_a_lacking_block_are_found():
 
 # --- every preset, every chapter ------------------------------------------------------------------------------
 
-@SLOW
 @pytest.mark.parametrize("model", PRESETS)
 def test_every_chapter_computes(model):
     errors = [(c.name, c.error) for c in bp.book(model) if c.error]
@@ -113,7 +109,6 @@ def _cases():
             yield pytest.param(model, name, marks=marks, id=f"{model}-{name[:2]}")
 
 
-@SLOW
 @pytest.mark.parametrize("model,name", list(_cases()))
 def test_no_word_of_a_block_the_model_lacks(model, name):
     m = load_model(model)
@@ -139,7 +134,6 @@ NONSENSE = [
 NONSENSE_NOT_YET = {m for m in PRESETS if "moe" not in model_blocks(load_model(m))}
 
 
-@SLOW
 @pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.xfail(
     strict=True, reason="issue 24: the dense model's book still counts MoE layers")] if m in NONSENSE_NOT_YET else [])
     for m in PRESETS])
@@ -171,7 +165,6 @@ def _capacity_gib() -> float:
     return CAPACITY_80GB / 2**30
 
 
-@SLOW
 @pytest.mark.parametrize("model", PRESETS)
 def test_every_fit_verdict_agrees_with_its_peak(model):
     cap = _capacity_gib()
@@ -180,7 +173,6 @@ def test_every_fit_verdict_agrees_with_its_peak(model):
     assert wrong == []
 
 
-@SLOW
 @pytest.mark.parametrize("model", PRESETS)
 def test_a_causal_sentence_only_where_its_verdict_holds(model):
     """"That is why ... peaks at X and fits" is the sentence copied from a book where it did not fit."""

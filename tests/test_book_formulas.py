@@ -20,8 +20,9 @@ DIRECTIVE = re.compile(r"```\{glue:math\} (\S+)\n:label: (\S+)")
 
 
 def chapters() -> list[Path]:
+    """The book's chapters in the table of contents' order, across its parts."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [ROOT / (c["file"] + ".md") for c in toc["chapters"]]
+    return [ROOT / (c["file"] + ".md") for part in toc["parts"] for c in part["chapters"]]
 
 
 def test_every_book_equation_is_a_registry_formula_under_its_number():
@@ -48,3 +49,10 @@ def test_the_glue_calls_glue_every_displayed_formula():
             glued |= {equation_key(n) for n in re.findall(r'"([a-z0-9_.]+)"', call)}
         assert keys <= glued, (path.name, keys - glued)
         assert "glue_math(" not in text, f"{path.name} glues an equation by hand"
+
+
+def test_no_display_equation_is_built_outside_the_registry():
+    """A displayed equation is a registry formula glued with glue_equations; no report module builds a ``$$``
+    block for glue_md (which the checks above would not see)."""
+    for path in sorted((ROOT / "memlib" / "report").glob("*.py")):
+        assert "$$" not in path.read_text(encoding="utf-8"), f"{path.name} builds a display equation by hand"

@@ -113,8 +113,14 @@ window.addEventListener('load', function () {
       out.push({i: i, w: Math.ceil(t.scrollWidth), col: width,
                 what: ((cap ? cap.textContent : '') + ' | ' + (head ? head.textContent : '')).replace(/\\s+/g, ' ').slice(0, 120)});
     });
+    var eqs = [];
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (c, i) {
+      var m = c.querySelector('mjx-math') || c, lab = c.closest('.math') || c.parentElement;
+      eqs.push({i: i, w: Math.ceil(m.getBoundingClientRect().width), col: width,
+                what: ((lab && lab.id) || '') + ' ' + (c.getAttribute('aria-label') || c.textContent || '').replace(/\\s+/g, ' ').slice(0, 100)});
+    });
     var pre = document.createElement('pre'); pre.id = 'memlib-measure';
-    pre.textContent = JSON.stringify({col: width, tables: out});
+    pre.textContent = JSON.stringify({col: width, tables: out, equations: eqs});
     document.body.appendChild(pre);
   }
   var mj = window.MathJax && MathJax.startup && MathJax.startup.promise;
@@ -153,8 +159,21 @@ def test_width_checker_sees_a_wide_table(chromium, tmp_path):
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", [p.relative_to(HTML).as_posix() for p in _pages()] or ["<none>"])
-def test_tables_fit_the_text_column(chromium, name, width, tmp_path):
+def test_tables_and_equations_fit_the_text_column(chromium, name, width, tmp_path):
+    """No table and no displayed equation is wider than the text column (the registry breaks a long equation
+    into aligned lines: memlib.formulas.DISPLAY_WIDTH)."""
     _need((HTML / "index.html").is_file(), "the book is not built (make book)")
     got = table_widths(HTML / name, tmp_path, width)
-    wide = [f"{t['w']} px > {t['col']} px: {t['what']}" for t in got["tables"] if t["w"] > t["col"]]
-    assert not wide, f"{name} at {width} px: {len(wide)} table(s) wider than the text column:\n" + "\n".join(wide)
+    wide = [f"table {t['w']} px > {t['col']} px: {t['what']}" for t in got["tables"] if t["w"] > t["col"]]
+    wide += [f"equation {e['w']} px > {e['col']} px: {e['what']}" for e in got["equations"] if e["w"] > e["col"]]
+    assert not wide, f"{name} at {width} px: {len(wide)} wider than the text column:\n" + "\n".join(wide)
+
+
+def test_width_checker_sees_a_wide_equation(chromium, tmp_path):
+    # a displayed equation of 80 terms is wider than the column: the measure must see it
+    page = HTML / "notebooks" / "01_introduction.html"
+    _need(page.is_file(), "the book is not built (make book)")
+    wide = '<div class="math notranslate nohighlight">\\[' + " + ".join(f"x_{{{i}}}" for i in range(80)) + "\\]</div>"
+    source = page.read_text().replace('<article class="bd-article">', '<article class="bd-article">' + wide, 1)
+    got = table_widths(page, tmp_path, 1300, source)
+    assert got["equations"] and got["equations"][0]["w"] > got["col"] > 300

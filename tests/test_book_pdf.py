@@ -72,7 +72,9 @@ def test_the_checks_can_fail():
 def pdf_text() -> dict[str, str]:
     _need(PDF.is_file() and TEX.is_file(), "the PDF is not built (make pdf)")
     _need(PDFTOTEXT is not None, "pdftotext is not installed (apt-get install poppler-utils)")
-    run = lambda *a: subprocess.run([PDFTOTEXT, *a, str(PDF), "-"], capture_output=True, text=True, check=True).stdout
+    def run(*a):
+        return subprocess.run([PDFTOTEXT, *a, str(PDF), "-"], capture_output=True, text=True, check=True).stdout
+
     return {"text": run(), "bbox": run("-bbox"), "pages": run("-layout").split("\f")}
 
 
@@ -115,6 +117,30 @@ def test_no_blank_page_and_the_references_hold_the_bibliography(pdf_text):
     assert blank == [], f"blank pages: {blank}"
     starts = [p for p in pages if re.search(r"^\s*REFERENCES\s*$", p, re.M)]
     assert len(starts) == 1, "no (or more than one) References chapter"
-    assert re.search(r"^\s*\[[^\]\s]+\]\s+\S", starts[0], re.M), "the References chapter's first page has no entry"
+    assert re.search(r"^\s*\[[^\]]+\]\s+\S", starts[0], re.M), "the References chapter's first page has no entry"
     # a chapter (or a running header) of its own called Bibliography, after an empty References chapter
     assert not re.search(r"^\s*Bibliography(\s+\d+)?\s*$", pdf_text["text"], re.M), "a Bibliography chapter"
+
+
+def test_the_text_block_is_the_one_figures_are_measured_against():
+    """The PDF's text block, as its build's log states it, is memlib.report.legibility's: a figure that prints
+    at its natural size there keeps its fonts' sizes (tests/test_figure_legibility.py)."""
+    from memlib.report.legibility import TEXT_HEIGHT_IN, TEXT_WIDTH_IN
+
+    log = LATEX / "report.log"
+    _need(log.is_file(), "the PDF is not built (make pdf)")
+    m = re.search(r"memlib text block: ([\d.]+)pt by ([\d.]+)pt", log.read_text(encoding="utf-8", errors="replace"))
+    assert m, "the preamble of _config.yml no longer states the text block"
+    tex_pt = 72.27                                   # TeX points per inch
+    assert abs(float(m.group(1)) - float(TEXT_WIDTH_IN) * tex_pt) < 0.5
+    assert abs(float(m.group(2)) - float(TEXT_HEIGHT_IN) * tex_pt) < 0.5
+
+
+def test_every_figure_and_its_caption_fit_a_page():
+    """No float taller than the text block (LaTeX's "Float too large for page"): such a figure runs into the
+    page's bottom margin, its caption off the page."""
+    log = LATEX / "report.log"
+    _need(log.is_file(), "the PDF is not built (make pdf)")
+    too_large = re.findall(r"Float too large for page by [\d.]+pt on input line \d+",
+                           log.read_text(encoding="utf-8", errors="replace"))
+    assert not too_large, too_large

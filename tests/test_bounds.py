@@ -69,7 +69,7 @@ def test_plan_sizes_past_their_bound_are_one_line(option, field):
     args = PLAN + V2L + [option, HUGE]
     if option == "--gpus":
         args = ["plan", "--gpu-memory", "80GB", "--gpus", HUGE]
-    err = _refused(args, f"{field}={HUGE}", "exceeds")
+    _refused(args, f"{field}={HUGE}", "exceeds")
 
 
 def _bound(field: str) -> int:

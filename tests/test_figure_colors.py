@@ -4,20 +4,12 @@ drawn in that category's colour of :data:`memlib.report.figures.CATEGORY_COLORS`
 categories share a colour."""
 from __future__ import annotations
 
-import matplotlib
 import pytest
 from matplotlib.colors import to_hex
 
-from memlib import estimate
-from memlib.paper import paper_training
-from memlib.config import ZeroStage
-from memlib.report import (ch02_architecture, ch03_parameters, ch04_static, ch05_zero, ch06_activations, ch07_overheads, ch08_together,
-                           ch09_deepseek, ch10_validation, ch12_architectures, ch13_fits)
 from memlib.report.figures import CATEGORY_COLORS, CATEGORY_LABELS
-from memlib.scenarios.deepseek import deepseek_recipe
-from memlib.scenarios.overheads import base_training
-from memlib.scenarios.together import diagram_configs, grid, memory_timeline, schedules
-from memlib.device.timeline import over_time
+
+import book_figures
 
 MODEL = "deepseek-v3"
 BY_LABEL = {label: key for key, label in CATEGORY_LABELS.items()}
@@ -30,36 +22,9 @@ def test_categories_have_distinct_colours():
 
 @pytest.fixture(scope="module")
 def figures():
-    matplotlib.use("Agg")
-    matplotlib.rcParams["figure.max_open_warning"] = 0       # every chapter's figures open at once, on purpose
-    est = estimate(MODEL, paper_training(MODEL))
-    runs = schedules(est)
-    ds = estimate(MODEL, deepseek_recipe(MODEL))
-    return {
-        "ch02.attention_figure": ch02_architecture.block_figure(est, "attention"),
-        "ch02.ffn_figure": ch02_architecture.block_figure(est, "ffn"),
-        "ch03.stage_figure": ch03_parameters.stage_figure(est),
-        "ch04.stages_figure": ch04_static.stages_figure(est),
-        "ch04.device_figure": ch04_static.device_figure(est, zero=ZeroStage.OS),
-        "ch05.states_figure": ch05_zero.states_figure(est),
-        "ch06.dataflow_figure": ch06_activations.dataflow_figure(est),
-        "ch06.microbatch": ch06_activations.microbatch(est)[1],
-        "ch06.seqlen_figure": ch06_activations.seqlen_figure(est),
-        "ch06.policy_figure": ch06_activations.policy_figure(est),
-        "ch07.preset_figure": ch07_overheads.preset_figure(estimate(MODEL, base_training(paper_training(MODEL)))),
-        "ch08.grid_figure": ch08_together.grid_figure(grid(est)),
-        "ch08.schedule_figure": ch08_together.schedule_figure(runs),
-        "ch08.schedule_diagram": ch08_together.schedule_diagram(diagram_configs()),
-        "ch08.memory_time_figure": ch08_together.memory_time_figure(memory_timeline(runs)),
-        "ch09.rank_figure": ch09_deepseek.rank_figure(ds),
-        "ch09.ablation_figure": ch09_deepseek.ablation_figure(ds),
-        "ch09.memory_time_figure": ch09_deepseek.memory_time_figure(over_time(ds)),
-        "ch10.hf_figure": ch10_validation.hf_figure(estimate(MODEL, paper_training(MODEL))),
-        "ch10.side_figure": ch10_validation.side_figure(estimate(MODEL, paper_training(MODEL))),
-        "ch12.pairs_figure": ch12_architectures.pairs_figure(),
-        "ch13.region_figure": ch13_fits.region_figure(MODEL),
-        "ch13.pareto_figure": ch13_fits.pareto_figure(MODEL),
-    }
+    """Every matplotlib figure the book glues (the diagrams, drawn by Graphviz, are tests/test_diagrams.py's),
+    by glue key."""
+    return {k: f for k, f in book_figures.figures(MODEL).items() if hasattr(f, "axes")}
 
 
 def labelled_series(fig) -> list[tuple[str, str]]:

@@ -109,13 +109,13 @@ def _plan_json(argv, capsys) -> dict:
 def test_a_precision_spec_with_commas_is_one_item(capsys):
     """``megatron:exp_avg=bf16,exp_avg_sq=bf16`` is one recipe (it was split into two items, the second
     dropped as invalid); beside another recipe in the list, both are searched."""
-    from memlib.search.plan import search
+    from memlib.search.plan import SearchSpace, search
 
     spec = "megatron:exp_avg=bf16,exp_avg_sq=bf16"
     one = _plan_json(PLAN + ["--precision", spec, "--top", "0"], capsys)
-    assert one["searched"] == search("deepseek-v2-lite", 8, global_batch=32, precisions=(spec,)).searched
+    assert one["searched"] == search("deepseek-v2-lite", 8, SearchSpace(global_batch=32, precisions=(spec,))).searched
     both = _plan_json(PLAN + ["--precision", f"fp32,{spec}", "--top", "0"], capsys)
-    assert both["searched"] == search("deepseek-v2-lite", 8, global_batch=32, precisions=("fp32", spec)).searched
+    assert both["searched"] == search("deepseek-v2-lite", 8, SearchSpace(global_batch=32, precisions=("fp32", spec))).searched
     assert both["searched"] == 2 * one["searched"]
 
 
@@ -173,6 +173,23 @@ def test_an_integer_field_refuses_booleans_floats_and_strings(family, key):
             model_from_dict({**d, key: bad})
         msg = str(e.value)
         assert key in msg and "\n" not in msg, (key, bad, msg)
+
+
+@pytest.mark.parametrize("q,needle", [
+    ({"quant_method": "fp8", "weight_block_size": [0, 128]}, "weight_block_size"),
+    ({"quant_method": "fp8", "weight_block_size": [128]}, "two integers"),
+    ({"quant_method": "fp8", "weight_block_size": [128.0, 128]}, "weight_block_size"),
+    ({"quant_method": "fp8", "weight_block_size": "128x128"}, "two integers"),
+    ("fp8", "must be an object"),
+])
+def test_a_bad_fp8_block_is_refused(q, needle):
+    """A block-FP8 checkpoint's ``weight_block_size`` is read (it decides how many scales the files store):
+    anything but two positive integers is a one-line error naming the field."""
+    d, _ = _families()["deepseek"]
+    with pytest.raises(ConfigError) as e:
+        model_from_dict({**d, "quantization_config": q})
+    msg = str(e.value)
+    assert "quantization_config" in msg and needle in msg and "\n" not in msg, msg
 
 
 # ------------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 
 import pytest
 
@@ -120,7 +119,7 @@ def test_random_configs_exact(random_batch):
             r2 = compare_result(req, meas)
             if r2["exact"]:
                 warnings.warn(f"MEMLIB_MCORE_SEED={seed} config {i}: the first measurement was not exact "
-                              f"({_differences(r)}), the second was")
+                              f"({_differences(r)}), the second was", stacklevel=2)
             else:
                 failures.append(f"config {i}: {req.label()} -> {_differences(r2)}")
     assert not failures, (f"MEMLIB_MCORE_SEED={seed}: {len(failures)} of {len(reqs)} random configs not exact "

@@ -51,7 +51,7 @@ from test_measure_megatron import local, mcore  # noqa: E402,F401  (mcore skips 
 # the tracker on hand-made programs
 # ------------------------------------------------------------------------------------------------
 def test_block_bytes_is_the_caching_allocators_round_size():
-    from memlib.measure.tracker import block_bytes
+    from memlib.device.allocator import allocation as block_bytes
 
     assert [block_bytes(n) for n in (0, 1, 4, 511, 512, 513, 1024, 4000, 1 << 20)] == [
         0, 512, 512, 512, 512, 1024, 1024, 4096, 1 << 20]
@@ -141,7 +141,7 @@ def test_a_fused_region_allocates_only_what_outlives_it(torch):
         assert (tr.peak, tr.current) == (1024, 1024)
         del y
         # what autograd saves inside a region outlives it: exp's result, kept by ExpBackward
-        z = tr.fused(lambda t: t.exp() * 2, x.clone().requires_grad_())
+        z = tr.fused(lambda t: t.exp() * 2, x.clone().requires_grad_())   # noqa: F841 - held while the counts are read
         assert tr.current == 1024 + 1024 + 1024      # the input clone, exp's saved result, z
 
 
@@ -256,7 +256,7 @@ def test_the_persistent_bytes_are_the_closed_forms(steps):
     distributed optimizer the parameters and the grads are two contiguous buffers of the same padded size
     (bf16 and fp32), every main parameter and every moment its own fp32 tensor; without it every parameter is
     its own tensor and the buffer holds exactly the parameters."""
-    from memlib.measure.tracker import block_bytes
+    from memlib.device.allocator import allocation as block_bytes
 
     for name, r in steps.items():
         p, n, numels = r.persistent, r.grad_buffer_numel, r.param_numels
@@ -282,7 +282,7 @@ def test_what_the_forward_saves_is_what_measure_megatron_measures(steps):
     each rounded to its block, plus the schedule's divisor (``output_tensor /= clamp(num_tokens)`` keeps
     it).  (Under mla_up_proj recomputation the checkpoint also saves the RoPE cache, which is a tensor
     cached across steps, not an activation: those configs are left out.)"""
-    from memlib.measure.tracker import block_bytes
+    from memlib.device.allocator import allocation as block_bytes
 
     for name, r in steps.items():
         assert r.activations and r.activations["storages"], name
@@ -294,7 +294,7 @@ def test_what_the_forward_saves_is_what_measure_megatron_measures(steps):
 
 
 def test_the_max_holds_the_states_and_the_saved_activations(steps):
-    from memlib.measure.tracker import block_bytes
+    from memlib.device.allocator import allocation as block_bytes
 
     for name, r in steps.items():
         states = sum(r.persistent.get(k, 0) for k in ("parameters", "grad_buffer", "main_params", "optimizer_states"))

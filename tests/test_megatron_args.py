@@ -25,11 +25,11 @@ from memlib.megatron.reader import read_flags
 from memlib.device.estimate import estimate
 from memlib.model.partition import Partition
 from memlib.model.states import recipe
+from memlib.data.reference import MEGATRON_LM_COMMIT as COMMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "megatron"
 MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
-COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
 #: the world size of each case.  The moe/ and gpt/ tests run on one node of 8 GPUs: Megatron-LM's
 #: tests/test_utils/recipes/h100/{moe,gpt}.yaml (nodes: 1, gpus: 8) and gb200/ (nodes: 2, gpus: 4).
@@ -76,16 +76,16 @@ CASES = {
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": (
         _SMALL_MOE,
         {**_SMALL_TRAIN, "layout": [2] * 8},                  # 16 layers over PP2 x VPP4, Megatron's even split
-        (_ROPE, "--moe-permute-fusion")),
+        (_ROPE,)),
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": (
         _SMALL_MOE,
         {**_SMALL_TRAIN, "layout": [2] * 8, "fp8": "hybrid", "fp8_recipe": "tensorwise"},
-        (_ROPE, "--moe-permute-fusion")),
+        (_ROPE,)),
     "moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": (
         {**_SMALL_MOE, "first_k_dense_replace": 3},           # ([0]*3+[1]*13)
         {**_SMALL_TRAIN, "layout": [3, 2, 2, 2, 2, 2, 2, 1],  # Et*3|(tt|)*6tmL
          "recompute": "layernorm,mla_up_proj,mlp,moe_act", "moe_a2a_overlap": True},
-        (_ROPE, "--moe-permute-fusion")),
+        (_ROPE,)),
     "moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": (
         {**_SMALL_MOE, "first_k_dense_replace": 3, "num_hidden_layers": 15},
         {**_SMALL_TRAIN, "layout": [3, 2, 2, 2, 2, 2, 2, 0],  # Et*3|(tt|)*6mL: the last stage holds MTP and loss
@@ -93,7 +93,7 @@ CASES = {
          "moe_a2a_overlap": True, "cross_entropy_loss_fusion": False, "overlap_grad_reduce": False,
          "overlap_param_gather": False,
          "offload_modules": ["expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear", "core_attn", "attn_proj"]},
-        (_ROPE, "--moe-permute-fusion")),
+        (_ROPE,)),
     "gpt/gpt3_mcore_te_tp2_pp2_mla": (
         # a dense MLA model: every layer dense, one placeholder expert of the FFN's width; 4 h FFN (no --swiglu);
         # GPT-2's vocabulary padded to 128 * TP 2 = 256: 197 * 256 = 50432
@@ -102,7 +102,7 @@ CASES = {
              n_routed_experts=1, n_shared_experts=0, num_experts_per_tok=1, num_hidden_layers=4,
              first_k_dense_replace=4, moe_layer_freq=1, num_nextn_predict_layers=0, tie_word_embeddings=False,
              router_bias=False, n_group=1, topk_group=1, scoring_func="softmax", vocab_size=50432),
-        dict(dp=2, tp=2, pp=2, ep=1, etp=2, cp=1, sp=True, zero=0, precision="megatron", micro_batch=4, seq_len=1024,
+        dict(dp=2, tp=2, pp=2, ep=1, etp=1, cp=1, sp=True, zero=0, precision="megatron", micro_batch=4, seq_len=1024,
              num_microbatches=4, vpp=1, schedule="1f1b", layout=[2, 2], recompute="none",
              transformer_impl="transformer_engine", attention_backend="unfused", cross_entropy_loss_fusion=False,
              moe_aux_loss="none", attention_softmax_in_fp32=True, overlap_grad_reduce=False,
@@ -111,10 +111,7 @@ CASES = {
          "--normalization=LayerNorm (Megatron's default; memlib counts RMSNorm)",
          "no --swiglu (memlib counts a SwiGLU feed-forward)",
          "no --qk-layernorm (memlib counts MLA's latent RMSNorms)",
-         "--position-embedding-type=learned_absolute (Megatron's default)",
-         "--attention-dropout=0.1 (Megatron's default; memlib counts no dropout mask)",
-         "--hidden-dropout=0.1 (Megatron's default; memlib counts no dropout mask)",
-         "--deterministic-mode", "--no-gradient-accumulation-fusion")),
+         "--position-embedding-type=learned_absolute (Megatron's default)")),
     "mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": (
         _PROXY,
         dict(dp=8, tp=2, pp=4, ep=16, etp=1, cp=1, sp=True, zero=1, precision="megatron", micro_batch=1,
@@ -122,17 +119,13 @@ CASES = {
              layout=[2, 2, 2, 2, 2, 2, 1, 1],                # Et*2|(tt|)*5t|tmL: 8 stages over PP4
              recompute="none", attention_backend="auto", cross_entropy_loss_fusion=True, moe_aux_loss="seq_aux_loss",
              overlap_grad_reduce=True, overlap_param_gather=True),
-        ("--moe-token-dispatcher-type=flex (memlib counts alltoall)",
-         "--no-create-attention-mask-in-dataloader", "--moe-flex-dispatcher-backend", "--moe-permute-fusion",
-         "--enable-experimental")),
+        ()),
     "mixtral/deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": (
         _PROXY,
         dict(dp=4, tp=2, pp=2, ep=8, etp=1, cp=1, sp=True, zero=1, precision="megatron", micro_batch=4, seq_len=4096,
              num_microbatches=32, vpp=1, schedule="1f1b", layout=[7, 7],   # "Et*7|t*7mL"
              recompute="none", attention_backend="auto", cross_entropy_loss_fusion=True),
-        ("--moe-token-dispatcher-type=flex (memlib counts alltoall)",
-         "--no-create-attention-mask-in-dataloader", "--moe-flex-dispatcher-backend", "--moe-permute-fusion",
-         "--enable-experimental")),
+        ()),
 }
 
 
@@ -159,9 +152,10 @@ def test_functional_test_case(case):
     assert all(s.total > 0 for s in est.stages)
 
 
-def test_the_non_mla_case_is_refused_with_one_line():
+def test_the_gelu_expert_case_is_refused_with_one_line():
+    """Grouped-query attention reads now; its GeLU experts are what memlib cannot express."""
     case = "moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4"
-    with pytest.raises(ConfigError, match=r"^--multi-latent-attention=off: memlib models MLA attention only") as exc:
+    with pytest.raises(ConfigError, match=r"^--num-experts=8 without --swiglu: .* GeLU experts") as exc:
         parse_megatron_args(fixture(case).read_text(), world_size=WORLD[case])
     assert "\n" not in str(exc.value)
 
@@ -288,7 +282,7 @@ def test_pattern_to_hf_round_trips_every_expressible_pattern():
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(multi_latent_attention=False), r"^--multi-latent-attention=off"),
+    (dict(multi_latent_attention=False, num_experts="8", swiglu=False), r"GeLU experts cannot be expressed"),
     (dict(group_query_attention=None), r"--group-query-attention=on with --multi-latent-attention"),
     (dict(hybrid_layer_pattern="M*M*"), r"hybrid \(Mamba\) models"),
     (dict(num_layers=False), r"--num-layers is required"),
@@ -317,6 +311,7 @@ def test_model_errors_are_one_line(changes, message):
 
 
 def test_structure_memlib_does_not_count_is_in_the_warning():
+    """MLA with a GPT shell's blocks: memlib's MLA model has RMSNorm, SwiGLU, RoPE, no biases; dropout is counted."""
     run = parse(disable_bias_linear=False, normalization=False, swiglu=False, qk_layernorm=False,
                 position_embedding_type=False, attention_dropout=False, hidden_dropout="0.1",
                 moe_token_dispatcher_type=False, moe_router_dtype=False)
@@ -324,11 +319,68 @@ def test_structure_memlib_does_not_count_is_in_the_warning():
         "biases (no --disable-bias-linear)", "--normalization=LayerNorm (Megatron's default; memlib counts RMSNorm)",
         "no --swiglu (memlib counts a SwiGLU feed-forward)", "no --qk-layernorm (memlib counts MLA's latent RMSNorms)",
         "--position-embedding-type=learned_absolute (Megatron's default)",
-        "--attention-dropout=0.1 (Megatron's default; memlib counts no dropout mask)",
-        "--hidden-dropout=0.1 (memlib counts no dropout mask)",
         "--moe-token-dispatcher-type=allgather (Megatron's default; memlib counts alltoall)",
         "no --moe-router-dtype (memlib counts an fp32 router)")
-    assert run.warning().startswith("not modelled (9): biases (no --disable-bias-linear), ")
+    assert run.warning().startswith("not modelled (7): biases (no --disable-bias-linear), ")
+    assert (run.train.attention_dropout, run.train.hidden_dropout) == (Fraction(1, 10), Fraction(1, 10))
+
+
+def test_dropout_defaults_are_megatrons_and_the_flags_win():
+    assert (parse().train.hidden_dropout, parse().train.attention_dropout) == (0, 0)     # the base list gives 0.0
+    run = parse(hidden_dropout=False, attention_dropout="0.2")
+    assert (run.train.hidden_dropout, run.train.attention_dropout) == (Fraction(1, 10), Fraction(1, 5))
+    over = parse_megatron_args(flags(hidden_dropout=False), world_size=1, overrides={"hidden_dropout": Fraction(0)})
+    assert over.train.hidden_dropout == 0 and over.overridden["hidden_dropout"]["given"] == 0
+
+
+def test_cp_comm_type():
+    run = parse(world=2, context_parallel_size="2", cp_comm_type="a2a")
+    assert run.train.cp_comm_type == "a2a"
+    assert parse(world=2, context_parallel_size="2", cp_comm_type="all_gather all_gather").train.cp_comm_type == \
+        "allgather"
+    with pytest.raises(ConfigError, match="one communication type for every layer"):
+        parse(world=2, context_parallel_size="2", cp_comm_type="p2p a2a")
+    with pytest.raises(ConfigError, match=r"--cp-comm-type='ring' must be one of p2p, a2a, allgather, a2a\+p2p"):
+        parse(world=2, context_parallel_size="2", cp_comm_type="ring")
+
+
+GQA = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+       "--micro-batch-size 2 --bf16 --tokenizer-type NullTokenizer --vocab-size 1000 --world-size 1")
+
+
+def test_models_without_mla():
+    """A GPT-3 shell (LayerNorm, GeLU, learned positions, biases, tied), a Llama (GQA, SwiGLU, RMSNorm, RoPE) and a
+    Mixtral (its experts, softmax after the top-k) read from their flags."""
+    gpt = parse_megatron_args(GQA).model
+    assert (gpt.attention, gpt.mlp, gpt.norm, gpt.positions, gpt.family) == ("gqa", "gelu", "layernorm", "learned", "gpt")
+    assert (gpt.qkv_bias, gpt.o_bias, gpt.mlp_bias, gpt.tie_word_embeddings) == (True, True, True, True)
+    assert (gpt.num_key_value_heads, gpt.head_dim, gpt.intermediate_size, gpt.max_position_embeddings) == (8, 64, 2048, 1024)
+    llama = parse_megatron_args(GQA + " --group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm "
+                                "--position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights"
+                                " --ffn-hidden-size 1536").model
+    assert (llama.attention, llama.mlp, llama.norm, llama.positions, llama.family) == ("gqa", "swiglu", "rmsnorm", "rope",
+                                                                                        "llama")
+    assert (llama.num_key_value_heads, llama.qkv_bias, llama.tie_word_embeddings) == (2, False, False)
+    mixtral = parse_megatron_args(GQA + " --group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm "
+                                  "--position-embedding-type rope --disable-bias-linear --num-experts 8 "
+                                  "--moe-router-topk 2 --moe-token-dispatcher-type alltoall --moe-router-dtype fp32")
+    m = mixtral.model
+    assert (m.moe, m.n_routed_experts, m.num_experts_per_tok, m.first_k_dense_replace, m.family) == ("mixtral", 8, 2, 0,
+                                                                                                      "mixtral")
+    assert mixtral.not_modelled == ()
+    assert estimate(m, mixtral.train).stages[0].total > 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    (" --num-experts 4", "GeLU experts cannot be expressed"),
+    (" --squared-relu", "--squared-relu=on"),
+    (" --position-embedding-type none", "--position-embedding-type=none"),
+    (" --group-query-attention --num-query-groups 3", "--num-query-groups=3 must divide --num-attention-heads=8"),
+    (" --position-embedding-type rope --mtp-num-layers 1", "MTP modules of MLA models"),
+])
+def test_models_without_mla_errors(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_megatron_args(GQA + extra)
 
 
 def test_unknown_and_unmapped_flags_are_classified():
@@ -530,8 +582,10 @@ def test_layout_flag_and_its_contradictions():
     assert (t.layout, t.vpp, t.schedule) == ((1, 1, 1, 1), 2, "interleaved")
     with pytest.raises(ConfigError, match=r"cannot be combined with uneven first/last stages"):
         parse(world=2, decoder_first_pipeline_num_layers="1", **base)
-    with pytest.raises(ConfigError, match=r"places 0 MTP layers but --mtp-num-layers gives 1"):
-        parse(world=2, mtp_num_layers="1", **base)
+    # a layout that places no MTP layer puts them with the loss (layouts older than 'm'); a wrong count is refused
+    assert parse(world=2, mtp_num_layers="1", **base).train.layout == (1, 1, 1, 1)
+    with pytest.raises(ConfigError, match=r"places 1 MTP layers but --mtp-num-layers gives 2"):
+        parse(world=2, mtp_num_layers="2", **{**base, "pipeline_model_parallel_layout": "'Et|t|t|tmL'"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +641,8 @@ def test_kernel_flags():
     assert (t.transformer_impl.value, t.attention_backend, t.attention_softmax_in_fp32) == ("local", AttnBackend.LOCAL, True)
     assert not t.bias_swiglu_fusion and t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl.value == "native"
     assert parse(apply_query_key_layer_scaling=None).train.attention_softmax_in_fp32   # Megatron sets it too
-    with pytest.raises(ConfigError, match=r"--cross-entropy-fusion-impl=te: Megatron-LM at d98e8a64dd refuses it"):
+    with pytest.raises(ConfigError, match=r"--cross-entropy-fusion-impl=te: Megatron-LM d98e8a64dd@2026-08-22 refuses "
+                                          r"it \(from 168cb15d70"):
         parse(cross_entropy_loss_fusion=None, cross_entropy_fusion_impl="te")
 
 
@@ -940,7 +995,7 @@ def test_cli_reads_a_model_config_yaml():
     assert data["megatron_args"]["model"]["vocab_size"] == 51712 and data["megatron_args"]["world_size"] == 8
     assert data["megatron_args"]["not_modelled"] == list(CASES[case][2])
     assert {"model", "config", "stages", "peak"} <= set(data)              # the contract's keys stay
-    assert err.splitlines() == ["memlib: warning: not modelled (2): " + ", ".join(CASES[case][2])]
+    assert err.splitlines() == ["memlib: warning: not modelled (1): " + ", ".join(CASES[case][2])]
     assert data["peak_allocated"] == max(s["peak_allocated"] for s in data["stages"])
 
 
@@ -962,7 +1017,7 @@ def test_cli_reads_standard_input():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (("--world-size", 8), r"^memlib: error: --multi-latent-attention=off"),
+    (("--world-size", 8), r"^memlib: error: --num-experts=8 without --swiglu"),
     (("--model", "deepseek-v3"), r"model: --megatron-args gives the model; leave --model out"),
 ])
 def test_cli_errors_are_one_line(argv, message):
@@ -1010,9 +1065,9 @@ def test_cli_new_options_reach_the_configuration():
 def test_cli_through_a_real_process(tmp_path):
     """``python -m memlib`` with the launch script: the warning on stderr, the table on stdout."""
     script = tmp_path / "train.sh"
-    script.write_text(SCRIPT + "  --moe-permute-fusion\n")
+    script.write_text(SCRIPT + "  --moe-expert-capacity-factor 1.0\n")
     r = subprocess.run([sys.executable, "-m", "memlib", "estimate", "--megatron-args", str(script)],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines() == ["memlib: warning: not modelled (1): --moe-permute-fusion"]
+    assert r.stderr.splitlines() == ["memlib: warning: not modelled (1): --moe-expert-capacity-factor"]
     assert "world size 16" in r.stdout.splitlines()[0] and "peak: stage" in r.stdout

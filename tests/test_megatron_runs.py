@@ -47,7 +47,7 @@ def test_every_case_of_the_issue_is_there_with_its_files():
         "golden_values_dev_dgx_h100.json", "golden_values_dev_dgx_h100_2nd.json"]
     assert len(files["gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4"]) == 6
     assert files["deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release"] == ["golden_values_dev_dgx_gb200.json"]
-    for case, d in MEGATRON_RUNS.items():
+    for d in MEGATRON_RUNS.values():
         assert d["commit"] == MEGATRON_LM_COMMIT
         for name, f in d["files"].items():
             assert f["source"] == f"{d['source']}/{name}"
@@ -147,7 +147,7 @@ def test_setups_are_cases_with_files():
 
 
 def test_config_copies_carry_source_and_licence():
-    for case, d in MEGATRON_RUNS.items():
+    for d in MEGATRON_RUNS.values():
         text = Path(d["config_copy"]).read_text(encoding="utf-8")
         assert text.startswith("# Copied verbatim from NVIDIA/Megatron-LM, " + d["config"])
         assert MEGATRON_LM_COMMIT in text.splitlines()[1] and "BSD 3-Clause" in text

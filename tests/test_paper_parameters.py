@@ -259,3 +259,55 @@ def test_attention_shapes():
     wq = rows[keys.index("attention.W_Q")]
     assert wq["shapes"][0] is None and wq["shapes"][1][1] == (16 * 128, 2048)
     assert rows[0]["shapes"][0][1] == (1536, 7168) and rows[0]["shapes"][1] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# what DeepSeek-V3's published checkpoint stores: FP8 matrices with block scales
+# ------------------------------------------------------------------------------------------------
+#: the bytes of deepseek-ai/DeepSeek-V3's safetensors files as their headers list them (91,991 tensors: e4m3
+#: matrices, bf16 embeddings, heads, norms, routers and MTP projection, fp32 scales and router biases), printed by
+#: simpx/model-inspect's README ("Total Parameters Size: 688,574,839,360 bytes")
+V3_CHECKPOINT_BYTES = 688_574_839_360
+
+
+def test_v3_checkpoint_holds_fp8_matrices_their_block_scales_and_buffers(v3):
+    """DeepSeek's "685B" counts what the files store: memlib's parameters round to 684B; with one fp32 scale per
+    128 x 128 block of each quantised matrix and the router-bias buffers, 684.53B, which rounds to 685B.  The
+    bytes, each tensor at its stored format, equal the published files' to the byte."""
+    from memlib.model.architecture import decoder_layer_tensors
+    from memlib.model.params import FP8_BLOCKS
+    from memlib.model.params import values as model_values
+    from memlib.core.breakdown import exact_int
+
+    t = pp.totals(v3)
+    vals = model_values(v3)
+    fp8 = sum(exact_int(x.numel, vals) for kind in list(v3.layer_kinds) + ["moe"]
+              for x in decoder_layer_tensors(v3, kind) if x.kind == "matrix" and x.block in FP8_BLOCKS)
+    fp32 = t["fp8_scales"] + 59 * 256                       # the scales, the router's bias in 58 + 1 MoE layers
+    bf16 = t["checkpoint"] - fp8
+    assert fp8 + 2 * bf16 + 4 * fp32 == V3_CHECKPOINT_BYTES
+    assert t["stored"] == t["checkpoint"] + fp32 == 684_531_386_000
+    rows = {r["quantity"]: r for r in pp.official_rows(v3) if r["statement"] == "checkpoint"}
+    assert rows["stored"]["rounds"] and rows["stored"]["closest"] and not rows["checkpoint"]["rounds"]
+
+
+def test_fp8_scales_by_hand():
+    """One scale per started block of each stored matrix, fused matrices as one: a DeepSeek-style layer with
+    h = 200 and 100 x 100 blocks."""
+    from memlib.config import model_from_dict
+    from memlib.model.params import fp8_scales
+
+    d = dict(hidden_size=200, intermediate_size=300, moe_intermediate_size=150, num_attention_heads=2,
+             qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, q_lora_rank=None, kv_lora_rank=40,
+             n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, num_hidden_layers=2,
+             first_k_dense_replace=1, vocab_size=1000, num_nextn_predict_layers=0,
+             quantization_config={"quant_method": "fp8", "weight_block_size": [100, 100]})
+    m = model_from_dict(d)
+    # attention: q_proj [2*(16+8)=48, 200] -> 1 x 2; kv_a [40+8, 200] -> 1 x 2; kv_b [2*(16+16)=64, 40] -> 1 x 1;
+    # o_proj [200, 32] -> 2 x 1: 2 + 2 + 1 + 2 = 7 a layer
+    # dense FFN: gate, up [300, 200] -> 3 x 2 each, down [200, 300] -> 2 x 3: 18
+    # MoE: the router stays bf16; shared expert (width 150): [150, 200] -> 2 x 2 twice, [200, 150] -> 2 x 2: 12;
+    # each of 4 routed experts the same 12: 48
+    assert fp8_scales(m) == (7 + 18) + (7 + 12 + 48)
+    assert fp8_scales(model_from_dict({**d, "quantization_config": {"quant_method": "bitsandbytes"}})) == 0
+    assert fp8_scales(model_from_dict({k: v for k, v in d.items() if k != "quantization_config"})) == 0

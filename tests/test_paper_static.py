@@ -229,7 +229,7 @@ def test_deepseek_v2_lite():
     part = est.partition
     t6 = pstatic.table6(part, 1)
     # one MoE layer; no query compression (W^Q split, W^QR replicated), h 2048, h_E 1408, 64 experts, 2 shared
-    h, he = 2048, 1408
+    h = 2048
     assert t6["MLA, split"] == 16 * (128 * h + 128 * 512 + 128 * 512 + 128 * h) // 2 == 5_242_880
     assert t6["MLA, replicated"] == 512 * h + 16 * 64 * h + 64 * h == 3_276_800
     assert t6["RMSNorm"] == 512 + 2 * h and t6["total"] == 95_162_880

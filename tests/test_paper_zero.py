@@ -3,7 +3,6 @@ paper's configuration (its printed values) and for a tiny model worked by hand."
 from __future__ import annotations
 
 import pytest
-import sympy as sp
 
 from memlib import PAPER_TRAINING, TrainingConfig, estimate
 from memlib.paper import analysed_stage, is_paper_model, moe_stages, paper_training
@@ -90,6 +89,12 @@ def test_ep_sweep_and_recipe_change(v3):
     assert [r["ep"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and [r["edp"] for r in rows][-1] == 1
     assert rows[0]["paper"] < rows[-1]["paper"]                                 # the paper's rule rises with EP
     assert len({r["megatron"] for r in rows}) == 1                              # Megatron's does not move
+    # the columns differ by the sharding rule alone: at the book's EP, Megatron's column is the rule's ZeRO-3
+    # total that chapter 5's prose quotes, on the same (paper) partition
+    at8 = next(r for r in rows if r["ep"] == 8)
+    assert at8["megatron"] == pzero.rule_totals(v3.partition, 1)["megatron"][ZeroStage.OS_G_PARAMS] == 10_133_286_912
+    # with EP = 1, EDP = 64 exceeds DP CP = 32: the paper's rule shards the router and shared expert wider
+    assert rows[0]["paper"] < rows[0]["megatron"]
     r = recipe_change(v3, 1, "megatron", ZeroStage.OS)
     assert r["delta"] == r["total"] - r["base"] > 0
     sh = pzero.sharding(v3.partition, 1)["paper"]["shard"]

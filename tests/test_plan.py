@@ -15,12 +15,13 @@ from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig
 from memlib.device.estimate import estimate
 from memlib.device.overhead import Overheads
-from memlib.search.plan import FULL, PRACTICAL, parse_fix, plan, search
+from memlib.search.plan import FULL, PRACTICAL, SearchSpace, parse_fix, plan, search
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 10**9
 DS_OPTIONS = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",),
                   schedules=("dualpipe",))
+DS_SPACE = SearchSpace(**DS_OPTIONS)
 
 
 def _train(cfg: dict) -> TrainingConfig:
@@ -36,7 +37,7 @@ def _is_recipe(c: dict) -> bool:
 
 
 def test_the_deepseek_v3_recipe_is_found_and_ranked():
-    r = plan("deepseek-v3", 2048, 80 * GB, top=None, **DS_OPTIONS)
+    r = plan("deepseek-v3", 2048, 80 * GB, DS_SPACE, top=None)
     assert r.fitting == len(r.configs) > 0
     ranks = [i for i, c in enumerate(r.configs, 1) if _is_recipe(c)]
     assert ranks, "PP16 DualPipe TP1 EP64 ZeRO-1 is not among the fitting configurations"
@@ -49,7 +50,7 @@ def test_the_deepseek_v3_recipe_is_found_and_ranked():
 
 @pytest.mark.parametrize("gpus,cap", [(1024, 80), (512, 141)])
 def test_every_listed_peak_equals_estimate(gpus, cap):
-    r = plan("deepseek-v3", gpus, cap * GB, top=8, **DS_OPTIONS)
+    r = plan("deepseek-v3", gpus, cap * GB, DS_SPACE, top=8)
     assert r.configs
     for c in r.configs:
         est = estimate("deepseek-v3", _train(c["config"]))
@@ -62,7 +63,7 @@ def test_every_listed_peak_equals_estimate(gpus, cap):
 def test_a_small_full_search_is_exact_and_complete():
     """deepseek-v2-lite on 16 GPUs, every schedule and policy: the listed peaks are estimate's, the
     ranking is by step time, and the counts add up."""
-    r = plan("deepseek-v2-lite", 16, 40 * GB, recomputes=("none", "full"), global_batch=64, top=None,
+    r = plan("deepseek-v2-lite", 16, 40 * GB, SearchSpace(recomputes=("none", "full"), global_batch=64), top=None,
              overhead=Overheads())
     assert r.searched >= r.fitting == len(r.configs) > 0
     steps = [c["cost"]["step_s"] for c in r.configs]
@@ -74,7 +75,7 @@ def test_a_small_full_search_is_exact_and_complete():
 
 
 def test_fix_pins_the_knobs():
-    r = plan("deepseek-v3", 2048, 80 * GB, fix=parse_fix(["tp=1,pp=16", "zero=1"]), top=None, **DS_OPTIONS)
+    r = plan("deepseek-v3", 2048, 80 * GB, SearchSpace(**DS_OPTIONS, fix=parse_fix(["tp=1,pp=16", "zero=1"])), top=None)
     assert r.configs and all((c["config"]["tp"], c["config"]["pp"], c["config"]["zero"]) == (1, 16, 1)
                              for c in r.configs)
 
@@ -120,19 +121,19 @@ def test_practical_space_rules_and_their_switches():
     """The practical space: TP within a node, >= 4096 tokens per CP rank, ETP 1 for fine-grained experts, the
     megatron profile's ZeRO 0 and 1; the full space has what each rule leaves out; a fixed knob bypasses its rule."""
     kw = dict(seq_len=8192, global_batch=64, recomputes=("none",), schedules=("1f1b",), layout_rules=("default",))
-    practical = search("deepseek-v2-lite", 32, **kw)
-    full = search("deepseek-v2-lite", 32, space=FULL, **kw)
+    practical = search("deepseek-v2-lite", 32, SearchSpace(**kw))
+    full = search("deepseek-v2-lite", 32, SearchSpace(**kw, rules=FULL))
     col = practical.column
     assert col("tp").max() <= 8 and (8192 // col("cp")).min() >= 4096
     assert set(col("etp")) == {1} and set(col("zero")) == {0, 1}
     assert full.column("tp").max() == 16 and (8192 // full.column("cp")).min() < 4096
     assert set(full.column("etp")) > {1} and set(full.column("zero")) == {0, 1, 2, 3}
     assert practical.searched < full.searched
-    fixed = search("deepseek-v2-lite", 32, fix={"tp": 16}, zeros=(3,), **kw)
+    fixed = search("deepseek-v2-lite", 32, SearchSpace(**kw, fix={"tp": 16}, zeros=(3,)))
     assert set(fixed.column("tp")) == {16} and set(fixed.column("zero")) == {3}
-    dense = search("llama-3-8b", 16, **kw)       # no experts: the ETP rule has nothing to say
+    dense = search("llama-3-8b", 16, SearchSpace(**kw))       # no experts: the ETP rule has nothing to say
     assert set(dense.column("etp")) == set(dense.column("tp")) | {1} or set(dense.column("etp")) == {1}
-    assert search("deepseek-v2-lite", 32, space=replace(PRACTICAL, min_cp_tokens=1024), **kw).column("cp").max() == 8
+    assert search("deepseek-v2-lite", 32, SearchSpace(**kw, rules=replace(PRACTICAL, min_cp_tokens=1024))).column("cp").max() == 8
 
 
 @pytest.mark.parametrize("args,message", [
@@ -159,7 +160,7 @@ def test_cli_table(capsys):
 def test_the_top_rows_are_the_head_of_the_whole_ranking():
     """ranking(capacity, top) keeps only rows that can be among the first ``top`` (by step time, ties kept):
     its answer is the first ``top`` rows of the whole ranking, ties on the step time included."""
-    grid = search("deepseek-v2-lite", 16, seq_len=2048, global_batch=64, recomputes=("none", "full"))
+    grid = search("deepseek-v2-lite", 16, SearchSpace(seq_len=2048, global_batch=64, recomputes=("none", "full")))
     cap = int(np.percentile(grid.peak.astype(np.float64), 60))
     whole = grid.ranking(cap)
     for top in (1, 2, 5, 37, len(whole), len(whole) + 3):

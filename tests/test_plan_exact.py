@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from memlib.config import ConfigError
 from memlib.device.estimate import estimate
-from memlib.search.plan import plan, search
+from memlib.search.plan import SearchSpace, plan, search
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 PRECISIONS = ("megatron", "fp32", "paper", "deepseek-v3", "megatron:exp_avg=bf16,exp_avg_sq=bf16")
@@ -68,7 +68,7 @@ def test_gpipe_beside_1f1b_lists_gpipes_own_peaks():
     rng = random.Random(0)
     peaks = {}
     for order in (("1f1b", "gpipe"), ("gpipe", "1f1b")):
-        grid = search("mixtral-8x7b", 64, global_batch=256, schedules=order, recomputes=("none", "full"))
+        grid = search("mixtral-8x7b", 64, SearchSpace(global_batch=256, schedules=order, recomputes=("none", "full")))
         gpipe = [gi for gi, g in enumerate(grid.groups) if g[2].value == "gpipe"]
         assert gpipe
         for gi in gpipe:
@@ -94,8 +94,8 @@ def _by_configuration(grid) -> dict:
 def test_every_listed_gpipe_row_of_the_cli_search_is_exact():
     """Every configuration of a small search listed (no capacity, no top), each against estimate(): GPipe's
     rows with more micro-batches than stages among them (1F1B's replay holds at most p of them)."""
-    r = plan("mixtral-8x7b", 16, 10**15, schedules=("1f1b", "gpipe"), global_batch=32, recomputes=("full",),
-             zeros=(1,), layout_rules=("default",), fix={"tp": 2}, top=None)
+    r = plan("mixtral-8x7b", 16, 10**15, SearchSpace(schedules=("1f1b", "gpipe"), global_batch=32, recomputes=("full",),
+                                                   zeros=(1,), layout_rules=("default",), fix={"tp": 2}), top=None)
     gpipe = [c for c in r.configs if c["config"]["schedule"] == "gpipe"]
     assert len(r.configs) == r.searched and any(c["config"]["num_microbatches"] > c["config"]["pp"] for c in gpipe)
     _check_listed(r, "mixtral-8x7b")
@@ -127,11 +127,12 @@ def test_every_listed_peak_equals_estimate_over_option_lists(model, gpus, search
     estimate()'s peak and peak stage."""
     for options in searches:
         try:
-            r = plan(model, gpus, 10**15, top=15, **options)
+            space = SearchSpace(**options)
+            r = plan(model, gpus, 10**15, space, top=15)
         except ConfigError as exc:          # more pipeline stages than a search evaluates (LIMITS' plan_stages)
             assume("stages in all" not in str(exc))
             raise
         _check_listed(r, model)
-        grid = search(model, gpus, **options)
+        grid = search(model, gpus, space)
         assert grid.searched == r.searched
         _check_groups(grid, rng, per_group=2, groups=25)

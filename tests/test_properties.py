@@ -80,7 +80,7 @@ def test_stored_parameters_are_the_model_times_its_replication(case):
     stored = sum(s.parameters for s in est.stages) * ranks_per_stage
 
     model = [(x, 1) for x in embedding_tensors()]
-    for i, kind in enumerate(m.layer_kinds):
+    for kind in m.layer_kinds:
         model += [(x, 1) for x in decoder_layer_tensors(m, kind)]
     model += [(x, 1) for x in head_tensors(m)]
     if part.profile.include_mtp:

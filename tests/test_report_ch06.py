@@ -120,8 +120,10 @@ def test_routed_count_table_shows_both_counts_in_gib():
     from memlib.paper import paper_training
     from memlib.paper.activations import routed_count_comparison
     from memlib.report import ch06_activations as ch6
-    c = routed_count_comparison(estimate("deepseek-v3", paper_training("deepseek-v3")))
-    table = ch6.routed_count_table(c)
+    est = estimate("deepseek-v3", paper_training("deepseek-v3"))
+    c = routed_count_comparison(est)
+    table = ch6.routed_count_table(c, est)
+    assert "the device's total under ZeRO-0, overheads included" in table
     assert "| routed token copies on one device | 4,096 | 16,384 |" in table
     assert "| routed tensors of one MoE layer, one micro-batch | 0.14 GiB | 0.58 GiB |" in table
     v = ch6.routed_count_values(c)

@@ -20,11 +20,11 @@ def chapter_est(model: str):
 
 
 def chapter_values(est) -> dict[str, str]:
-    return {**ch.values(est), **ch.ablation_values(est), **ch.problem_values(est)}
+    return {**ch.values(est), **ch.ablation_values(est), **ch.problem_values(est), **ch.choices_values(est)}
 
 
 def chapter_text(est) -> str:
-    parts = [ch.notation(est), ch.ablation_table(est), ch.rank_table(est), ch.ledger_table(est)]
+    parts = [ch.notation(est), ch.ablation_table(est), ch.rank_table(est), ch.ledger_table(est), ch.choices_table(est)]
     return "\n".join(parts + list(chapter_values(est).values()))
 
 
@@ -117,7 +117,7 @@ def test_no_table_mixes_gib_and_gb(v3):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_the_figures_draw_and_the_capacity_line_crosses_no_label(model):
+def test_the_figures_draw_and_the_capacity_line_crosses_no_label_and_its_label_no_bar(model):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,10 +134,13 @@ def test_the_figures_draw_and_the_capacity_line_crosses_no_label(model):
         line = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
         assert len(line) == 1
         y = ax.transData.transform((0, line[0].get_ydata()[0]))[1]
-        assert any(t.get_text() == ch.CAPACITY_LABEL for t in ax.texts)
         for t in ax.texts:
             box = t.get_window_extent()
             assert not box.y0 < y < box.y1, (model, t.get_text())
+        # the line's label is in the legend, which covers no bar (Fig. 9.3's label ran over the tallest bar)
+        legend = ax.get_legend()
+        assert ch.CAPACITY_LABEL in [t.get_text() for t in legend.get_texts()]
+        assert not any(legend.get_window_extent().overlaps(p.get_window_extent()) for p in ax.patches), model
         plt.close(fig)
 
 
@@ -170,3 +173,20 @@ def test_switch_values_in_words():
                                     "recipe_core": None, "paper_deepseek_total": 1, "paper_deepseek_fits": True,
                                     "recipe_total": None, "recipe_fits": None})
     assert (none["recipe_total"], none["recipe_fits"]) == ("—", "—")
+
+
+def test_the_recipes_open_choices_are_stated(v3):
+    """numbers-check item 4: the recipe was described as recomputing "every RMSNorm output" and the SwiGLU
+    output, while its ledger keeps the dense layers' pre-FFN norm output and the shared experts' SwiGLU output;
+    the table now comes from the ledger, and DualPipe's mirrored optimizer states are priced."""
+    rows = {r[0]: r[1:] for r in _table_rows(ch.choices_table(v3))}
+    kept = {name for name, (where, what) in rows.items() if what == "kept from the forward"}
+    assert any("shared experts' SwiGLU" in k for k in kept) and any("input of fc1" in k for k in kept)
+    assert rows["routed experts' SwiGLU output, input of fc2"] == ["MoE layers", "recomputed in backward"]
+    c = ds.recipe_choices(v3.model, v3.train)
+    opt = ds.recipe_estimate(v3.model, v3.train).stages[c["peak_rank"]].bytes["optimizer_states"]
+    # twice the ranks: the shards halve, up to the rounding of each shard
+    assert abs(2 * c["mirror_saving"] - opt) <= 2 * 4 * 64
+    one_f_one_b = v3.train.with_(schedule="1f1b")
+    assert ds.recipe_choices(v3.model, one_f_one_b)["mirror_saving"] == 0
+    assert "E5M6" in ch.choices_values(v3)["e5m6_clause"]

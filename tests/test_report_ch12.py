@@ -32,12 +32,18 @@ def test_values_for_another_book_model_change_only_its_name(vals):
     assert {k: v for k, v in other.items() if k != "book_model"} == {k: v for k, v in vals.items() if k != "book_model"}
 
 
-def test_equations_are_display_math_of_the_ledger():
-    eq = ch.equations()
-    assert set(eq) == {"oa_eq_gqa", "oa_eq_mla", "oa_eq_gqa_megatron", "oa_eq_mla_megatron"}
-    assert all(t.startswith("$$\n") and t.endswith("\n$$") for t in eq.values())
-    assert "5 n_{h} s" in eq["oa_eq_gqa"] and "s" not in eq["oa_eq_gqa_megatron"].split("=")[1].replace("\\", "")
-    assert "d_{c'}" in eq["oa_eq_mla"] and "n_{kv}" in eq["oa_eq_gqa"]
+def test_the_equations_are_the_registrys_of_the_ledger():
+    """Chapter 12's four equations are registry formulas (numbered 12.1-12.4), each for its example model."""
+    from memlib.formulas import FORMULAS, TOKEN_EXAMPLES, equation
+
+    names = ["attention_token.gqa", "attention_token.mla", "attention_token.gqa_megatron",
+             "attention_token.mla_megatron"]
+    assert [FORMULAS[n].number for n in names] == ["12.1", "12.2", "12.3", "12.4"]
+    eq = {n: equation(n, TOKEN_EXAMPLES[FORMULAS[n].attention]) for n in names}
+    assert eq["attention_token.gqa"].startswith(r"\frac{M^{A}_{\mathrm{GQA}}}{b\,s} = ")
+    assert "5 n_{h} s" in eq["attention_token.gqa"]
+    assert "s" not in eq["attention_token.gqa_megatron"].split("=")[1].replace("\\", "")
+    assert "d_{c'}" in eq["attention_token.mla"] and "n_{kv}" in eq["attention_token.gqa"]
 
 
 def test_tables_list_every_preset():
@@ -67,6 +73,6 @@ def test_glue_keys_are_distinct():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "12_other_architectures.md").read_text()
-    others = re.findall(r'glue_(?:md|figure)\("(\w+)"', text) + list(ch.equations())
+    others = re.findall(r'glue_(?:md|figure)\("(\w+)"', text)
     keys = [f"oa_{k}" for k in ch.values()] + others
     assert len(keys) == len(set(keys)) and "oa_pairs_table" in others

@@ -8,12 +8,38 @@ from memlib.report import summary as ch
 from memlib.scenarios import deepseek as ds
 
 
-def test_formula_table_lists_every_numbered_equation_in_order():
-    table = ch.formula_table()
-    numbers = re.findall(r"^\| \(([\d.]+)\) \|", table, re.M)
-    assert sorted(numbers) == sorted(f.number for f in book_formulas() if f.number)
-    assert numbers == sorted(numbers, key=lambda n: tuple(int(x) for x in n.split(".")))
-    assert "| (3.6) | `params.total` | parameters of the main model (no MTP, no buffers) |" in table
+def test_every_numbered_equation_is_typeset_with_its_value_in_order():
+    text = ch.equations("deepseek-v3")
+    numbers = re.findall(r"^\*\*\(([\d.]+)\)\*\*", text, re.M)
+    # every numbered equation but those of another attention than DeepSeek-V3's MLA (chapter 12's GQA per token)
+    assert numbers == [f.number for f in book_formulas() if f.attention in (None, "mla")]
+    assert "12.1" not in numbers and "12.2" in numbers
+    assert text.count("$$") == 2 * len(numbers)
+    # values from memlib, checked by hand: 3 h h_E = 3 x 7168 x 2048; DeepSeek-V3's 671B; 14 bytes per parameter
+    assert "(`params.expert`): **44,040,192**\n\n$$\nP_{\\mathrm{expert}} = 3 h h_{E}\n$$" in text
+    assert "(`params.total`): **671,026,404,352**" in text
+    assert "(`states.zero0`): **87,505,108,992 bytes, 81.50 GiB**" in text
+    assert "(`activations.paper.mla_full`): **29,360,128 bytes, 28.00 MiB**" in text
+
+
+def test_a_model_without_mla_shows_no_mla_equation():
+    text = ch.equations("llama-3-8b")
+    assert "(`mla." not in text and "(`mtp." not in text and "(`params.total`)" in text
+
+
+def test_values_are_exact_and_agree_with_each_other():
+    from memlib.formulas import value
+    assert value("params.expert") == 3 * 7168 * 2048
+    assert value("states.zero0") == 14 * value("static.device")        # 2 + 4 + 8 bytes per parameter
+    assert value("parallel.devices") == 1024 and value("parallel.edp") == 8
+    assert value("params.total") == 671_026_404_352
+
+
+def test_glossary_values_come_from_the_registries():
+    g = ch.glossary_values()
+    assert g["policy_selective"] == "`core_attn`" and g["policy_deepseek"] == "`layernorm`, `mla_up_proj`"
+    assert g["zero_stages"].startswith("ZeRO-0: none; ZeRO-1: os;")
+    assert "$W^{QR}$" in g["profile_paper"] and "W^QR" not in g["profile_paper"]
 
 
 def test_knob_table_for_deepseek_v3():

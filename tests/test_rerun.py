@@ -4,6 +4,7 @@ executed notebook shows every value the chapter glues; ``make lab`` has JupyterL
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -73,3 +74,30 @@ def test_make_lab_has_jupyterlab_with_jupytext():
     run = subprocess.run([str(BIN / "jupyter"), "server", "extension", "list"], capture_output=True, text=True,
                          timeout=120)
     assert re.search(r"jupytext\S*\s+(\x1b\[\d+m)?enabled", run.stdout + run.stderr)
+
+
+def lab_command(uid: int) -> list[str]:
+    """The command ``make lab`` runs for a user of id ``uid`` (``make -n``: nothing is started)."""
+    run = subprocess.run(["make", "-s", "-n", "-o", ".venv/.stamp", "lab", f"LAB_UID={uid}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    line = next(x for x in run.stdout.splitlines() if "jupyter-lab" in x)
+    return line.split()[line.split().index(next(a for a in line.split() if a.endswith("jupyter-lab"))):]
+
+
+def test_make_lab_allows_root_and_only_root():
+    """jupyter-lab refuses to run as root (a container's user) unless given --allow-root."""
+    assert "--allow-root" in lab_command(0)
+    assert "--allow-root" not in lab_command(1000)
+    assert "--notebook-dir=notebooks" in lab_command(1000)
+
+
+@pytest.mark.skipif(not (BIN / "jupyter-lab").exists(), reason="no .venv (make venv)")
+def test_make_lab_command_is_accepted_by_jupyterlab():
+    """The command line ``make lab`` builds for this user, with --show-config: jupyter-lab parses it and prints
+    its configuration without starting a server."""
+    cmd = lab_command(os.getuid())
+    run = subprocess.run([str(ROOT / cmd[0]), *cmd[1:], "--show-config"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert ".root_dir = 'notebooks'" in run.stdout
+    assert (".allow_root = True" in run.stdout) == (os.getuid() == 0)

@@ -9,7 +9,7 @@ from memlib.config import ConfigError
 from memlib.device.estimate import estimate
 from memlib.device.overhead import DEVICE_MEMORY
 from memlib.search.cost import GPUS, TIE_BAND, CostModel
-from memlib.search.plan import PRACTICAL, plan
+from memlib.search.plan import PRACTICAL, SearchSpace, plan
 from memlib.scenarios import fits as sf
 from memlib.scenarios.deepseek import deepseek_recipe
 
@@ -30,7 +30,7 @@ def test_cards_are_the_gpus_with_a_capacity_and_a_price():
 
 def test_a_grid_priced_on_another_gpu_is_that_gpu_s_search(small):
     other = sf.grid(*SMALL, "B200")
-    direct = plan(*SMALL, 10**15, top=None, cost=CostModel.of("B200"), space=PRACTICAL, **sf.SPACE)
+    direct = plan(*SMALL, 10**15, SearchSpace(**sf.SPACE, rules=PRACTICAL), top=None, cost=CostModel.of("B200"))
     assert (other.peak == small.peak).all() and other.searched == direct.searched
     steps = sorted(c["cost"]["step_s"] for c in direct.configs)
     assert np.allclose(np.sort(other.cost["step_s"]), steps)
@@ -56,7 +56,7 @@ def test_pareto_front_is_exactly_the_undominated_fitting_rows(small):
     fit = np.flatnonzero(small.fits(cap))
     peak, step = small.peak[fit], small.cost["step_s"][fit]
     undominated = []
-    for j, i in enumerate(fit):
+    for j in range(len(fit)):
         dominated = np.any((peak <= peak[j]) & (step <= step[j]) & ((peak < peak[j]) | (step < step[j])))
         if not dominated:
             undominated.append((int(peak[j]), float(step[j])))
@@ -69,7 +69,7 @@ def test_pareto_front_is_exactly_the_undominated_fitting_rows(small):
 def test_the_fastest_per_card_is_plans_first_and_its_ties_are_the_band():
     model, gpus = SMALL
     (f,) = sf.fits(model, (gpus,), [sf.card("H100")])
-    r = plan(model, gpus, f.card.capacity, top=None, cost=CostModel.of("H100"), space=PRACTICAL, **sf.SPACE)
+    r = plan(model, gpus, f.card.capacity, SearchSpace(**sf.SPACE, rules=PRACTICAL), top=None, cost=CostModel.of("H100"))
     assert (f.searched, f.fitting) == (r.searched, r.fitting)
     c = r.configs[0]
     assert f.best_peak == c["peak"] and f.best_layout_rule == c["layout_rule"] and f.best_step_s == c["cost"]["step_s"]

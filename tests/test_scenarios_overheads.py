@@ -44,7 +44,7 @@ def test_presets_on_deepseek_v3(v3):
     assert st.allocated == 53_066_416_128                                    # 49.42 GiB
     assert [rows[p]["total"] for p in so.PRESETS] == [53_066_416_128, 56_893_303_195, 73_281_308_263]
     assert rows["low"]["fragmentation"] == ceil(st.allocated * Fraction(5, 100)) == 2_653_320_807
-    for p, r in rows.items():
+    for r in rows.values():
         assert r["total"] == r["allocated"] + r["cuda_context"] + r["comm_buffers"] + r["fragmentation"]
         assert r["overhead"] == r["total"] - r["allocated"] and r["share"] == Fraction(r["overhead"], r["total"])
     assert rows["none"]["overhead"] == 0

@@ -47,10 +47,10 @@ def test_grid_on_deepseek_v3(v3):
     assert g[(Z3, "none")].peak == 0 and g[(Z3, "none")].peak_total == 419_109_195_163   # 390.33 GiB
     assert g[(Z2, "selective")].peak_total == 79_615_263_950 < S.CAPACITY_80GB    # 74.15 GiB: fits, just
     assert g[(Z0, "none")].est is est                                         # the chapter's estimate serves its cell
-    for cell in g.values():
+    for (z, p), cell in g.items():
         assert cell.peak_total == max(cell.totals) == cell.totals[cell.peak]
         assert cell.fits == all(t <= S.CAPACITY_80GB for t in cell.totals)
-        assert cell.est.train.zero == cell.zero and cell.est.train.recompute == cell.policy
+        assert cell.est.train.zero == z and cell.est.train.recompute == p == cell.name
 
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite", T.tiny()],
@@ -174,3 +174,25 @@ def test_routed_count_effect_on_deepseek_v3(v3):
     assert (eff["paper_total"], eff["held_total"]) == (56_893_303_195, 57_382_149_326) and eff["held_fits"]
     for k in g:                                                       # more tokens never lower a total
         assert held[k].peak_total >= g[k].peak_total
+
+
+def test_first_idle_is_the_working_set_released_after_the_warm_up(v3_runs):
+    """1F1B on the paper's configuration: after its warm-up forwards every rank but the last waits for its
+    first backward.  While it waits its memory drops by the working set of its chunk, which the estimate
+    counts for every step that computes, and it keeps the saved activations of the micro-batches its
+    forwards saved (a forward frees none)."""
+    ot = S.memory_timeline(v3_runs)
+    est = v3_runs["1f1b"].est
+    pp = est.train.pp
+    for r in range(pp):
+        idle = S.first_idle(ot, r)
+        if r == pp - 1:                         # the last rank turns each forward round at once: it never waits
+            assert idle is None
+            continue
+        chunk = est.stages[r].activations["chunks"][0]
+        assert idle["released"] == 0 and idle["drop"] == idle["working"] == chunk["recompute_working_set"] > 0
+        warm = [row for row in ot.rows[r] if row.slot.end <= idle["start"]]
+        assert all(row.slot.ops[0].kind == "F" for row in warm) and idle["start"] == warm[-1].slot.end
+        assert idle["held"] == len(warm) * chunk["per_microbatch"]
+        assert idle["end"] > idle["start"]
+    assert S.first_idle(ot) == S.first_idle(ot, ot.peak_rank)

@@ -15,7 +15,7 @@ from memlib.model.params import model_params, values
 from memlib.model.partition import Partition
 from memlib.data.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
 from memlib.model.states import (
-    RECIPES, ZeroStage, model_states, optimizer_states, recipe, sharded_count, states_formula,
+    ZeroStage, model_states, optimizer_states, recipe, sharded_count, states_formula,
 )
 from memlib.core.symbols import sym
 from memlib.core.units import fmt_bytes

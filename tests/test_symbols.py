@@ -1,8 +1,6 @@
-"""The notation registry, and the docstring examples of every memlib module (run as doctests)."""
+"""The notation registry (the docstring examples of every memlib module run as doctests: pyproject.toml)."""
 from __future__ import annotations
 
-import doctest
-import importlib
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -90,43 +88,6 @@ def test_sym_unknown_key():
 
 
 # ---------------------------------------------------------------------------------------------
-# doctests
-# ---------------------------------------------------------------------------------------------
-def _modules_with_examples() -> list[str]:
-    """Every memlib module whose source has a docstring example (found by walking the package, so a
-    new module's examples run without being listed here)."""
-    import pkgutil
-    from pathlib import Path
-
-    import memlib
-
-    root = Path(memlib.__file__).parent
-    names = []
-    for info in pkgutil.walk_packages([str(root)], prefix="memlib."):
-        rel = info.name.split(".")[1:]
-        path = root.joinpath(*rel).with_suffix(".py") if not info.ispkg else root.joinpath(*rel, "__init__.py")
-        if path.exists() and ">>> " in path.read_text(encoding="utf-8"):
-            names.append(info.name)
-    return sorted(names)
-
-
-MODULES = _modules_with_examples()
-
-
-def test_the_walk_finds_the_modules_it_should():
-    assert {"memlib.config.model", "memlib.device.estimate", "memlib.formulas", "memlib.paper.zero"} <= set(MODULES)
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_doctests(name):
-    mod = importlib.import_module(name)
-    res = doctest.testmod(mod, verbose=False, report=False,
-                          optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 0, f"{name} has no examples"
-    assert res.failed == 0, f"{res.failed} of {res.attempted} examples failed in {name}"
-
-
-# ---------------------------------------------------------------------------------------------
 # multi-letter names in rendered equations (issue 14): CP DP TP must not read "CPDPTP"
 # ---------------------------------------------------------------------------------------------
 _MULTI = "|".join(sorted((n.symbol.name for n in REGISTRY if n.symbol.name.isalpha() and len(n.symbol.name) > 1),
@@ -157,10 +118,9 @@ def test_products_of_multi_letter_names_are_kept_apart():
 
 
 def test_no_glued_equation_runs_multi_letter_names_together():
-    """Every equation the book glues (the formula registry's LaTeX for DeepSeek-V3, and chapter 12's
-    per-token equations) sets each multi-letter name upright and apart from its neighbours."""
+    """Every equation the book glues (the formula registry's LaTeX, each for its example model) sets each
+    multi-letter name upright and apart from its neighbours."""
     from memlib.formulas import FORMULAS
-    from memlib.report.ch12_architectures import equations
 
     seen = 0
     for f in FORMULAS.values():
@@ -171,8 +131,6 @@ def test_no_glued_equation_runs_multi_letter_names_together():
         assert run_together(tex) == [], (f.name, tex)
         seen += "mathrm{TP}" in tex
     assert seen >= 5, "the check saw no equation with a parallel size"
-    for key, tex in equations().items():
-        assert run_together(tex) == [], (key, tex)
 
 
 def test_memlib_has_one_latex_printer():

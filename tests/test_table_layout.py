@@ -9,20 +9,20 @@ import sympy as sp
 
 from memlib import PAPER_TRAINING, estimate
 from memlib.paper import activations as pact
-from memlib.report.format import _printed_width, tex, wrapped_math
+from memlib.core.symbols import printed_width as _printed_width
+from memlib.report.format import tex, wrapped_math
 
 
 def unwrap(cell: str) -> str:
     """The one-line LaTeX a wrapped cell stands for."""
     body = cell.strip("$")
     body = body.removeprefix(r"\begin{aligned}&").removesuffix(r"\end{aligned}")
-    body = body.replace(r" \\ &\quad ", " ").replace(r"\bigl(", r"\left(").replace(r"\bigr)", r"\right)")
+    body = body.replace(r" \\ &\quad ", " ").replace(r"\Bigl(", r"\left(").replace(r"\Bigr)", r"\right)")
     return re.sub(r"\s+", " ", body.replace(r"\left(", r"\left( ").replace(r"\right)", r" \right)")).strip()
 
 
 def same(a: str, b: str) -> bool:
-    norm = lambda s: re.sub(r"\s+", "", s)
-    return norm(a) == norm(b)
+    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
 
 
 b, s, h, N = sp.symbols("b s h N", positive=True)

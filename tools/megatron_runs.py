@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+from memlib.data.reference import MEGATRON_LM_COMMIT as COMMIT
+
 ROOT = "tests/functional_tests/test_cases"
 KEEP = 60
 OUT = Path(__file__).resolve().parents[1] / "memlib" / "data" / "megatron_runs"

@@ -16,7 +16,17 @@ and removed, with everything under it, when the tag is not set.
 section on them is marked ``{.deepseek-arch}`` and dropped from the book of another architecture
 (Llama, Mixtral, Qwen, GPT), whose chapters say in a glued note what applies instead
 (``{only} not deepseek_arch``).
+
+The chapters are executed once per build and their outputs kept (``execute_notebooks: cache``, Jupyter
+Book's jupyter-cache): the PDF build and the reproducibility check reuse them.  jupyter-cache re-executes a
+notebook whose code changed, not one whose library changed, so the cache lives in a folder named by
+:func:`execution_key`, a hash of everything else a chapter's outputs depend on (memlib's files, the model
+the book is built for, the Python and package versions): a change to any of them starts a fresh cache.
 """
+import hashlib
+import os
+import sys
+from pathlib import Path
 
 SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
 
@@ -48,14 +58,60 @@ def _drop_sections(app, doctree) -> None:
             section.parent.remove(section)
 
 
+#: what a chapter's outputs depend on besides its own code: memlib's sources and package data
+LIBRARY = "memlib"
+#: the environment variables a chapter reads (memlib.report.book.ENV) or that change what it prints
+EXECUTION_ENV = ("MEMLIB_BOOK_MODEL", "MPLBACKEND", "PYTHONHASHSEED")
+
+
+def execution_key(root: Path) -> str:
+    """A hash of what the chapters' outputs depend on beyond their code: every file of memlib (its sources,
+    presets and data), the model the book is built for (a config.json path by its content), the environment
+    variables of :data:`EXECUTION_ENV`, the Python version and every installed distribution's version."""
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    for path in sorted((root / LIBRARY).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in EXECUTION_ENV:
+        h.update(f"{name}={os.environ.get(name, '')}\0".encode())
+    model = Path(os.environ.get("MEMLIB_BOOK_MODEL") or "")
+    if model.suffix == ".json" and model.is_file():
+        h.update(model.read_bytes())
+    h.update(sys.version.encode())
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    h.update("\n".join(dists).encode())
+    return h.hexdigest()[:16]
+
+
+#: a folder for the executed chapters instead of the keyed one (benchmarks/book_build.py: a fresh one, so that
+#: every chapter is executed)
+CACHE_ENV = "MEMLIB_BOOK_CACHE"
+
+
+def _execution_cache(app, config) -> None:
+    """Keep the executed chapters in ``_build/.jupyter_cache/<execution_key>`` of the source folder, whatever
+    the output folder (a second build into another folder reuses them), or in ``$MEMLIB_BOOK_CACHE``."""
+    root = Path(app.srcdir)
+    if not config.nb_execution_cache_path:
+        config.nb_execution_cache_path = (os.environ.get(CACHE_ENV)
+                                          or str(root / "_build" / ".jupyter_cache" / execution_key(root)))
+
+
 def setup(app):
     from memlib.report.book import book_tags
 
     for tag in book_tags():
         app.tags.add(tag)
+    app.connect("config-inited", _execution_cache)
     # before the table of contents and the labels are collected from the doctree (priority 500)
     app.connect("doctree-read", _drop_sections, priority=100)
     app.connect("doctree-resolved", _latex_table_widths)
+    app.connect("builder-inited", _latex_contents_name)
+    app.connect("doctree-resolved", _latex_parts)
+    app.connect("doctree-resolved", _latex_hidden_inputs)
+    _register_bibliography_style()
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
@@ -186,3 +242,120 @@ def _latex_table_widths(app, doctree, docname) -> None:
             i = table.parent.index(table)
             table.parent.insert(i + 1, nodes.raw("", r"\renewcommand{\memlibtablefont}{\footnotesize}", format="latex"))
             table.parent.insert(i, nodes.raw("", rf"\renewcommand{{\memlibtablefont}}{{{size}}}", format="latex"))
+
+
+# --- PDF parts: the table of contents' parts (_toc.yml) as LaTeX \part --------------------------------------------
+# Sphinx's LaTeX builder inlines the root document's toctrees one after another and drops their captions (and
+# takes the first caption for the name of the table of contents).  The book's parts are set as \part instead,
+# numbered by LaTeX ("Part I: The paper and DeepSeek-V3" becomes Part I, "The paper and DeepSeek-V3"; the
+# appendices Part III).  The chapters keep their numbers across the parts, as in the HTML.
+
+PART_PREFIX = r"^Part [IVX]+:\s*"
+
+
+def part_command(caption: str) -> str:
+    r"""The LaTeX that opens the part ``caption``, without the "Part N:" that LaTeX numbers itself."""
+    import re
+
+    return rf"\part{{{re.sub(PART_PREFIX, '', caption)}}}"
+
+
+def _latex_contents_name(app) -> None:
+    if app.builder.format == "latex":
+        app.builder.get_contentsname = lambda indexfile: "Contents"
+
+
+def _latex_parts(app, doctree, docname) -> None:
+    if app.builder.format != "latex" or docname != app.config.root_doc:
+        return
+    from docutils import nodes
+    from sphinx import addnodes
+
+    captions = [t.get("caption") for t in app.env.get_doctree(docname).findall(addnodes.toctree)]
+    wrappers = [n for n in doctree.findall(nodes.compound) if "toctree-wrapper" in n["classes"]
+                and not any("toctree-wrapper" in a.get("classes", []) for a in _ancestors(n))]
+    for wrapper, caption in zip(wrappers, captions):
+        if caption:
+            wrapper.parent.insert(wrapper.parent.index(wrapper), nodes.raw("", part_command(caption), format="latex"))
+
+
+def _ancestors(node):
+    node = node.parent
+    while node is not None:
+        yield node
+        node = node.parent
+
+
+# --- PDF: a cell's hidden input is left out -------------------------------------------------------------------
+# A chapter's configuration cell is tagged hide-input: the HTML shows it folded, under a toggle; paper has no
+# toggle, so the PDF leaves the input out (the chapter's text says what the configuration is, and the
+# introduction's "Play with the knobs" how to change it).
+
+
+def drop_hidden_inputs(doctree) -> int:
+    """Remove the input of every cell tagged ``hide-input`` (or ``remove-input``) from ``doctree``; the number
+    removed."""
+    from docutils import nodes
+
+    removed = 0
+    for cell in list(doctree.findall(nodes.container)):
+        if not {"tag_hide-input", "tag_remove-input"} & set(cell.get("classes", [])):
+            continue
+        for child in list(cell.findall(nodes.container)):
+            if "cell_input" in child.get("classes", []) and child.parent is not None:
+                child.parent.remove(child)
+                removed += 1
+    return removed
+
+
+def _latex_hidden_inputs(app, doctree, docname) -> None:
+    if app.builder.format == "latex":
+        drop_hidden_inputs(doctree)
+
+
+# --- the bibliography's labels: the citations' own "[Author, year]" ----------------------------------------------
+# The text cites author-year (``bibtex_reference_style: author_year``: "[Zhang and Su, 2025]"); pybtex's alpha
+# labels in the list ("[ZS25]", and "[DeepSeekAI4a]" for a year of 2024a) would not match them.  The list is
+# labelled with the very string the text shows, and sorted by it.
+
+#: the formatting style registered for ``bibtex_default_style``
+BIB_STYLE = "memlib_author_year"
+
+
+def _last(person) -> str:
+    """A person's last name as the citation prints it: braces of a corporate name dropped."""
+    return " ".join(person.prelast_names + person.last_names).replace("{", "").replace("}", "")
+
+
+def author_year_label(entry) -> str:
+    """``"Author, year"`` as sphinxcontrib-bibtex's author_year citations print it: one author, two joined by
+    "and", three or more as the first "et al."; the year as written (2024a), or "n.d."."""
+    names = [_last(p) for p in entry.persons.get("author", [])]
+    if not names:
+        who = entry.key
+    elif len(names) <= 2:
+        who = " and ".join(names)
+    else:
+        who = f"{names[0]} et al."
+    return f"{who}, {entry.fields.get('year', 'n.d.')}"
+
+
+def _register_bibliography_style() -> None:
+    from pybtex.plugin import register_plugin
+    from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+    from pybtex.style.labels import BaseLabelStyle
+    from pybtex.style.sorting import BaseSortingStyle
+
+    class Labels(BaseLabelStyle):
+        def format_labels(self, sorted_entries):
+            return (author_year_label(e) for e in sorted_entries)
+
+    class Sorting(BaseSortingStyle):
+        def sorting_key(self, entry):
+            return (author_year_label(entry).casefold(), str(entry.fields.get("title", "")).casefold())
+
+    class Style(UnsrtStyle):
+        default_label_style = Labels
+        default_sorting_style = Sorting
+
+    register_plugin("pybtex.style.formatting", BIB_STYLE, Style, force=True)

@@ -11,7 +11,7 @@ prints one line on stderr naming the field, its value and the rule, and exits wi
 :mod:`~memlib.cli.parser` holds every sub-command's options, :mod:`~memlib.cli.options` turns them into
 memlib's objects, and one module per sub-command runs it (:mod:`~memlib.cli.params`,
 :mod:`~memlib.cli.estimate`, :mod:`~memlib.cli.plan`, :mod:`~memlib.cli.measure`, :mod:`~memlib.cli.formula`);
-this module dispatches and exits.
+this module dispatches and exits.  :mod:`~memlib.cli.doc` writes ``docs/cli.md``'s option tables from the parser.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ import re
 
 from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_TRAINING, ConfigError, TrainingConfig,
                       parse_count, show)
-from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
+from ..config.strategies import (CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime,
+                                 TransformerImpl)
 from ..model.states import RECIPES
 from ..core.units import parse_number
 
@@ -284,10 +285,32 @@ def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
                    help="the busiest rank's routed tokens over the balanced share, >= 1, e.g. 1.25")
     p.add_argument("--ddp-bucket-size", type=_count("ddp_bucket_size"), default=d.ddp_bucket_size,
                    help="elements per gradient bucket (Megatron-Core's DDP)")
+    p.add_argument("--cp-comm-type", default=d.cp_comm_type, choices=CP_COMM_TYPES,
+                   help=f"context parallelism's communication (default {d.cp_comm_type}); a2a and a2a+p2p keep one more "
+                        f"attention output per layer")
+    p.add_argument("--hidden-dropout", type=_probability("hidden_dropout"), default=d.hidden_dropout,
+                   help="the residual stream's dropout probability (default 0; Megatron-LM's own default, 0.1, "
+                        "applies when --megatron-args does not give it): one bool mask per bias-dropout-add")
+    p.add_argument("--attention-dropout", type=_probability("attention_dropout"), default=d.attention_dropout,
+                   help="the attention probabilities' dropout (default 0; Megatron-LM's 0.1 with --megatron-args): "
+                        "a mask and the dropped probabilities where the s x s probabilities are kept")
+    p.add_argument("--megatron-version", default=d.megatron_version,
+                   help="the Megatron-LM whose flag rules apply: a release (core_r0.14.0), a date of the main branch "
+                        "(YYYY-MM-DD) or a commit with its date (abc1234@YYYY-MM-DD); default: the commit memlib "
+                        "reads, d98e8a64dd (2026-08-22). See docs/megatron_versions.md")
 
 
 def _modules(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _probability(name: str):
+    def parse(text: str):
+        try:
+            return parse_number(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{name}={show(text)} {exc}") from None
+    return parse
 
 
 def _imbalance(text: str):
@@ -303,7 +326,8 @@ _TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "
                   "attention_backend", "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion",
                   "cross_entropy_fusion_impl", "moe_aux_loss", "fp8", "fp8_recipe", "moe_a2a_overlap",
                   "offload_modules", "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance",
-                  "ddp_bucket_size", "runtime")
+                  "ddp_bucket_size", "cp_comm_type", "hidden_dropout", "attention_dropout", "megatron_version",
+                  "runtime")
 #: the estimate options that set memlib.device.peak.Framework fields (None: not given)
 _FRAMEWORK_OPTIONS = ("gradient_accumulation_fusion", "rope_fusion", "moe_grouped_gemm", "permute_fusion",
                       "token_dispatcher")

@@ -18,7 +18,9 @@ _PLAIN = (("dp", "--dp"), ("tp", "--tp"), ("pp", "--pp"), ("ep", "--ep"), ("etp"
           ("transformer_impl", "--transformer-impl"), ("attention_backend", "--attention-backend"),
           ("cross_entropy_fusion_impl", "--cross-entropy-fusion-impl"),
           ("moe_aux_loss", "--moe-router-load-balancing-type"), ("fp8_recipe", "--fp8-recipe"),
-          ("routing_imbalance", "--routing-imbalance"), ("runtime", "--runtime"))
+          ("routing_imbalance", "--routing-imbalance"), ("runtime", "--runtime"), ("cp_comm_type", "--cp-comm-type"),
+          ("hidden_dropout", "--hidden-dropout"), ("attention_dropout", "--attention-dropout"),
+          ("megatron_version", "--megatron-version"))
 #: its switches: field -> (the option, the value that gives it)
 _SWITCHES = {"sp": ("--no-sp", False), "attention_softmax_in_fp32": ("--attention-softmax-in-fp32", True),
              "bias_swiglu_fusion": ("--no-bias-swiglu-fusion", False),
@@ -86,7 +88,7 @@ def _cost_model(args):
     return CostModel.of(args.gpu, gpus_per_node=args.gpus_per_node, cp_comm=args.cp_comm, **over)
 
 
-def _space(args):
+def _rules(args):
     from dataclasses import replace
 
     from ..search.plan import FULL, PRACTICAL
@@ -104,7 +106,7 @@ def _space(args):
 
 def _plan(args) -> int:
     from ..device.overhead import DEVICE_MEMORY, overheads
-    from ..search.plan import DEFAULT_GLOBAL_BATCH, parse_fix, plan
+    from ..search.plan import DEFAULT_GLOBAL_BATCH, SearchSpace, parse_fix, plan
 
     zeros = None
     if args.zero is not None:
@@ -116,14 +118,13 @@ def _plan(args) -> int:
             zeros.append(n)
     cost = _cost_model(args)
     capacity = _size("gpu_memory", args.gpu_memory) if args.gpu_memory is not None else DEVICE_MEMORY[cost.gpu.name]
-    result = plan(args.model, args.gpus, capacity, seq_len=args.seq_len,
-                  global_batch=args.global_batch or DEFAULT_GLOBAL_BATCH,
-                  profiles=_list("profile", args.profile), precisions=_precisions(args.precision),
-                  recomputes=[x.replace("+", ",") for x in _list("recompute", args.recompute)],
-                  schedules=_list("schedule", args.schedule), zeros=zeros,
-                  layout_rules=_list("layout_rule", args.layout_rule), fix=parse_fix(args.fix),
-                  max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp, top=args.top,
-                  overhead=overheads(args.overhead), cost=cost, space=_space(args),
+    space = SearchSpace(seq_len=args.seq_len, global_batch=args.global_batch or DEFAULT_GLOBAL_BATCH,
+                        profiles=_list("profile", args.profile), precisions=_precisions(args.precision),
+                        recomputes=[x.replace("+", ",") for x in _list("recompute", args.recompute)],
+                        schedules=_list("schedule", args.schedule), zeros=zeros,
+                        layout_rules=_list("layout_rule", args.layout_rule), fix=parse_fix(args.fix),
+                        max_micro_batch=args.max_micro_batch, max_vpp=args.max_vpp, rules=_rules(args))
+    result = plan(args.model, args.gpus, capacity, space, top=args.top, overhead=overheads(args.overhead), cost=cost,
                   progress=not args.json and sys.stderr.isatty())
     data = result.to_dict()
     for c in data["configs"]:

@@ -19,7 +19,7 @@ True
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Mapping, Optional
@@ -92,6 +92,11 @@ class ModelConfig:
     #: whether the router renormalises the top-k probabilities to sum to one (Qwen-MoE's ``norm_topk_prob``;
     #: Mixtral always does): no parameter depends on it, only what the ``hf-eager`` ledger says it saves
     norm_topk_prob: bool = True
+    #: the block of weights that share one fp32 scale in a published FP8 checkpoint (``quantization_config``'s
+    #: ``weight_block_size`` with ``quant_method: fp8``: DeepSeek-V3 stores e4m3 matrices with one
+    #: ``weight_scale_inv`` per 128 x 128 block); None: the checkpoint stores no such scales.  No training
+    #: byte depends on it, only the count of the tensors that checkpoint stores
+    weight_block_size: Optional[tuple[int, int]] = None
     name: str = "custom"             #: preset name or file path
     source: str = ""                 #: where the values come from
 
@@ -113,7 +118,7 @@ class ModelConfig:
 
     def values(self) -> dict:
         """Field name -> value, for the JSON output (DeepSeek's fields only for a DeepSeek model, as before)."""
-        skip = {"source"} | (set(_FAMILY_FIELDS) if self.family == "deepseek" else set())
+        skip = {"source", "weight_block_size"} | (set(_FAMILY_FIELDS) if self.family == "deepseek" else set())
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
@@ -140,9 +145,24 @@ def model_from_dict(d: Mapping, name: str = "custom", source: str = "") -> Model
     The architecture is found by :func:`family_of` (``architectures``, then ``model_type``; a config
     with neither is read as DeepSeek's, as memlib always has)."""
     fam = family_of(d, name)
-    if fam.name != "deepseek":
-        return _read_family(fam, d, name, source)
-    return _deepseek_from_dict(d, name, source)
+    m = _read_family(fam, d, name, source) if fam.name != "deepseek" else _deepseek_from_dict(d, name, source)
+    block = _fp8_weight_block(d.get("quantization_config"))
+    return m if block is None else replace(m, weight_block_size=block)
+
+
+def _fp8_weight_block(q) -> tuple[int, int] | None:
+    """``quantization_config.weight_block_size`` of a block-FP8 checkpoint (``quant_method: fp8``), validated;
+    None without one (another quantization method stores no such per-block scales)."""
+    if q is None:
+        return None
+    if not isinstance(q, Mapping):
+        raise ConfigError(f"quantization_config={show(q)} must be an object")
+    if q.get("quant_method") != "fp8" or q.get("weight_block_size") is None:
+        return None
+    block = q["weight_block_size"]
+    if not isinstance(block, list) or len(block) != 2:
+        raise ConfigError(f"quantization_config.weight_block_size={show(block)} must be two integers (rows, columns)")
+    return tuple(check_count("quantization_config.weight_block_size", x, bound=LIMITS["width"]) for x in block)
 
 
 def _deepseek_from_dict(d: Mapping, name: str, source: str) -> ModelConfig:

@@ -14,8 +14,7 @@ from enum import Enum, IntEnum, StrEnum
 from .checks import ConfigError
 
 __all__ = ["TransformerImpl", "AttnBackend", "CrossEntropyFusionImpl", "LoadBalancing", "Runtime", "parse_choice",
-           "Schedule",
-           "ZeroStage", "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES"]
+           "Schedule", "ZeroStage", "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES", "CP_COMM_TYPES"]
 
 
 class _Choice(str, Enum):
@@ -117,6 +116,10 @@ def parse_choice(cls: type[_Choice], value):
 #: --fp8-format and --fp8-recipe choices (Megatron-LM's megatron/training/arguments.py at d98e8a64dd)
 FP8_FORMATS = ("e4m3", "hybrid")
 FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+#: --cp-comm-type choices (Megatron-LM's megatron/training/arguments.py at d98e8a64dd; default p2p): how the
+#: context-parallel attention exchanges keys and values (TE's AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndQKVOA2A,
+#: AttnFuncWithCPAndKVAllGather; a2a+p2p is the hierarchical one)
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 #: --offload-modules choices for an MLA model (Megatron-Core's TransformerConfig at d98e8a64dd)
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
                    "fused_group_mlp")

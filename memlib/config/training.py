@@ -11,8 +11,8 @@ from fractions import Fraction
 from typing import Optional
 
 from .checks import LIMITS, ConfigError, _bound_text, check_count, show
-from .strategies import (FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing,
-                         Runtime, Schedule, TransformerImpl, ZeroStage, parse_choice)
+from .strategies import (CP_COMM_TYPES, FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, AttnBackend, CrossEntropyFusionImpl,
+                         LoadBalancing, Runtime, Schedule, TransformerImpl, ZeroStage, parse_choice)
 
 __all__ = ["TrainingConfig", "PAPER_TRAINING"]
 
@@ -50,6 +50,12 @@ class TrainingConfig:
     cross_entropy_loss_fusion: bool = False    #: --cross-entropy-loss-fusion
     cross_entropy_fusion_impl: CrossEntropyFusionImpl = CrossEntropyFusionImpl.NATIVE  #: --cross-entropy-fusion-impl
     moe_aux_loss: LoadBalancing = LoadBalancing.SEQ_AUX_LOSS  #: --moe-router-load-balancing-type
+    cp_comm_type: str = "p2p"        #: --cp-comm-type (with CP > 1): p2p, a2a, allgather, a2a+p2p
+    hidden_dropout: Fraction = Fraction(0)     #: --hidden-dropout (memlib's default 0; Megatron-LM's is 0.1)
+    attention_dropout: Fraction = Fraction(0)  #: --attention-dropout (memlib's default 0; Megatron-LM's is 0.1)
+    #: --megatron-version: the Megatron-LM the rules of a version apply to (memlib.megatron.versions); None: the
+    #: commit memlib pins
+    megatron_version: Optional[str] = None
     runtime: Runtime = Runtime.CUDA            #: where torch runs: cuda (training) or cpu (memlib's ground truth)
     # carried, validated, not (yet) in any byte count: Megatron-LM's features, by their flags
     fp8: Optional[str] = None        #: --fp8-format: ``e4m3`` or ``hybrid``; None: no FP8 compute
@@ -103,6 +109,7 @@ class TrainingConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
         self._check_carried()
+        self._check_dropout_and_cp()
         impl, backend = self.transformer_impl, self.attention_backend
         if not impl.uses_te and backend.needs_te():
             raise ConfigError(f"attention_backend={backend} needs transformer_impl=transformer_engine "
@@ -113,6 +120,22 @@ class TrainingConfig:
         if not impl.uses_te and self.cp > 1:
             raise ConfigError(f"cp={self.cp} with transformer_impl={impl}: Megatron-Core's local "
                               f"DotProductAttention supports no context parallelism (only TEDotProductAttention)")
+
+    def _check_dropout_and_cp(self) -> None:
+        """Dropout probabilities, the context-parallel communication, the Megatron-LM version."""
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise ConfigError(f"cp_comm_type={show(self.cp_comm_type)} must be one of {', '.join(CP_COMM_TYPES)}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            p = getattr(self, name)
+            if isinstance(p, bool) or not isinstance(p, (int, Fraction)):
+                raise ConfigError(f"{name}={show(p)} must be an exact probability (an int or a Fraction), 0 <= p < 1")
+            p = Fraction(p)
+            if not 0 <= p < 1 or p.denominator.bit_length() > 64:
+                raise ConfigError(f"{name}={p} must be a probability 0 <= p < 1")
+            object.__setattr__(self, name, p)
+        if self.megatron_version is not None:
+            from .versions import parse_version
+            object.__setattr__(self, "megatron_version", parse_version(self.megatron_version).text)
 
     def _check_carried(self) -> None:
         """The fields memlib carries for Megatron-LM's features (their rules are Megatron-LM's)."""
@@ -154,7 +177,19 @@ class TrainingConfig:
     def edp(self) -> int:
         """Expert data-parallel size (exact once :class:`memlib.model.partition.Partition` has checked
         that EP ETP divides DP TP CP)."""
-        return self.dp * self.tp * self.cp // (self.ep * self.etp)
+        return self.dp * self.tp * self.cp // self.ep_etp
+
+    @property
+    def ep_etp(self) -> int:
+        """The ranks that hold every routed expert of a layer once, EP ETP (an expert-parallel group of expert
+        tensor-parallel groups)."""
+        return self.ep * self.etp
+
+    @property
+    def dp_cp(self) -> int:
+        """The data-parallel group of the non-expert parameters, DP CP (Megatron-Core's data-parallel group with
+        context parallelism): their gradients are reduced, and ZeRO shards their states, over it."""
+        return self.dp * self.cp
 
     @property
     def world_size(self) -> int:
@@ -176,6 +211,11 @@ class TrainingConfig:
         d["layout"] = list(self.layout) if self.layout is not None else None
         d["offload_modules"] = list(self.offload_modules)
         d["routing_imbalance"] = str(self.routing_imbalance)
+        d["hidden_dropout"] = str(self.hidden_dropout)
+        d["attention_dropout"] = str(self.attention_dropout)
+        if self.megatron_version is None:
+            from .versions import DEFAULT_VERSION
+            d["megatron_version"] = DEFAULT_VERSION
         for k, x in d.items():
             if isinstance(x, Enum):
                 d[k] = x.value

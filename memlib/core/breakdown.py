@@ -75,17 +75,9 @@ class Breakdown(Mapping):
     def __add__(self, other: "Breakdown") -> "Breakdown":
         return Breakdown(list(self.items()) + list(other.items()))
 
-    def scaled(self, factor) -> "Breakdown":
-        """Every term multiplied by ``factor``."""
-        return Breakdown({k: factor * v for k, v in self.items()})
-
     def map(self, fn: Callable[[sp.Expr], sp.Expr]) -> "Breakdown":
         """Apply ``fn`` to every term."""
         return Breakdown({k: fn(v) for k, v in self.items()})
-
-    def prefixed(self, prefix: str) -> "Breakdown":
-        """The same terms, each name prefixed with ``prefix``."""
-        return Breakdown({prefix + k: v for k, v in self.items()})
 
     def select(self, predicate: Callable[[str], bool]) -> "Breakdown":
         """Only the terms whose name satisfies ``predicate``."""
@@ -94,10 +86,6 @@ class Breakdown(Mapping):
     def grouped(self, key: Callable[[str], str]) -> "Breakdown":
         """Terms summed by ``key(name)``, in order of first appearance."""
         return Breakdown([(key(k), v) for k, v in self.items()])
-
-    def nonzero(self) -> "Breakdown":
-        """Drop the terms that are identically zero."""
-        return Breakdown({k: v for k, v in self.items() if v != 0})
 
     # Numbers ------------------------------------------------------------------------------
     def subs(self, values: Mapping) -> "Breakdown":

@@ -7,7 +7,8 @@ book's notation table is rendered from :data:`REGISTRY`; formulas import the sym
 The paper (arXiv 2502.07846, Table 1) writes ``d_h`` for the per-head dimension.  DeepSeek's
 configs distinguish the no-RoPE query/key head dimension (``qk_nope_head_dim``) from the value
 head dimension (``v_head_dim``); both are 128 in DeepSeek-V3 but they are different quantities,
-so memlib keeps them apart as :math:`d_h` and :math:`d_v`.
+so memlib keeps them apart as :math:`d_h` and :math:`d_v`.  Every key is also a name of this module:
+``from memlib.core.symbols import b, s, h``.
 
 >>> SYMBOLS["h"].field
 'hidden_size'
@@ -23,7 +24,8 @@ from typing import Optional
 
 import sympy as sp
 
-__all__ = ["Notation", "REGISTRY", "SYMBOLS", "sym", "model_symbols", "by_field", "latex", "MULTI_LETTER"]
+__all__ = ["Notation", "REGISTRY", "SYMBOLS", "sym", "model_symbols", "by_field", "latex", "MULTI_LETTER",
+           "printed_width", "latex_lines"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,20 @@ def sym(key: str) -> sp.Symbol:
     return SYMBOLS[key].symbol
 
 
+def __getattr__(key: str) -> sp.Symbol:
+    """The registry's symbols as names of this module (PEP 562), so that a module writes
+    ``from memlib.core.symbols import b, s, h`` instead of ``b, s, h = sym("b"), sym("s"), sym("h")``.
+
+    >>> from memlib.core.symbols import h, TP
+    >>> h is sym("h") and TP is sym("TP")
+    True
+    """
+    try:
+        return SYMBOLS[key].symbol
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {key!r}") from None
+
+
 def model_symbols() -> tuple[Notation, ...]:
     """Entries read from a model's ``config.json``."""
     return tuple(n for n in REGISTRY if n.kind == "model")
@@ -154,3 +170,62 @@ def latex(expr, **kw) -> str:
     names = {**MULTI_LETTER, **kw.pop("symbol_names", {})}
     t = sp.latex(expr, symbol_names=names, **kw)
     return _BEFORE.sub(r"\1\\,", _AFTER.sub(r"\1\\,", t))
+
+
+def printed_width(tex: str) -> int:
+    """About how many characters ``tex`` prints as: its letters, digits and operators, no commands or braces."""
+    return len(re.sub(r"\\[a-zA-Z]+|[{}_^\\\s]", "", tex))
+
+
+def _after(t: str) -> str:
+    """A term's LaTeX as it follows another in a sum: its sign before it (``+ t``, ``- t``)."""
+    return f"- {t[1:].lstrip()}" if t.startswith("-") else f"+ {t}"
+
+
+def _pieces(expr, **kw) -> list[str]:
+    r"""The pieces a sum breaks into, in the order the printer prints it: a sum's terms, and a product of one sum
+    and other factors (``c (t_1 + t_2)``) opened around its own terms (``c \Bigl(t_1``, ``+ t_2\Bigr)``), one
+    level deep; an expression that is neither is one piece."""
+    def product(e) -> list[str]:
+        sums = [a for a in sp.Mul.make_args(e) if isinstance(a, sp.Add)]
+        if not isinstance(e, sp.Mul) or len(sums) != 1:
+            return [latex(e, **kw)]
+        head = latex(sp.Mul(*[a for a in sp.Mul.make_args(e) if a is not sums[0]]), **kw)
+        head = {"1": "", "-1": "-"}.get(head, head)
+        inner = [latex(t, **kw) for t in sums[0].as_ordered_terms()]
+        inner = [inner[0]] + [_after(t) for t in inner[1:]]
+        inner[0] = rf"{head} \Bigl(" + inner[0]
+        inner[-1] += r"\Bigr)"
+        return inner
+    terms = expr.as_ordered_terms() if isinstance(expr, sp.Add) else [expr]
+    out: list[str] = []
+    for t in terms:
+        sub = product(t)
+        out += sub if not out else [_after(sub[0])] + sub[1:]
+    return out
+
+
+def latex_lines(exprs, width: int, **kw) -> list[str] | None:
+    r"""The LaTeX of ``exprs`` (an expression, or the terms of a sum given one by one) in lines of about ``width``
+    printed characters, broken between the terms of its sums (:func:`printed_width`); None when it fits on one
+    line or has no sum to break.  The caller sets the lines in an ``aligned`` environment.
+
+    >>> a, b, c = sym("b"), sym("s"), sym("h")
+    >>> latex_lines(a * b * (c + 2 * a + 3 * b), 8)
+    ['b s \\Bigl(2 b + h', '+ 3 s\\Bigr)']
+    """
+    exprs = list(exprs) if isinstance(exprs, (list, tuple)) else [exprs]
+    pieces: list[str] = []
+    for e in exprs:
+        p = _pieces(e, **kw)
+        pieces += p if not pieces else [_after(p[0])] + p[1:]
+    if len(pieces) < 2 or printed_width(" ".join(pieces)) <= width:
+        return None
+    lines, line = [], ""
+    for t in pieces:
+        if line and printed_width(line + t) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line} {t}".strip()
+    lines.append(line)
+    return lines

@@ -16,12 +16,15 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "fmt_decimal", "parse_bytes", "parse_number"]
+__all__ = ["KiB", "MiB", "GiB", "UNITS", "to_unit", "fmt_bytes", "fmt_count", "fmt_billions", "fmt_decimal", "parse_bytes", "parse_number"]
+
+#: the binary units, bytes
+KiB, MiB, GiB = 2**10, 2**20, 2**30
 
 #: bytes per unit, exact
 UNITS: dict[str, int] = {
     "B": 1,
-    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": 2**40,
     "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 }
 

@@ -18,16 +18,16 @@ from pathlib import Path
 import sympy as sp
 
 from ..core.symbols import sym
+from ..device.allocator import PYTORCH_ALLOCATOR
+from ..device.megatron_buffers import MEGATRON_COMMIT as MEGATRON_LM_COMMIT
 from ..search.plan import DEFAULT_GLOBAL_BATCH
 
-__all__ = ["PAPER", "PAPER_UNIT_NOTE", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL",
-           "DEEPSEEK_V3_TRAINING"]
+__all__ = ["PAPER", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "DEEPSEEK_V3_TRAINING"]
 __all__ += ["PAPER_TABLE9", "PAPER_ACTIVATION_FORMULAS", "KORTHIKANTI_TABLE2", "KORTHIKANTI_SYMBOLS",
             "KORTHIKANTI_MODELS"]
 __all__ += ["MEASURED_RESERVED", "CUDA_CONTEXT_MEASURED", "PYTORCH_ALLOCATOR", "NCCL_BUFFSIZE"]
 __all__ += ["MEGATRON_LM_COMMIT", "MEGATRON_RUNS_DIR", "MEGATRON_PLATFORMS", "MEGATRON_WORLD_SIZES", "MEGATRON_RUNS"]
 
-PAPER_UNIT_NOTE = "the paper prints GB; its numbers are GiB (2**30 bytes)"
 
 PAPER = {
     "arxiv": "2502.07846",
@@ -217,13 +217,6 @@ MEASURED_RESERVED = {
 CUDA_CONTEXT_MEASURED = {"lazy": 287_047_680, "eager": 666_632_192,
                          "source": "PyTorch pull request #86509, github.com/pytorch/pytorch/pull/86509"}
 
-#: PyTorch's CUDA caching allocator, bytes (c10/cuda/CUDACachingAllocator.cpp; c10/core/AllocatorConfig.h
-#: in recent releases): every request rounded up to kMinBlockSize; requests up to kSmallSize served from
-#: kSmallBuffer segments, those below kMinLargeAlloc from kLargeBuffer segments, larger ones from
-#: segments rounded up to kRoundLarge
-PYTORCH_ALLOCATOR = {"kMinBlockSize": 512, "kSmallSize": 1_048_576, "kSmallBuffer": 2_097_152,
-                     "kLargeBuffer": 20_971_520, "kMinLargeAlloc": 10_485_760, "kRoundLarge": 2_097_152}
-
 #: NCCL's default buffer per channel and peer connection, bytes (NCCL documentation, NCCL_BUFFSIZE)
 NCCL_BUFFSIZE = 4_194_304
 
@@ -231,8 +224,8 @@ NCCL_BUFFSIZE = 4_194_304
 # ------------------------------------------------------------------------------------------------
 # Megatron-LM's functional tests: the memory they log (issue 11)
 # ------------------------------------------------------------------------------------------------
-#: the Megatron-LM commit the test cases, their golden values and configs were read at
-MEGATRON_LM_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+#: the Megatron-LM commit the test cases, their golden values and configs were read at is
+#: :data:`MEGATRON_LM_COMMIT`, the one every Megatron-LM source memlib cites is read at
 
 #: where the copies live: ``<case>.yaml`` (model_config.yaml verbatim) and ``<case>.json`` (the memory
 #: metrics of each golden-values file, as the file holds them), written by tools/megatron_runs.py
@@ -473,6 +466,8 @@ SIMUMAX_SETUP: dict[str, tuple] = {
     "vocab": ("NullTokenizer: --vocab-size + 1 (one EOD token), padded to a multiple of 128 TP",
               "Megatron-LM 23e00ed0: megatron/training/tokenizer/tokenizer.py (_NullTokenizer.vocab_size, "
               "_vocab_size_with_padding)"),
+    "cp_comm_type": ("a2a", "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh: CP_COMM_TYPE=${CP_COMM_TYPE:-a2a}, "
+                            "passed as --cp-comm-type with CP > 1; docs/b200/b200_real_repro_guide.md: cp_comm_type=a2a"),
     "rank_order": ("tp-cp-ep-dp-pp", "Megatron-LM 23e00ed0: megatron/core/parallel_state.py, initialize_model_parallel's "
                                      "default order (pipeline stage slowest: ranks 0 .. 8/PP - 1 are the first stage)"),
     "metric": ("torch.cuda.max_memory_allocated() / 2**20 of every rank, the published value their maximum",
@@ -590,15 +585,5 @@ PR482_LLAMA2_7B = {
     "review_row": ("2", "2048", "8", "2", "1", "0:69.1, 1:a", "0:68.8, 1:a"),
 }
 
-#: ISEEKYAN/mbridge memory_estimator/README.md "Some result comparison": a "Mixtral-8x2B with reduced layers"
-#: (./model_configs/test_small.yaml) on one node of eight GPUs, as printed (nlayers, TP, MBS, SEQ_LEN,
-#: "Allocated/GB", "Real")
-MBRIDGE_MIXTRAL = {
-    "source": "https://github.com/ISEEKYAN/mbridge/blob/10cb17f59dd082ef1dd9d5a36f8b1b5b3a5ecc3e/memory_estimator/README.md",
-    "commit": "10cb17f59dd082ef1dd9d5a36f8b1b5b3a5ecc3e",
-    "rows": (("4", "2", "1", "4096", "7.61", "6.6"), ("4", "2", "2", "4096", "7.96", "8"),
-             ("4", "1", "1", "4096", "13.41", "11.2"), ("4", "1", "2", "4096", "13.81", "13.8")),
-}
 __all__ += ["SIMUMAX_COMMIT", "SIMUMAX_RUNS_FILE", "SIMUMAX_SETUP", "SIMUMAX_MODELS", "SIMUMAX_B200_RUNS",
-            "SIMUMAX_STEPS_FILE", "SIMUMAX_B200_STEPS",
-            "PR482_LLAMA2_7B", "MBRIDGE_MIXTRAL"]
+            "SIMUMAX_STEPS_FILE", "SIMUMAX_B200_STEPS", "PR482_LLAMA2_7B"]

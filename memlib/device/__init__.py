@@ -1,5 +1,6 @@
 """One device over a training step: the schedule replay, Megatron-Core's buffers, transient terms, the peak, overheads, the estimate.
 
+:mod:`~memlib.device.allocator` (PyTorch's caching allocator: its constants and rounding) →
 :mod:`~memlib.device.schedule` (micro-batches in flight at every moment) →
 :mod:`~memlib.device.megatron_buffers` (the persistent buffers of one Megatron-Core rank) →
 :mod:`~memlib.device.transient` and :mod:`~memlib.device.peak` (what ``max_memory_allocated`` reports) →

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Mapping
 
 import sympy as sp
@@ -39,13 +39,14 @@ from ..core.breakdown import Breakdown, exact_int
 from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, Runtime
+from ..config.versions import DEFAULT_VERSION, MegatronVersion, parse_version
 from .overhead import Overheads
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
 from ..model.params import by_block, values as model_values
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from .schedule import Moment, check_schedule, moments
-from .transient import Segment, candidates, moe_copies, te_fused_softmax
+from .transient import Segment, candidates, embedding_backward_bytes, loss_kind, moe_copies, te_fused_softmax
 from ..model.states import P_e, P_ne, Recipe, recipe, states_formula
 from ..core.symbols import sym
 
@@ -128,6 +129,12 @@ def ledger_entries(model: ModelConfig, ap, name: str) -> list[Saved]:
     if name.startswith("mtp."):
         return ap.mtp(model, int(name.split(".")[1]))
     return {"embedding": ap.embedding, "head": ap.head}[name](model)
+
+
+@lru_cache(maxsize=64)
+def _version(text) -> MegatronVersion:
+    """The Megatron-LM version of a run (``TrainingConfig.megatron_version``; None: the commit memlib pins)."""
+    return parse_version(text or DEFAULT_VERSION)
 
 
 def _sized(e: Saved, mv: Mapping) -> Saved:
@@ -611,30 +618,56 @@ class Estimate:
         copies = moe_copies(te=te, grouped_gemm=fw.moe_grouped_gemm, dispatcher=fw.token_dispatcher,
                             permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
                             local_experts=max(1, (m.n_routed_experts or 0) // t.ep))
+        extra: dict = {}
+        if t.profile == "megatron":       # the loss's and the output layer's backward; the embedding's backward
+            act, vocab = self.recipe.activations, int(self.partition.values[sym("v")])
+            full = t.micro_batch * -(-t.seq_len // t.cp)          # tokens of a micro-batch on a CP rank
+            extra["loss"] = loss_kind(t.cross_entropy_loss_fusion, t.cross_entropy_fusion_impl.value)
+            if chunk.last:
+                extra.update(head_grad=full * m.hidden_size * act, head_scatter=H if t.sp and t.tp > 1 else 0,
+                             head_wgrad=0 if fw.gradient_accumulation_fusion
+                             else -(-vocab // t.tp) * m.hidden_size * self.recipe.weights)
+            if chunk.first:
+                extra["embedding_backward"] = embedding_backward_bytes(
+                    tokens=full, hidden=m.hidden_size, vocab=-(-vocab // t.tp), weight_bytes=self.recipe.weights,
+                    act_bytes=act, deterministic=fw.deterministic)
         # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
         # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
         compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA
                        and t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl is CrossEntropyFusionImpl.NATIVE)
-        workspace = logits // self.recipe.activations * 4 if compiled_ce else 0
+        extra["ce_workspace"] = logits // self.recipe.activations * 4 if compiled_ce else 0
+        if (chunk.last and t.profile == "megatron" and depth
+                and _version(t.megatron_version).mtp_logits_through_main_loss):
+            extra["mtp_logits"] = logits
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,
                           shared_experts=bool(m.n_shared_experts), fused_softmax=fused_softmax, moe_copies=copies,
-                          ce_workspace=workspace)
+                          **extra)
 
     @cached_property
     def peaks(self) -> list[StagePeak]:
         """The prediction of ``torch.cuda.max_memory_allocated()`` on every stage's device
         (:mod:`memlib.device.peak`)."""
-        part, out = self.partition, []
-        rec = self.recipe
+        return [self._stage_peak(st, self._evaluated_stages[st.index], mem.bytes)
+                for st, mem in zip(self.partition.stages, self.stages)]
+
+    def peak_of(self, index: int) -> StagePeak:
+        """``peaks[index]`` without evaluating the other stages (the validation set predicts the last stage)."""
+        if "peaks" in self.__dict__:
+            return self.peaks[index]
+        st = self.partition.stages[index]
+        memo: dict = {}
+        ex = self._evaluated_stage(st, memo)
+        return self._stage_peak(st, ex, memo[("states_int", self._keys()[0], _signature(self.model, st.chunks),
+                                             int(self.train.zero))])
+
+    def _stage_peak(self, st: Stage, ex: StageExpressions, states: Mapping[str, int]) -> StagePeak:
+        part, rec = self.partition, self.recipe
         grad_bytes = dict(rec.optimizer).get("main_grad", rec.gradients)
-        for st, mem in zip(part.stages, self.stages):
-            ex = self._evaluated_stages[st.index]
-            loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
-                     for i, c in enumerate(st.chunks)]
-            states = {k: mem.bytes[k] for k in ("parameters", "gradients", "optimizer_states")}
-            pers = persistent_terms(part, st.index, states, self.framework, grad_bytes, rec.weights, rec.optimizer)
-            out.append(stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation))
-        return out
+        loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
+                 for i, c in enumerate(st.chunks)]
+        held = {k: states[k] for k in ("parameters", "gradients", "optimizer_states")}
+        pers = persistent_terms(part, st.index, held, self.framework, grad_bytes, rec.weights, rec.optimizer)
+        return stage_peak(st.index, pers, loads, ex.moments, self.train, self.overhead.fragmentation)
 
     @property
     def peak(self) -> StageMemory:

@@ -4,7 +4,7 @@ What a Megatron-LM rank still holds after ``optimizer.step()`` (the ``mem-alloca
 functional tests log, :data:`memlib.data.reference.MEGATRON_RUNS`): the model states in DDP's padded
 contiguous buffers and the distributed optimizer's shards (:func:`model_state_memory`), and the
 framework's own buffers (:func:`framework_memory`), every tensor rounded as PyTorch's caching allocator
-rounds it (:data:`ALLOC_BLOCK`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
+rounds it (:func:`memlib.device.allocator.allocation`).  :func:`persistent_memory` is what :mod:`memlib.device.peak` adds for
 the ``megatron`` profile.
 
 The derivation, with its sources (file:line), is in ``docs/derivations/megatron_buffers.md``.
@@ -15,7 +15,7 @@ import inspect
 import math
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Iterable, Optional, Sequence
 
@@ -26,9 +26,11 @@ from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from ..core.symbols import sym
+from ..core.units import MiB
+from .allocator import PYTORCH_ALLOCATOR, allocation
 
 __all__ = [
-    "MEGATRON_COMMIT", "TE_COMMIT", "ALLOC_BLOCK", "allocation", "MegatronParam", "chunk_params", "rank_params",
+    "MEGATRON_COMMIT", "TE_COMMIT", "MegatronParam", "chunk_params", "rank_params",
     "BufferLayout", "buffer_layout", "shard_numels", "default_bucket_size", "Buffer", "buffers_of", "rank_buffers",
     "logging_rank", "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
     "te_cublas_workspace_bytes", "torch_cublas_workspace_bytes", "FRAMEWORK_TERMS", "framework_tensors",
@@ -39,23 +41,6 @@ __all__ = [
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 #: Transformer Engine snapshot (2.20.0 dev) the TE references point at
 TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
-
-#: PyTorch's caching allocator rounds every request up to a multiple of this (c10/cuda/
-#: CUDACachingAllocator.cpp ``kMinBlockSize``; memlib.data.reference.PYTORCH_ALLOCATOR holds the same)
-ALLOC_BLOCK = 512
-
-MiB = 2**20
-
-
-def allocation(nbytes: int) -> int:
-    """Bytes the caching allocator counts for a request of ``nbytes`` (0 for an empty tensor).
-
-    >>> allocation(0), allocation(1), allocation(512), allocation(513)
-    (0, 512, 512, 1024)
-    """
-    if nbytes <= 0:
-        return 0
-    return -(-nbytes // ALLOC_BLOCK) * ALLOC_BLOCK
 
 
 def _check_flag(name: str, value) -> bool:
@@ -214,9 +199,12 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
         out.append(MegatronParam("embedding.word_embeddings.weight", (vocab_local, hidden), shared_embedding=shared))
         if chunk.first and m.positions == "learned":   # language_model_embedding.py: torch.nn.Embedding, replicated
             out.append(MegatronParam("embedding.position_embeddings.weight", (m.max_position_embeddings, hidden)))
+    cache = part.__dict__.setdefault("_megatron_layer_params", {})   # one rank's layers of a kind are alike
     for k, i in enumerate(chunk.layers):
         kind = m.layer_kinds[i]
-        out += _layer_params(part, f"decoder.layers.{k}.", decoder_layer_tensors(m, kind), kind, experts)
+        if kind not in cache:
+            cache[kind] = _layer_params(part, "", decoder_layer_tensors(m, kind), kind, experts)
+        out += [replace(x, name=f"decoder.layers.{k}." + x.name) for x in cache[kind]]
     if chunk.last:
         out.append(MegatronParam("decoder.final_layernorm.weight", (hidden,)))
         if m.norm == "layernorm":
@@ -248,7 +236,11 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
 def rank_params(part: Partition, stage: int | Stage = -1) -> list[list[MegatronParam]]:
     """The parameters of every model chunk pipeline rank ``stage`` holds (one list per chunk)."""
     st = _stage(part, stage)
-    return [chunk_params(part, c) for c in st.chunks]
+    cache = part.__dict__.setdefault("_megatron_chunk_params", {})
+    for c in st.chunks:
+        if c.index not in cache:
+            cache[c.index] = chunk_params(part, c)
+    return [cache[c.index] for c in st.chunks]
 
 
 def _stage(part: Partition, stage: int | Stage) -> Stage:
@@ -470,7 +462,7 @@ def logging_rank(train: TrainingConfig) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------
 #: the caching allocator without expandable segments: requests of at least kMinLargeAlloc bytes get a
 #: segment rounded up to kRoundLarge, and the block is not split when at most kSmallSize would remain
-_MIN_LARGE_ALLOC, _ROUND_LARGE, _SMALL_SIZE = 10 * MiB, 2 * MiB, MiB
+_MIN_LARGE_ALLOC, _ROUND_LARGE, _SMALL_SIZE = (PYTORCH_ALLOCATOR[k] for k in ("kMinLargeAlloc", "kRoundLarge", "kSmallSize"))
 
 
 def fresh_segment_slack(nbytes: int) -> int:
@@ -539,7 +531,7 @@ def model_state_memory(part: Partition, stage: int | Stage = -1, *, dp_rank: Opt
     ``param_buffer_padding`` and ``grad_buffer_padding`` (alignment and bucket-end padding), the
     optimizer's ``main_params``, ``exp_avg`` and ``exp_avg_sq`` (fp32, one tensor per parameter
     shard); ``allocator_rounding`` is the rounding of those separate tensors (and of the parameters
-    without the distributed optimizer) up to :data:`ALLOC_BLOCK`; ``allocator_slack`` (only with
+    without the distributed optimizer) up to :data:`memlib.device.allocator.BLOCK`; ``allocator_slack`` (only with
     ``expandable_segments=False``) what :func:`fresh_segment_slack` adds to each large tensor.
 
     Sources (MEGATRON_COMMIT): buffers param_and_grad_buffer.py:1180-1194 (param_data bf16 only with
@@ -572,21 +564,27 @@ def te_cublas_workspace_bytes(compute_capability: int) -> int:
 
 
 def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_config: Optional[str] = None,
-                                 minor: int = 0) -> int:
+                                 minor: int = 0, blackwell_32mib: bool = True) -> int:
     """PyTorch's cuBLAS workspace, one per (handle, stream): ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT``
-    pairs in KiB, summed SIZE x COUNT), else 32 MiB on sm 9.0 and 4096 KiB x 2 + 16 KiB x 8 elsewhere
-    (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``).
+    pairs in KiB, summed SIZE x COUNT), else 32 MiB on Hopper and Blackwell (major 9, 10, 12) and 4096 KiB x 2 +
+    16 KiB x 8 elsewhere (aten/src/ATen/cuda/CublasHandlePool.cpp, ``parseChosenWorkspaceSize``: "32MiB for Hopper
+    and Blackwell").  Blackwell's 32 MiB came with pytorch#175344 (merged 2026-02-19); ``blackwell_32mib=False``
+    is a PyTorch from before it, which gave 32 MiB to Hopper (major 9) only.
 
     >>> torch_cublas_workspace_bytes(9), torch_cublas_workspace_bytes(8), torch_cublas_workspace_bytes(8, ":4096:8")
     (33554432, 8519680, 33554432)
+    >>> torch_cublas_workspace_bytes(10), torch_cublas_workspace_bytes(10, blackwell_32mib=False)
+    (33554432, 8519680)
     """
+    _check_flag("blackwell_32mib", blackwell_32mib)
     if cublas_workspace_config is not None:
         pairs = re.findall(r":([0-9]+):([0-9]+)", cublas_workspace_config)
         if not pairs:
             raise ConfigError(f"cublas_workspace_config={show(cublas_workspace_config)} must be :SIZE:COUNT pairs "
                               f"(KiB), e.g. :4096:8")
         return sum(int(a) * 1024 * int(b) for a, b in pairs)
-    return 4096 * 8 * 1024 if (compute_capability, minor) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    big = (9, 10, 12) if blackwell_32mib else (9,)
+    return 4096 * 8 * 1024 if compute_capability in big else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 #: the framework terms, in the order :func:`framework_memory` lists them
@@ -600,7 +598,8 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                       fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
                       permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
                       torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096,
-                      param_dtype_bytes: int = 2) -> list[tuple[str, str, int]]:
+                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True
+                      ) -> list[tuple[str, str, int]]:
     """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
     :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
     m, t = part.model, part.train
@@ -633,7 +632,8 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
     if moe_layers and moe_grouped_gemm and uses_te:
         out += [("te_cublas_workspaces", f"TE grouped-GEMM workspace, stream {i}", ws) for i in range(4)]
     out += [("torch_cublas_workspaces", f"PyTorch cuBLAS workspace, handle {i}",
-             torch_cublas_workspace_bytes(cc, cublas_workspace_config)) for i in range(torch_cublas_handles)]
+             torch_cublas_workspace_bytes(cc, cublas_workspace_config, blackwell_32mib=blackwell_cublas_32mib))
+            for i in range(torch_cublas_handles)]
     if gradient_accumulation_fusion:
         shapes = sorted({p.shape for p in params if p.dummy_wgrad})
         out += [("te_dummy_wgrads", f"dummy wgrad {s[0]}x{s[1]} bf16", 2 * math.prod(s)) for s in shapes]

@@ -19,11 +19,10 @@ from fractions import Fraction
 from math import ceil
 
 from ..config import ConfigError, show
+from ..core.units import GiB, MiB
 
 __all__ = ["Overheads", "OVERHEAD_PRESETS", "overheads", "SOURCES", "DEVICE_MEMORY", "DEVICE_MEMORY_SOURCES", "DEVICE_PRODUCT_GB",
            "device_memory", "allocatable"]
-
-GIB, MIB = 2**30, 2**20
 
 #: the memory of common training devices as the driver reports it (``nvidia-smi``'s total, in MiB of
 #: 2**20 bytes), in bytes: the capacities the book sizes against, keyed by the names ``--gpu`` takes.
@@ -31,11 +30,11 @@ GIB, MIB = 2**30, 2**20
 #: CUDA context is not part of it for PyTorch: it is one of the overheads (:class:`Overheads`), so what
 #: PyTorch's allocator can hold is :func:`allocatable`.  ``--gpu-memory`` takes any other capacity.
 DEVICE_MEMORY = {
-    "A100": 81_920 * MIB,     # A100 80GB (SXM4): 81,920 MiB
-    "H100": 81_559 * MIB,     # H100 80GB HBM3 (SXM5): 81,559 MiB
-    "H800": 81_559 * MIB,     # H800 (SXM5): the H100 SXM's 80 GB HBM3 part, taken as the same total
-    "H200": 143_771 * MIB,    # H200 141GB HBM3e: 143,771 MiB
-    "B200": 183_359 * MIB,    # B200: 183,359 MiB
+    "A100": 81_920 * MiB,     # A100 80GB (SXM4): 81,920 MiB
+    "H100": 81_559 * MiB,     # H100 80GB HBM3 (SXM5): 81,559 MiB
+    "H800": 81_559 * MiB,     # H800 (SXM5): the H100 SXM's 80 GB HBM3 part, taken as the same total
+    "H200": 143_771 * MiB,    # H200 141GB HBM3e: 143,771 MiB
+    "B200": 183_359 * MiB,    # B200: 183,359 MiB
 }
 
 #: the same devices' memory as their product names state it, in decimal GB (a rounded marketing size, not a
@@ -64,8 +63,8 @@ SOURCES = {
 class Overheads:
     """Overhead settings: fixed bytes and a fraction of allocated memory."""
 
-    cuda_context: int = 300 * MIB
-    comm_buffers: int = ceil(Fraction(8, 10) * GIB)
+    cuda_context: int = 300 * MiB
+    comm_buffers: int = ceil(Fraction(8, 10) * GiB)
     fragmentation: Fraction = Fraction(5, 100)
 
     def terms(self, allocated: int) -> dict[str, int]:
@@ -79,7 +78,7 @@ class Overheads:
 
 OVERHEAD_PRESETS = {
     "low": Overheads(),
-    "high": Overheads(2 * GIB, 2 * GIB, Fraction(30, 100)),
+    "high": Overheads(2 * GiB, 2 * GiB, Fraction(30, 100)),
     "none": Overheads(0, 0, Fraction(0)),
 }
 

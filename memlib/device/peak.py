@@ -46,12 +46,12 @@ the persistent FP8 weight copies).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Optional, Sequence
 
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, TrainingConfig, show
+from ..config import ConfigError, TrainingConfig, ZeroStage, show
 from ..model.partition import Partition
 from .schedule import Moment
 from .transient import TERMS
@@ -86,13 +86,18 @@ class Framework:
     permute_fusion: bool = True
     cublas_workspace_config: Optional[str] = None
     expandable_segments: bool = True
+    deterministic: bool = False      #: --deterministic-mode (the embedding's backward: index_put, no partial sums)
+    #: PyTorch with pytorch#175344 (merged 2026-02-19): 32 MiB cuBLAS workspaces on Blackwell too (False: an older
+    #: PyTorch, Hopper only; memlib.config.versions.container_rules reads it from an NGC container)
+    blackwell_cublas_32mib: bool = True
 
     def buffer_options(self, train: TrainingConfig, grad_dtype_bytes: int, param_dtype_bytes: int) -> dict:
         """The keyword options of :func:`~memlib.device.megatron_buffers.persistent_memory` for ``train``."""
         opts = {k: getattr(self, k) for k in ("compute_capability", "gradient_accumulation_fusion", "rope_fusion",
                                              "moe_grouped_gemm", "token_dispatcher", "permute_fusion",
-                                             "cublas_workspace_config", "expandable_segments")}
-        opts.update(distributed_optimizer=int(train.zero) >= 1, grad_dtype_bytes=grad_dtype_bytes,
+                                             "cublas_workspace_config", "expandable_segments",
+                                             "blackwell_cublas_32mib")}
+        opts.update(distributed_optimizer=train.zero >= ZeroStage.OS, grad_dtype_bytes=grad_dtype_bytes,
                     param_dtype_bytes=param_dtype_bytes, overlap_grad_reduce=train.overlap_grad_reduce,
                     bucket_size=train.ddp_bucket_size, fp8=train.fp8,
                     fp8_recipe=train.fp8_recipe if train.fp8_recipe in ("delayed", "tensorwise") else "delayed")
@@ -225,7 +230,7 @@ def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], fra
     model states ``states`` (parameters, gradients, optimizer_states)."""
     t = part.train
     states_held = tuple((k, b) for k, b in optimizer if k != "main_grad")
-    if t.profile == "megatron" and int(t.zero) <= 1 and states_held == MEGATRON_OPTIMIZER:
+    if t.profile == "megatron" and t.zero <= ZeroStage.OS and states_held == MEGATRON_OPTIMIZER:
         from .megatron_buffers import persistent_memory
 
         opts = framework.buffer_options(t, grad_dtype_bytes, param_dtype_bytes)

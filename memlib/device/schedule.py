@@ -82,7 +82,7 @@ def check_schedule(train: TrainingConfig) -> None:
 def default_microbatches(train: TrainingConfig) -> int:
     """M when ``num_microbatches`` is not given: enough to fill the pipeline (the smallest M at
     which every rank reaches its steady state)."""
-    p, v, sch = train.pp, train.vpp, schedule_of(train)
+    p, sch = train.pp, schedule_of(train)
     if train.num_microbatches is not None:
         return train.num_microbatches
     if sch is Schedule.DUALPIPE:

@@ -72,13 +72,6 @@ def microbatch(train: TrainingConfig, op: Op) -> int:
     return op.mb
 
 
-def _rank_at(train: TrainingConfig, direction: int, stage: int) -> int:
-    p = train.pp
-    if Schedule(train.schedule) is Schedule.INTERLEAVED:
-        return stage % p
-    return p - 1 - stage if direction else stage
-
-
 @dataclass(frozen=True)
 class Slot:
     """One step of one rank placed on the clock: it runs from ``start`` to ``end`` (slots)."""

@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 
 from ..ledgers.base import Policy, Saved
 
-__all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies"]
+__all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies", "FORWARD_LOSSES", "loss_kind",
+           "embedding_backward_bytes"]
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
 TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "cross_entropy_workspace",
@@ -39,7 +40,7 @@ class Segment:
 
     def find(self, local: str) -> tuple[int, int] | None:
         """(index, bytes) of the entry whose key ends with ``local`` (``attention.softmax_out``...)."""
-        for i, (k, (x, e)) in enumerate(self.entries.items()):
+        for i, (k, (x, _)) in enumerate(self.entries.items()):
             if k == local or k.endswith("." + local):
                 return i, x
         return None
@@ -92,11 +93,67 @@ def _terms(**kw) -> dict[str, int]:
     return out
 
 
+#: the bf16 logits ``L`` the loss region holds at the end of the forward beyond the loss's saved tensors: the logits
+#: themselves until ``GPTModel.forward`` returns (the vocab-parallel cross-entropy, unfused or native, keeps an
+#: fp32 softmax of them instead), none with Transformer Engine's loss (2.5 to 2.17: it overwrites the logits with
+#: their gradient and keeps them, transformer_engine/pytorch/cross_entropy.py:53,62 at v2.16, so they are its
+#: saved tensor, the ledger's ``loss_grad``, already).  The loss's own backward allocates nothing larger than the
+#: moment after it for the unfused and TE losses (the unfused one casts its in-place fp32 gradient to one bf16 L;
+#: TE scales the kept logits in place); the native fused loss compiled by Inductor adds its fp32 buffer
+#: (``cross_entropy_workspace``, 2 L) to that moment, forward and backward alike
+FORWARD_LOSSES = {"unfused": 1, "native": 1, "te": 0}
+
+
+def loss_kind(fusion: bool, impl: str) -> str:
+    """The :data:`FORWARD_LOSSES` entry of ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``."""
+    return "unfused" if not fusion else ("te" if impl == "te" else "native")
+
+
+def embedding_backward_bytes(*, tokens: int, hidden: int, vocab: int, weight_bytes: int, act_bytes: int,
+                             deterministic: bool) -> int:
+    """What the word embedding's backward allocates on the first stage: the incoming gradient made contiguous
+    (it arrives as a transposed view of the ``[s, b, h]`` gradient, and with TP > 1 through the masked rows'
+    ``index_put`` backward: two full ``[b s/CP, h]`` tensors alive), the dense ``[v/TP, h]`` gradient in the
+    weight's dtype, and (PyTorch aten/src/ATen/native/cuda/Embedding.cu ``embedding_dense_backward_cuda``,
+    EmbeddingBackwardKernel.cu ``embedding_backward_cuda_kernel``) past 3,072 indices the radix sort's two int64
+    index vectors, four more of ``numel`` entries and the fp32 ``[numel, h]`` partial sums; under
+    ``--deterministic-mode`` (``weight[masked_input]``) ``index_put_`` with accumulation: the sort's two vectors,
+    no partial sums.  ``tokens`` = b s/CP indices."""
+    dense = vocab * hidden * weight_bytes
+    grads = 2 * tokens * hidden * act_bytes
+    if deterministic:
+        return dense + grads + 2 * 8 * tokens
+    if tokens <= 3072:
+        return dense + grads
+    return dense + grads + 6 * 8 * tokens + 4 * tokens * hidden
+
+
+def _loss_backward(segments: Sequence[Segment], *, L: int, head_grad: int, head_scatter: int,
+                   head_wgrad: int) -> dict[str, dict[str, int]]:
+    """The output layer's backward, right after the loss's: the loss's saved tensors are freed, the logits' bf16
+    gradient ``L`` lives (for TE the kept logits themselves) while the output layer computes its input gradient
+    ``[s/CP, b, h]`` (megatron/core/tensor_parallel/layers.py:683), reduce-scatters it with sequence parallelism
+    into a new ``[s/(CP TP), b, h]`` (:703-708) and, without gradient-accumulation fusion, computes its dense
+    ``[v/TP, h]`` weight gradient (``grad_output.t().matmul(total_input)``)."""
+    head = [s for s in segments if s.kind == "head" and s.find("head.input")]
+    if not head:
+        return {}
+    seg = head[-1]
+    saved = sum(x for k, (x, e) in seg.entries.items() if k.endswith((".loss_softmax", ".loss_grad")))
+    return {"backward_output_layer": _terms(backward_released=-saved,
+                                            backward_gradients=L + head_grad + head_scatter + head_wgrad)}
+
+
 def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, first: bool, last: bool,
-               shared_experts: bool, fused_softmax: bool = False, moe_copies: int = 3,
-               ce_workspace: int = 0) -> dict[str, dict[str, int]]:
+               shared_experts: bool, fused_softmax: bool = False,
+               moe_copies: int = 3, loss: str = "unfused", head_grad: int = 0, head_scatter: int = 0,
+               head_wgrad: int = 0, embedding_backward: int = 0, ce_workspace: int = 0,
+               mtp_logits: int = 0) -> dict[str, dict[str, int]]:
     """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
     as named terms beyond the micro-batch's held activations (see the module docstring).
+
+    ``mtp_logits``: the last MTP head's bf16 logits where the Megatron-LM version keeps them referenced through
+    the main head's loss (:attr:`memlib.config.versions.MegatronVersion.mtp_logits_through_main_loss`), else 0.
 
     ``ce_workspace``: the fp32 buffer of the logits' size that Inductor's compiled native cross-entropy
     allocates beside the saved softmax on the loss chunk (0 elsewhere): in the forward ``exp(x - max)``
@@ -106,7 +163,15 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     ``fused_softmax``: the ``s x s`` probabilities come from Transformer Engine's unfused attention with its
     fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
     dispatched tokens' size are alive at forward_moe's moment (3: the local experts with the unfused
-    permutation; see :func:`moe_copies` for the TE grouped-GEMM experts with the fused permutation)."""
+    permutation; see :func:`moe_copies` for the TE grouped-GEMM experts with the fused permutation).
+
+    ``loss`` (the chunk with the loss): how the cross-entropy keeps the logits (:data:`FORWARD_LOSSES`);
+    ``head_grad``, ``head_scatter``, ``head_wgrad``: the output layer's input gradient ``[s/CP, b, h]``, its
+    sequence-parallel reduce-scatter output (0 without SP) and its dense weight gradient (0 with gradient-accumulation
+    fusion); ``embedding_backward`` (the chunk with the embedding): the bytes the embedding's backward allocates
+    (:func:`embedding_backward_bytes`)."""
+    if loss not in FORWARD_LOSSES:
+        raise ValueError(f"loss={loss!r} must be one of {', '.join(FORWARD_LOSSES)}")   # pragma: no cover
     out: dict[str, dict[str, int]] = {}
     D = mtp_depth if last else 0
     layers = [i for i, s in enumerate(segments) if s.kind in ("dense", "moe", "mtp")]
@@ -123,9 +188,19 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     mtp_hidden = [s for s in segments if s.kind == "mtp"]
     final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input", "mtp.hnorm.norm_input",
                                                        "mtp.hnorm_input")) else H
-    out["forward_end"] = _terms(cross_entropy_logits=L, cross_entropy_workspace=ce_workspace,
+    # TE's loss overwrites the logits with their gradient and keeps them: they are the ledger's loss_grad already
+    out["forward_end"] = _terms(cross_entropy_logits=FORWARD_LOSSES[loss] * L + (mtp_logits if D else 0),
+                                cross_entropy_workspace=ce_workspace,
                                 forward_transients=chunk_input + final_hidden) if last \
         else _terms(forward_transients=chunk_input)
+    if last and head_grad:
+        out.update(_loss_backward(segments, head_grad=head_grad, head_scatter=head_scatter, head_wgrad=head_wgrad,
+                                  L=L))
+    if first and embedding_backward:
+        emb = [s for s in segments if s.kind == "embedding"]
+        others = sum(s.kept_total() for s in segments if s.kind != "embedding")
+        if emb:
+            out["backward_embedding"] = _terms(backward_released=-others, backward_gradients=embedding_backward)
     if not layers:
         return out
     grad_hidden = H + ((1 + D) * H if D else (0 if last else H))
@@ -153,6 +228,21 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     def worst(cands: list[dict[str, int]]) -> dict[str, int]:
         """The candidate with the most bytes (the first such: the latest layer)."""
         return max(cands, key=lambda c: sum(c.values()))
+
+    att = [i for i in layers if segments[i].find("attention.softmax_out")]
+    if att and fused_softmax:
+        # forward of the last attention with the s x s probabilities, Transformer Engine's unfused attention: its
+        # raw scores (matmul_result, [b n_h, s, s]) stay referenced until the function returns, beside the
+        # probabilities, while P V writes its [b n_h, s, d_v] output and .permute().contiguous() copies it
+        # into the context linear_proj keeps (attention/dot_product_attention/backends.py
+        # UnfusedDotProductAttention._forward)
+        i = att[-1]
+        seg = segments[i]
+        P = seg.find("attention.softmax_out")[1]
+        ci = seg.find("attention.context")
+        if ci and seg.kept(seg.entry(ci[0])):
+            out["forward_attention"] = _terms(backward_released=-(tail(i) + seg.kept_after(ci[0]) + ci[1]),
+                                              forward_transients=P + 2 * ci[1])
 
     # backward of the first attention of a layer with the s x s probabilities
     def backward_attention(i: int) -> dict[str, int]:
@@ -188,9 +278,24 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
                            - (V if ve is not None and not seg.kept(ve) else 0))
         return _terms(backward_released=-released, backward_gradients=grads, recompute_working_set=working)
 
-    att = [i for i in layers if segments[i].find("attention.softmax_out")]
     if att:
         out["backward_attention"] = worst([backward_attention(i) for i in last_of_each(att)])
+
+    # backward of a layer's dense MLP, at its activation's backward (the first backward op of a layer that keeps
+    # its activation's input and output), for the last layer of each distinct ledger and policy
+    def backward_mlp(i: int) -> dict[str, int] | None:
+        seg = segments[i]
+        act = seg.find("dense_ffn.act_output")
+        act_in = seg.find("dense_ffn.swiglu_input") or seg.find("dense_ffn.gelu_input")
+        if not (act and act_in and seg.kept(seg.entry(act[0])) and seg.kept(seg.entry(act_in[0]))):
+            return None
+        j, A = act
+        return _terms(backward_released=-(tail(i) + seg.kept_after(j) + A), backward_gradients=H + A + act_in[1])
+
+    mlp = [c for c in (backward_mlp(i) for i in last_of_each(layers)) if c is not None]
+    if mlp:
+        out["backward_mlp"] = worst(mlp)
+
     # forward of the last MoE layer's experts
     moe = [i for i in layers if segments[i].find("moe.routed.fc1_input")]
     if moe:

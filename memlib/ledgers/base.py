@@ -42,7 +42,7 @@ import sympy as sp
 from ..core.breakdown import Breakdown
 from ..config import LIMITS, ConfigError, ModelConfig, TrainingConfig, parse_count, show
 from ..model.states import Recipe
-from ..core.symbols import sym
+from ..core.symbols import CP, EP, ETP, TP, b, s
 
 __all__ = [
     "Saved", "MODULES", "POLICIES", "Policy", "parse_policy", "entry_bytes", "ledger_bytes",
@@ -50,12 +50,6 @@ __all__ = [
     "DIVISORS", "FP8_TILE", "ActProfile",
 ]
 
-b, s = sym("b"), sym("s")
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
-TP, CP, EP, ETP = sym("TP"), sym("CP"), sym("EP"), sym("ETP")
 
 #: bytes per element of the fixed dtypes; ``act`` is the recipe's activation dtype
 DTYPE_BYTES = {"mask": 1, "int64": 8, "int32": 4, "fp32": 4}
@@ -261,8 +255,6 @@ def ledger_bytes(entries: Iterable[Saved], train: TrainingConfig | None = None, 
 def training_values(train: TrainingConfig) -> dict:
     """Substitution for b and s."""
     return {b: train.micro_batch, s: train.seq_len}
-
-
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import sympy as sp
 
 from .base import DTYPE_BYTES, ActProfile, Saved, saved as _S
 from ..config import ConfigError, ModelConfig, show
-from ..core.symbols import sym
+from ..core.symbols import (b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v, n_kv,
+                            d_head, h_S)
 
 __all__ = ["hf_eager_layer", "hf_embedding", "hf_head", "HF_VERSIONS", "HF_CODE", "HfCode", "hf_code",
            "NORMS_HF", "DENSE_HF", "MOE_HF", "ACTIVATIONS_HF"]
@@ -29,13 +30,6 @@ __all__ = ["hf_eager_layer", "hf_embedding", "hf_head", "HF_VERSIONS", "HF_CODE"
 HF_VERSIONS = {"torch": "2.13.0", "transformers": "5.24.0"}
 
 DTYPE_BYTES.setdefault("int32", 4)     # the experts' grouped_mm offsets
-
-b, s = sym("b"), sym("s")
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
-n_kv, d_head, h_S = sym("n_kv"), sym("d_head"), sym("h_S")
 
 
 # ------------------------------------------------------------------------------------------------

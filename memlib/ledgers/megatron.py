@@ -48,18 +48,105 @@ import sympy as sp
 
 from .base import ActProfile, Saved, renamed, saved as _S
 from ..config import ModelConfig, TrainingConfig
-from ..core.symbols import sym
+from ..config.strategies import AttnBackend
+from ..core.symbols import sym, b, s, h, v
 from .megatron_blocks import (KERNEL_SOURCES, TE_DEFAULT, Kernels, _FROM_CODE, _MEASURED, _SHARED_CODE, _attention,
                               _dense, _gelu_dense, _gqa_attention, _layernorm_mu, _moe, _norm, _qwen2_shared)
 
-__all__ = ["megatron_layer", "megatron_head", "megatron_embedding", "megatron_mtp", "bind", "MEGATRON_PROFILE"]
+__all__ = ["megatron_layer", "megatron_head", "megatron_embedding", "megatron_mtp", "bind", "MEGATRON_PROFILE",
+           "te_attention_backend"]
 
-b, s, h, v = sym("b"), sym("s"), sym("h"), sym("v")
+
+_DROPOUT_SOURCE = ("--hidden-dropout > 0: the bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py:69-73, "
+                   "@jit_fuser, i.e. torch.compile) saves one bool mask of the residual stream per call (Inductor's "
+                   "partition, torch 2.13; unfused, CUDA's native_dropout saves the same bool mask); p = 0 saves none")
+
+
+def _bda_mask(prefix: str, what: str) -> Saved:
+    """The dropout mask of one bias-dropout-add (or of the embedding's dropout): bool, the residual stream's shape."""
+    return _S(f"{prefix}.dropout_mask", f"{what}: the dropout mask [s, b, h], bool", b * s * h, "mask",
+              shard={"SP", "CP"}, note=_DROPOUT_SOURCE)
+
+
+def _attention_extras(att: list[Saved], k: Kernels) -> list[Saved]:
+    """What the attention keeps beyond the block's own entries, by kernel: attention dropout on the s x s
+    probabilities (a bool mask and the dropped probabilities that P V keeps, beside the softmax's own output:
+    ``torch.nn.Dropout``, TE backends.py:357,660 at v2.18, the local DotProductAttention likewise; flash and fused
+    attention drop inside the kernel, an RNG state only); TE's flash-attn path (the kernel's bshd output beside
+    the sbhd copy linear_proj keeps); with all-to-all context parallelism TE (>= 2.8) the attention output before
+    the post-attention all-to-all beside the one linear_proj keeps (context_parallel.py:4473,4482,4560-4563 at
+    v2.18)."""
+    out: list[Saved] = []
+    last_probs = max((i for i, e in enumerate(att) if e.key in ("attention.softmax_out", "attention.softmax_fp32")),
+                     default=None)
+    for i, e in enumerate(att):
+        if e.key == "attention.context" and k.backend is AttnBackend.FLASH and not k.local_norm:
+            out.append(replace(e, key="attention.flash_out", linear_input=False, fp8_exception="", width=None,
+                               modules=frozenset({"core_attn"}),
+                               name="the flash kernel's [b, s, n_h, d] output, kept by flash-attn",
+                               note="TE's FlashAttention runs flash-attn on bshd tensors: it makes sbhd q, k, v "
+                                    "bshd copies (which flash-attn keeps) and returns its output transposed back and "
+                                    ".contiguous() (attention/dot_product_attention/backends.py FlashAttention.forward, "
+                                    "v2.12), the copy linear_proj keeps: two output-sized tensors"))
+        if e.key == "attention.context" and k.cp_a2a:
+            out.append(replace(e, key="attention.context_pre_a2a", linear_input=False, fp8_exception="", width=None,
+                               modules=frozenset({"core_attn"}),
+                               name="attention output before the post-attention all-to-all (CP a2a), kept by TE's "
+                                    "AttnFuncWithCPAndQKVOA2A",
+                               note="TE >= 2.8 saves out_part, the output before the all-to-all; linear_proj keeps the "
+                                    "one after (attention/dot_product_attention/context_parallel.py:4473,4482,4560 "
+                                    "at v2.18; v2.7 saved the post-all-to-all output, :3431)"))
+        out.append(e)
+        if i == last_probs and k.attention_dropout:
+            src = "torch.nn.Dropout on the probabilities (TE backends.py:357,660 at v2.18; CUDA native_dropout)"
+            out += [
+                _S("attention.probs_dropout_mask", "attention dropout mask [b, n_h, s, s], bool",
+                   b * sym("n_h") * s * s, "mask", shard={"TP", "CP"}, modules={"core_attn"}, note=src),
+                _S("attention.probs_dropped", "the probabilities after dropout, kept by P V", b * sym("n_h") * s * s,
+                   shard={"TP", "CP"}, modules={"core_attn"}, note=src),
+            ]
+    return out
+
+
+def te_attention_backend(compute_capability: int, *, deterministic: bool, dropout: bool,
+                         minor: int = 0, te_version: tuple[int, int] | None = None) -> AttnBackend:
+    """The kernel Transformer Engine's ``--attention-backend auto`` runs for causal bf16 training attention in the
+    sbhd format (TE v2.12 attention/dot_product_attention/utils.py ``get_attention_backend``; common/fused_attn/
+    fused_attn.cpp ``nvte_get_fused_attn_backend``): cuDNN's fused attention (``fused``) is preferred from Hopper
+    on (utils.py: "Disabling FlashAttention to give FusedAttention preference on Hopper+"); below sm90 deterministic
+    training disables it ("for determinism reasons") and flash-attn wins when both run (it is taken first); on
+    sm100 and later the fused kernel's deterministic backward needs attention dropout 0 (fused_attn.cpp:451-456),
+    so deterministic training with dropout runs flash-attn.  Deterministic: ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``.
+
+    ``te_version`` below (1, 3) is Transformer Engine 1.2.x (the NGC 24.01 container's,
+    :func:`memlib.config.versions.container_rules`): deterministic training disables flash-attn 2 whatever its
+    version (TE v1.2 transformer_engine/pytorch/attention.py:2005-2011) and, below sm90, cuDNN's arbitrary-sequence
+    fused attention (attention.py:2377-2381), so it runs the unfused attention below Hopper; TE 1.3 and later
+    keep flash-attn from 2.4.1 on.
+
+    >>> te_attention_backend(8, deterministic=False, dropout=True).value
+    'flash'
+    >>> te_attention_backend(9, deterministic=True, dropout=True).value
+    'fused'
+    >>> te_attention_backend(10, deterministic=True, dropout=True).value
+    'flash'
+    >>> te_attention_backend(8, deterministic=True, dropout=True, te_version=(1, 2)).value
+    'unfused'
+    """
+    if te_version is not None and te_version < (1, 3) and deterministic and (compute_capability, minor) < (9, 0):
+        return AttnBackend.UNFUSED
+    if (compute_capability, minor) < (9, 0):
+        return AttnBackend.FLASH
+    if compute_capability >= 10 and deterministic and dropout:
+        return AttnBackend.FLASH
+    return AttnBackend.FUSED
 
 
 def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[Saved]:
     """The megatron profile's ledger of one decoder layer of ``kind`` under kernel choices ``k``."""
-    att = _attention(m, k) if m.attention == "mla" else _gqa_attention(m, k)
+    att = _attention_extras(_attention(m, k) if m.attention == "mla" else _gqa_attention(m, k), k)
+    if k.hidden_dropout:
+        att.append(_bda_mask("attention", "after the attention block's bias-dropout-add"))
     if kind == "moe":
         ffn = _moe(m, k)
         if m.moe == "qwen2_moe":
@@ -72,6 +159,8 @@ def megatron_layer(m: ModelConfig, kind: str, k: Kernels = TE_DEFAULT) -> list[S
         ffn = _dense(m, k)
         if m.norm == "layernorm" and not k.local_norm:
             ffn[1:1] = _layernorm_mu("dense_ffn", "the FFN block input", m, modules={"mlp"})
+    if k.hidden_dropout:
+        ffn.append(_bda_mask("mlp_bda", "after the MLP block's bias-dropout-add"))
     return att + ffn
 
 
@@ -103,6 +192,11 @@ def megatron_embedding(m: ModelConfig, k: Kernels = TE_DEFAULT) -> list[Saved]:
                             "it under the causal mask type)")
                       + "; pretrain_gpt.py passes the GPT dataset's default mask (create_attention_mask) to the first "
                         "and last pipeline stages; " + _MEASURED))
+    if k.hidden_dropout:
+        out.append(replace(_bda_mask("embedding", "the embedding's dropout"), keep_full=True,
+                           note="LanguageModelEmbedding's torch.nn.Dropout(hidden_dropout) "
+                                "(models/common/embeddings/language_model_embedding.py:153-156): CUDA's native_dropout "
+                                "saves a bool mask of its output's shape"))
     return out
 
 
@@ -163,6 +257,8 @@ def megatron_mtp(m: ModelConfig, j: int, k: Kernels = TE_DEFAULT) -> list[Saved]
     own = [_S("mtp.token_ids", "shifted token ids of the MTP embedding, int64", bs, "int64", shard={"CP"},
               keep_full=True, note="rolled by one token, kept by the shared embedding; " + _SHARED_CODE),
            _vocab_mask("mtp")]
+    if k.hidden_dropout:    # the MTP layer runs the shared embedding (and its dropout) on the shifted tokens
+        own.append(replace(_bda_mask("mtp.embedding", "the MTP embedding's dropout"), keep_full=True))
     if k.local_norm:
         own += _norm("mtp.enorm", "embedding of the shifted tokens", h, k, output=False)
         own += _norm("mtp.hnorm", "the main model's final hidden state", h, k, output=False)

@@ -18,16 +18,11 @@ from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.states import recipe
-from ..core.symbols import sym
+from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
 
 
 __all__ = ["Kernels", "TE_DEFAULT", "KERNEL_SOURCES", "ROUTER_SOFTMAX_FIRST", "router_softmax_first"]
 
-b, s = sym("b"), sym("s")
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
 
 #: the public source files each kernel's entries are read from (tag or release named)
 KERNEL_SOURCES = {
@@ -67,6 +62,9 @@ class Kernels:
     policy: Policy = Policy("none")  #: the recompute policy (for the checkpoints that exist once per model)
     gathered_rope_key: bool = False  #: TP > 1 with SP: MLA gathers k^R over TP before RoPE
     tp: int = 1                      #: the TP size (grouped-query attention with TP > n_kv is not in the ledger)
+    hidden_dropout: bool = False     #: --hidden-dropout > 0: the bias-dropout-adds and the embedding keep masks
+    attention_dropout: bool = False  #: --attention-dropout > 0: the s x s attention keeps a mask and its output
+    cp_a2a: bool = False             #: CP > 1 with --cp-comm-type a2a or a2a+p2p (TE): the pre-all-to-all output
     runtime: Runtime = Runtime.CUDA  #: where torch runs (:class:`~memlib.config.strategies.Runtime`)
 
     @property
@@ -107,7 +105,30 @@ class Kernels:
                    swiglu_fusion=train.bias_swiglu_fusion, ce_fusion=train.cross_entropy_loss_fusion,
                    ce_impl=train.cross_entropy_fusion_impl, aux_loss=train.moe_aux_loss,
                    fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp,
-                   tp=train.tp, runtime=train.runtime)
+                   tp=train.tp, hidden_dropout=train.hidden_dropout > 0, attention_dropout=train.attention_dropout > 0,
+                   cp_a2a=train.cp > 1 and train.cp_comm_type in ("a2a", "a2a+p2p") and impl.uses_te,
+                   runtime=train.runtime)
+
+
+def _local_softmax_fp32(n_h: int, k: Kernels):
+    """``--attention-softmax-in-fp32``'s fp32 probabilities of Megatron-Core's local attention, kept by the torch
+    softmax beside the bf16 copy P V keeps; none where the fused CUDA kernel runs (a GPU: it keeps its bf16 result
+    once whatever the flag).  FusedScaleMaskSoftmax.is_kernel_available (megatron/core/fusions/fused_softmax.py:238-270
+    at the pin; --masked-softmax-fusion, the default): bf16/fp16 input, 16 < s/CP <= 4096, s/CP and b n_h/TP
+    multiples of 4, and for the causal mask b n_h/TP a multiple of the kernel's batches per block (4 above 128 keys,
+    8 from 17 to 128: get_batch_per_block)."""
+    size = b * n_h * s * s
+    if k.runtime is Runtime.CPU:
+        return size
+    tp, cp = sym("TP"), sym("CP")
+    sk, batches = s / cp, b * n_h / tp
+
+    def multiple(x, n):
+        return sp.Eq(sp.floor(x / n) * n, x)
+
+    fused = ((sk > 16) & (sk <= 4096) & multiple(sk, 4) & multiple(batches, 4)
+             & ((sk > 128) | multiple(batches, 8)))
+    return sp.Piecewise((0, fused), (size, True))
 
 
 TE_DEFAULT = Kernels()
@@ -328,8 +349,9 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                       shard={"TP", "CP"}, modules={"core_attn"}, note=note))
         if k.softmax_fp32 and not k.fp32 and k.backend.is_local(k.impl):
             out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
-                          "kept by the softmax beside the bf16 copy P V keeps", b * n_h * s * s, "fp32",
-                          shard={"TP", "CP"}, modules={"core_attn"}, note=_MEASURED))
+                          "kept by the softmax beside the bf16 copy P V keeps (the torch path)",
+                          _local_softmax_fp32(n_h, k), "fp32", shard={"TP", "CP"}, modules={"core_attn"},
+                          note="measured on the CPU; on a GPU the fused kernel keeps none: " + _MEASURED))
     else:
         src = KERNEL_SOURCES["flash_attention"] if k.backend is AttnBackend.FLASH else (
             KERNEL_SOURCES["te_fused_attention"] + "; " + KERNEL_SOURCES["flash_attention"])
@@ -472,7 +494,8 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
     ETP = sym("ETP")
     out = _norm("moe", "the MoE block input (residual stream after attention)", h, k, modules={"layernorm"},
                 checkpoint_module="layernorm", output_linear=False,
-                output_name="pre-MLP RMSNorm output, input of the router and the shared experts",
+                output_name="pre-MLP RMSNorm output, input of the router" + (
+                    " and the shared experts" if m.n_shared_experts or m.shared_expert_intermediate_size else ""),
                 output_note=("kept in bf16: the router's GEMM needs it in high precision, and under FP8 Megatron has "
                              "the shared experts' fc1 keep this original (set_save_original_input); the dispatched "
                              "tokens are a separate copy") if not k.local_norm
@@ -690,8 +713,9 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
     ]
     if k.softmax_fp32 and not k.fp32:
         out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
-                      "kept by the softmax beside the copy P V keeps", b * n_h * s * s, "fp32", shard=head,
-                      modules={"core_attn"}, note=_MEASURED))
+                      "kept by the softmax beside the copy P V keeps (the torch path)", _local_softmax_fp32(n_h, k),
+                      "fp32", shard=head, modules={"core_attn"},
+                      note="measured on the CPU; on a GPU the fused kernel keeps none: " + _MEASURED))
     out.append(_S("attention.context", "attention output, input of linear_proj", bs * n_h * d_head, shard=head,
                   linear_input=True, width=n_h * d_head, note="kept by linear_proj (RowParallelLinear); " + _MEASURED))
     return out

@@ -19,21 +19,11 @@ family: the paper profile's ledger of its dense layer reproduces their Table 2
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-from .base import MODULES, ActProfile, Saved, renamed, saved as _S
+from .base import ActProfile, Saved, renamed, saved as _S
 from ..config import ModelConfig, model_from_dict
-from ..core.symbols import sym
+from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r, v
 
 __all__ = ["PAPER_PROFILE", "paper_layer", "gpt_structure", "MULTI_HEAD", "common_embedding", "common_head"]
-
-b, s = sym("b"), sym("s")
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, N_r, v = sym("N"), sym("N_s"), sym("N_r"), sym("v")
-EP = sym("EP")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from .cpu_shims import _init_distributed, _install_shims, _mla_dot_product_attention
@@ -429,7 +429,6 @@ def _measure(req: dict) -> dict:
         return p.tensor
 
     b, s, v = t["micro_batch"], t["seq_len"], req["model"]["vocab_size"]
-    cp, tp = t["cp"], t["tp"]
     g = torch.Generator().manual_seed(req["seed"])
     # as pretrain_gpt.get_batch hands them over: each its own [b, s] tensor (copied to the device)
     tokens = torch.randint(0, v, (b, s + 1), generator=g)

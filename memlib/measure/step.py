@@ -433,7 +433,7 @@ def _persistent_blocks(tracker, model, core, opt) -> dict:
             for group in getattr(o, groups, None) or []:
                 for p in group:
                     mark(p, "main_params")
-        for p, st in o.optimizer.state.items():
+        for st in o.optimizer.state.values():
             for k, x in st.items():
                 mark(x, "optimizer_step_counters" if k == "step" else "optimizer_states")
         for group in o.optimizer.param_groups:
@@ -749,7 +749,7 @@ def format_text(r: PeakResult, top: int = 10) -> str:
         if row["window"]:
             lines.append(f"    {row['category']:<24}{row['window']:<18}{row['region']:<28}{row['bytes']:>12,}"
                          f"  ({row['blocks']} blocks)")
-    lines += ["", f"persistent after the last step: " + ", ".join(f"{k} {x:,}" for k, x in r.persistent.items()),
+    lines += ["", "persistent after the last step: " + ", ".join(f"{k} {x:,}" for k, x in r.persistent.items()),
               f"parameters {r.param_count:,} elements; grad buffer {r.grad_buffer_numel:,} elements"]
     lines += ["", f"top {top} moments of iteration {n} (runs of ops between module boundaries; live bytes):"]
     for m in r.top_moments(top, iteration=n):

@@ -1,7 +1,7 @@
 """The allocation tracker: every storage a training step allocates, as the CUDA caching allocator would count it.
 
-:func:`AllocationTracker` records each storage as a :class:`Block` rounded to the allocator's
-:data:`BLOCK` (:func:`block_bytes`), with when it was allocated and freed, by which operation and in
+:func:`AllocationTracker` records each storage as a :class:`Block` rounded as the allocator rounds it
+(:func:`memlib.device.allocator.allocation`), with when it was allocated and freed, by which operation and in
 which labelled window, so that ``memory_allocated`` and its peak can be read at every tick.  torch is
 imported when the first tracker is made.  The allocator's rules it follows are in
 ``docs/derivations/measure_step.md``.
@@ -11,17 +11,9 @@ from __future__ import annotations
 import gc
 import weakref
 
-__all__ = ["BLOCK", "block_bytes", "Block", "AllocationTracker"]
+from ..device.allocator import allocation
 
-#: ``kMinBlockSize`` of the CUDA caching allocator: every block is a multiple of it
-BLOCK = 512
-
-
-def block_bytes(nbytes: int) -> int:
-    """The bytes ``memory_allocated`` counts for a request of ``nbytes`` (``round_size``; 0 allocates nothing)."""
-    if nbytes <= 0:
-        return 0
-    return max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
+__all__ = ["Block", "AllocationTracker"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -34,7 +26,7 @@ class Block:
                  "pending")
 
     def __init__(self, nbytes, born, op, label, window, dtype, shape):
-        self.bytes = block_bytes(nbytes)
+        self.bytes = allocation(nbytes)
         self.nbytes = nbytes
         self.born, self.died = born, None
         self.op, self.label, self.window = op, label, window

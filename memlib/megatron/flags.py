@@ -21,14 +21,16 @@ from ..config import (
     FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, ConfigError, ModelConfig, TrainingConfig, model_from_dict,
     show,
 )
-from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
+from ..config.strategies import CP_COMM_TYPES, AttnBackend, LoadBalancing, TransformerImpl
+from ..config.versions import DEFAULT_VERSION, parse_version
 from ..device.peak import Framework
 from ..model.states import DTYPE_BYTES, RECIPES, recipe
 from .layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
 from .listexpr import moe_layer_pattern, pattern_to_hf
-from .reader import Flag, _fraction, _Flags, read_flags
+from .reader import Flag, _fraction, _Flags, read_env, read_flags
 
-__all__ = ["MegatronRun", "parse_megatron_args", "pad_vocab", "precision_spec", "TOKENIZER_SIZES", "SOURCE", "MOE_FLAGS"]
+__all__ = ["MegatronRun", "parse_megatron_args", "parse_megatron_config", "pad_vocab", "precision_spec", "TOKENIZER_SIZES",
+           "SOURCE", "MOE_FLAGS"]
 
 #: where the semantics come from
 SOURCE = "NVIDIA/Megatron-LM at d98e8a64dd and megatron-core 0.19.2"
@@ -158,6 +160,15 @@ NO_EFFECT = {
     "--apply-layernorm-1p", "--no-bias-gelu-fusion", "--max-position-embeddings", "--kv-channels",
     "--world-size", "--local-rank", "--rank", "--dataloader-type", "--no-persist-layer-norm",
     "--moe-per-layer-logging", "--moe-z-loss-coeff-logging", "--make-vocab-size-divisible-by",
+    # the loss is summed per token instead of averaged: a few scalars; the rank order of the groups; a
+    # check of the weights' hash; checkpointing and data options; the learning rate of some parameters; the
+    # averaging inside the gradient collective; the CPU process groups; Transformer Engine's RNG tracker
+    # (RNG states); the parameter gather overlapped with the step (the same parameter buffer)
+    "--calculate-per-token-loss", "--use-tp-pp-dp-mapping", "--check-weight-hash-across-dp-replicas-interval",
+    "--no-ckpt-fully-parallel-save", "--async-strategy", "--async-ckpt-use-cpu-shm", "--verify-integrity",
+    "--fim-data", "--fim-rate", "--fim-spm-rate", "--decoupled-lr", "--decoupled-min-lr",
+    "--ddp-average-in-collective", "--disable-gloo-process-groups", "--te-rng-tracker",
+    "--overlap-param-gather-with-optimizer-step", "--no-create-attention-mask-in-dataloader", "--enable-experimental",
 }
 #: torchrun's own flags: the launcher, not the model
 LAUNCHER = {
@@ -213,7 +224,8 @@ OVERRIDABLE = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "pre
                "seq_len", "recompute", "schedule", "num_microbatches", "vpp", "transformer_impl", "attention_backend",
                "attention_softmax_in_fp32", "bias_swiglu_fusion", "cross_entropy_loss_fusion",
                "cross_entropy_fusion_impl", "moe_aux_loss", "fp8", "fp8_recipe", "moe_a2a_overlap", "offload_modules",
-               "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance", "ddp_bucket_size")
+               "overlap_grad_reduce", "overlap_param_gather", "routing_imbalance", "ddp_bucket_size", "cp_comm_type",
+               "hidden_dropout", "attention_dropout", "megatron_version")
 
 
 @dataclass(frozen=True)
@@ -230,6 +242,8 @@ class MegatronRun:
     overridden: dict = field(default_factory=dict)   #: field -> {"file": value, "given": value}
     #: how the framework is built (memlib.device.peak.Framework: fusions, grouped GEMM, dispatcher), from the flags
     framework: Framework = field(default_factory=Framework)
+    #: the environment variables memlib reads (megatron.reader.ENV_READ), as the launch sets them
+    env: dict = field(default_factory=dict)
 
     def warning(self) -> str:
         """One line naming what memlib does not model ("" when nothing)."""
@@ -268,17 +282,37 @@ def parse_megatron_args(text: str, world_size: Optional[int] = None, vocab_size:
     file's (the CLI's explicit options): TP, PP, CP, EP and ETP before anything is derived from them
     (DP, the padded vocabulary, the layout), the rest on the result."""
     over = dict(overrides or {})
+    _check_call(over, world_size, vocab_size)
+    mapper = _Mapper(read_flags(text, name), world_size, vocab_size, over, name)
+    mapper.env = read_env(text)
+    return mapper.run()
+
+
+def parse_megatron_config(model_args: Mapping, env_vars: Optional[Mapping] = None, world_size: Optional[int] = None,
+                          vocab_size: Optional[int] = None, overrides: Optional[Mapping] = None,
+                          name: str = "megatron") -> MegatronRun:
+    """:func:`parse_megatron_args` of a ``model_config.yaml`` already read: its ``MODEL_ARGS`` and ``ENV_VARS``
+    mappings (the validation set reads hundreds of them)."""
+    from .reader import ENV_READ, mapping_flags
+
+    over = dict(overrides or {})
+    _check_call(over, world_size, vocab_size)
+    mapper = _Mapper(mapping_flags(dict(model_args), f"megatron_args={show(name, 120)}"), world_size, vocab_size,
+                     over, name)
+    mapper.env = {k: str(v) for k, v in (env_vars or {}).items() if k in ENV_READ and v is not None}
+    return mapper.run()
+
+
+def _check_call(over: dict, world_size, vocab_size) -> None:
     unknown = sorted(set(over) - set(OVERRIDABLE))
     if unknown:
         raise ConfigError(f"overrides={show(unknown)}: only TrainingConfig fields {', '.join(OVERRIDABLE)} may be given")
-    check_world = world_size
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
                                    or not 1 <= world_size <= LIMITS["ranks"] * LIMITS["pp"]):
         raise ConfigError(f"world_size={show(world_size)} must be a positive integer")
     if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
                                    or not 1 <= vocab_size <= LIMITS["width"]):
         raise ConfigError(f"vocab_size={show(vocab_size)} must be a positive integer")
-    return _Mapper(read_flags(text, name), check_world, vocab_size, over, name).run()
 
 
 #: the flags behind each overridable field (a shell variable in them is tolerated when the field is given)
@@ -298,7 +332,8 @@ _FIELD_FLAGS = {
     "cross_entropy_fusion_impl": ("--cross-entropy-fusion-impl",), "fp8": ("--fp8-format",),
     "fp8_recipe": ("--fp8-recipe",), "ddp_bucket_size": ("--ddp-bucket-size",),
     "moe_aux_loss": ("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"),
-    "offload_modules": ("--offload-modules",),
+    "offload_modules": ("--offload-modules",), "cp_comm_type": ("--cp-comm-type",),
+    "hidden_dropout": ("--hidden-dropout",), "attention_dropout": ("--attention-dropout",),
     "precision": ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"),
 }
 
@@ -311,9 +346,12 @@ class _Mapper:
         if world_size is not None:
             self.f.lenient.add("--world-size")
         self.world_arg, self.vocab_arg, self.over, self.name = world_size, vocab_size, overrides, name
+        #: the Megatron-LM version whose rules apply (memlib.config.versions): the CLI's, else memlib's pin
+        self.version = parse_version(overrides.get("megatron_version") or DEFAULT_VERSION)
         self.notes: list[str] = []          # not modelled, with a reason
         self.flagged: set[str] = set()      # flags read but not modelled
         self.overridden: dict = {}
+        self.env: dict[str, str] = {}       # the launch's environment variables memlib reads (reader.ENV_READ)
 
     # -- helpers ---------------------------------------------------------------------------------
     def not_modelled(self, flag: str, entry: Optional[str] = None) -> None:
@@ -342,12 +380,10 @@ class _Mapper:
         if f.has("--hybrid-layer-pattern", "--hybrid-override-pattern"):
             raise ConfigError(f"--hybrid-layer-pattern={show(f.text('--hybrid-layer-pattern') or f.text('--hybrid-override-pattern'))}: "
                               f"hybrid (Mamba) models cannot be expressed; memlib models DeepSeek-style MLA transformers")
-        if not f.switch("--multi-latent-attention"):
-            raise ConfigError("--multi-latent-attention=off: memlib models MLA attention only (DeepSeek-V2/V3); "
-                              "a GQA or multi-head attention model cannot be expressed yet")
-        if f.switch("--group-query-attention"):
+        self.mla = f.switch("--multi-latent-attention")
+        if self.mla and f.switch("--group-query-attention"):
             raise ConfigError("--group-query-attention=on with --multi-latent-attention: Megatron-LM refuses the pair")
-        model, dense = self.model_fields()
+        model, dense = self.model_fields() if self.mla else self.gqa_fields()
         par = self.parallel(model, dense)
         train_kw = {**par, **self.recompute(), **self.kernels(dense), **self.precision(par["zero"])}
         model = self.vocabulary(model, par["tp"])
@@ -357,22 +393,29 @@ class _Mapper:
             train = TrainingConfig(profile="megatron", **train_kw)
         except TypeError as exc:
             raise ConfigError(f"megatron_args={show(self.name, 120)}: {exc}") from None
-        m = model_from_dict(model, name=self.name, source=f"Megatron-LM flags ({SOURCE})")
+        source = f"Megatron-LM flags ({SOURCE}; the rules of Megatron-LM {self.version.text})"
+        m = model_from_dict(model, name=self.name, source=source) if self.mla else ModelConfig(
+            **model, name=self.name, source=source)
+        fw = Framework(gradient_accumulation_fusion=not f.switch("--no-gradient-accumulation-fusion"),
+                       rope_fusion=not f.has("--no-rope-fusion"), moe_grouped_gemm=f.has("--moe-grouped-gemm"),
+                       token_dispatcher=" ".join(f.values.get("--moe-token-dispatcher-type", ("allgather",))),
+                       permute_fusion=f.switch("--moe-permute-fusion"), deterministic=self.deterministic,
+                       cublas_workspace_config=self.env.get("CUBLAS_WORKSPACE_CONFIG"),
+                       expandable_segments="expandable_segments:true" in self.env.get(
+                           "PYTORCH_CUDA_ALLOC_CONF", "").lower().replace(" ", ""))
         no_effect, unmodelled = [], []
         for flag in f.order:
             if flag in f.read:
                 continue                    # mapped, or not modelled with its own note
             (no_effect if _no_effect(flag, dense) else unmodelled).append(flag)
         mapped = {x: " ".join(f.values[x]) for x in f.order if x in f.read and x not in self.flagged}
-        fw = Framework(gradient_accumulation_fusion=not f.has("--no-gradient-accumulation-fusion"),
-                       rope_fusion=not f.has("--no-rope-fusion"), moe_grouped_gemm=f.has("--moe-grouped-gemm"),
-                       token_dispatcher=" ".join(f.values.get("--moe-token-dispatcher-type", ("allgather",))),
-                       permute_fusion=f.has("--moe-permute-fusion"))
         return MegatronRun(m, train, self.world, self.vocab, mapped, tuple(no_effect),
-                           tuple(self.notes + unmodelled), self.overridden, fw)
+                           tuple(self.notes + unmodelled), self.overridden, fw, dict(self.env))
 
     # -- the model -------------------------------------------------------------------------------
-    def model_fields(self) -> tuple[dict, bool]:
+    def _sizes(self) -> tuple[int, int, int]:
+        """``--num-layers``, ``--hidden-size``, ``--num-attention-heads`` (required), with Megatron-LM's rule on
+        the head width."""
         f = self.f
         layers = f.int("--num-layers", None, bound=LIMITS["num_hidden_layers"])
         hidden = f.int("--hidden-size")
@@ -383,6 +426,11 @@ class _Mapper:
         if "--kv-channels" not in f.values and hidden % heads:
             raise ConfigError(f"--hidden-size={hidden} must be divisible by --num-attention-heads={heads} "
                               f"(Megatron-LM's rule when --kv-channels is not given)")
+        return layers, hidden, heads
+
+    def model_fields(self) -> tuple[dict, bool]:
+        f = self.f
+        layers, hidden, heads = self._sizes()
         swiglu = f.switch("--swiglu")
         ffn = f.int("--ffn-hidden-size", (hidden // 24) * 64 if swiglu else 4 * hidden)
         if ffn < 1:
@@ -403,14 +451,29 @@ class _Mapper:
             m.update(moe_intermediate_size=ffn, n_routed_experts=1, n_shared_experts=0, num_experts_per_tok=1,
                      first_k_dense_replace=layers, moe_layer_freq=1)
             return m, True
+        moe_ffn, shared, topk, k, freq, score, bias, groups, group_topk, pre_softmax = self._router(layers, ffn)
+        if score == "softmax" and pre_softmax:
+            self.not_modelled("--moe-router-pre-softmax")
+        m.update(moe_intermediate_size=moe_ffn, n_routed_experts=experts,
+                 n_shared_experts=0 if shared is None else shared // moe_ffn, num_experts_per_tok=topk,
+                 first_k_dense_replace=k, moe_layer_freq=freq,
+                 n_group=groups if group_topk else 1, topk_group=group_topk or 1, scoring_func=score)
+        m["topk_method"] = "noaux_tc" if bias else "greedy"
+        f.switch("--moe-grouped-gemm")      # TE's grouped GEMM: what memlib's ledger assumes for the experts
+        return m, False
+
+    def _router(self, layers: int, ffn: int) -> tuple:
+        """The MoE layers' flags both attention kinds read: (expert width, shared width or None, top-k, the HF
+        pattern's first_k_dense_replace and moe_layer_freq, score function, expert bias, groups, group top-k,
+        pre-softmax), with Megatron-Core's rules on them."""
+        f = self.f
         moe_ffn = f.int("--moe-ffn-hidden-size", ffn)
         shared = f.int("--moe-shared-expert-intermediate-size", None)
         if shared is not None and shared % moe_ffn:
             raise ConfigError(f"--moe-shared-expert-intermediate-size={shared} must be a multiple of "
                               f"--moe-ffn-hidden-size={moe_ffn} (memlib counts shared experts of the routed width)")
         topk = f.int("--moe-router-topk", 2)
-        pattern = moe_layer_pattern(f.one("--moe-layer-freq") or "1", layers)
-        k, freq = pattern_to_hf(pattern)
+        k, freq = pattern_to_hf(moe_layer_pattern(f.one("--moe-layer-freq") or "1", layers))
         score = f.choice("--moe-router-score-function", "softmax", ("softmax", "sigmoid", "sqrtsoftplus"))
         if score == "sqrtsoftplus":
             raise ConfigError("--moe-router-score-function=sqrtsoftplus cannot be expressed (memlib: softmax or sigmoid)")
@@ -425,14 +488,82 @@ class _Mapper:
         pre_softmax = f.switch("--moe-router-pre-softmax")      # sigmoid scores: it changes nothing
         if topk == 1 and score == "softmax" and not pre_softmax:
             raise ConfigError("--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax (Megatron-Core's rule)")
-        if score == "softmax" and pre_softmax:
-            self.not_modelled("--moe-router-pre-softmax")
+        return moe_ffn, shared, topk, k, freq, score, bias, groups, group_topk, pre_softmax
+
+    def gqa_fields(self) -> tuple[dict, bool]:
+        """A model without ``--multi-latent-attention``: grouped-query (or multi-head) attention, the dense FFN
+        (SwiGLU with ``--swiglu``, else GeLU), LayerNorm or RMSNorm, learned absolute positions or RoPE, biases
+        unless ``--disable-bias-linear`` (``--add-qkv-bias`` keeps those of q, k, v), Mixtral-style MoE layers
+        (softmax after the top-k) or DeepSeek-style ones (softmax first or sigmoid scores, shared experts) with
+        SwiGLU experts: ModelConfig's fields, given directly (``family`` names the nearest preset family)."""
+        f = self.f
+        layers, hidden, heads = self._sizes()
+        head_dim = f.int("--kv-channels", hidden // heads)
+        kv = f.int("--num-query-groups", 1) if f.switch("--group-query-attention") else heads
+        if heads % kv:
+            raise ConfigError(f"--num-query-groups={kv} must divide --num-attention-heads={heads}")
+        for flag in ("--squared-relu", "--quick-geglu", "--multi-latent-attention"):
+            if f.switch(flag) and flag != "--multi-latent-attention":
+                raise ConfigError(f"{flag}=on: memlib's feed-forward is SwiGLU (--swiglu) or GeLU (the default)")
+        if f.has("--activation-func"):
+            raise ConfigError(f"--activation-func={show(f.text('--activation-func'))}: memlib's feed-forward is "
+                              f"SwiGLU (--swiglu) or GeLU (the default)")
+        swiglu = f.switch("--swiglu")
+        ffn = f.int("--ffn-hidden-size", (hidden // 24) * 64 if swiglu else 4 * hidden)
+        if ffn < 1:
+            raise ConfigError(f"--hidden-size={hidden}: Megatron's default FFN width int(8h/3/64)*64 is 0; "
+                              f"give --ffn-hidden-size")
+        norm = f.choice("--normalization", "LayerNorm", ("LayerNorm", "RMSNorm"))
+        pos = f.choice("--position-embedding-type", "learned_absolute",
+                       ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"))
+        if pos not in ("learned_absolute", "rope"):
+            raise ConfigError(f"--position-embedding-type={pos}: memlib models learned absolute positions and RoPE "
+                              f"for attention without --multi-latent-attention")
+        if f.has("--rotary-percent") and _fraction("--rotary-percent", f.one("--rotary-percent")) != 1:
+            self.not_modelled("--rotary-percent", f"--rotary-percent={f.text('--rotary-percent')} (memlib's RoPE "
+                                                  f"cache covers the whole head)")
+        bias = not f.switch("--disable-bias-linear")
+        qkv_bias = bias or f.switch("--add-qkv-bias")
+        max_pos = f.int("--max-position-embeddings", None, bound=LIMITS["seq_len"])
+        if pos == "learned_absolute" and max_pos is None:
+            raise ConfigError("--max-position-embeddings is required with learned absolute positions (Megatron-LM's "
+                              "rule)")
+        experts = f.int("--num-experts", None, minimum=0)
+        dense = not experts
+        m = {
+            "hidden_size": hidden, "intermediate_size": ffn, "num_attention_heads": heads,
+            "qk_nope_head_dim": None, "qk_rope_head_dim": None, "v_head_dim": None, "q_lora_rank": None,
+            "kv_lora_rank": None, "num_hidden_layers": layers,
+            "num_nextn_predict_layers": f.int("--mtp-num-layers", 0, minimum=0, bound=LIMITS["num_nextn_predict_layers"]),
+            "tie_word_embeddings": not f.switch("--untie-embeddings-and-output-weights"),
+            "attention": "gqa", "mlp": "swiglu" if swiglu else "gelu", "norm": norm.lower(),
+            "positions": "learned" if pos == "learned_absolute" else "rope", "num_key_value_heads": kv,
+            "head_dim": head_dim, "qk_norm": f.switch("--qk-layernorm"), "qkv_bias": qkv_bias, "o_bias": bias,
+            "mlp_bias": bias, "max_position_embeddings": max_pos if pos == "learned_absolute" else None,
+            "hidden_act": "silu" if swiglu else "gelu", "scoring_func": "softmax",
+        }
+        if m["num_nextn_predict_layers"]:
+            raise ConfigError(f"--mtp-num-layers={m['num_nextn_predict_layers']} without --multi-latent-attention: "
+                              f"memlib models MTP modules of MLA models")
+        if dense:
+            m.update(moe_intermediate_size=None, n_routed_experts=None, n_shared_experts=0, num_experts_per_tok=None,
+                     first_k_dense_replace=layers, moe_layer_freq=1, moe=None,
+                     family="llama" if swiglu else "gpt")
+            return m, True
+        if not swiglu:
+            raise ConfigError(f"--num-experts={experts} without --swiglu: memlib's routed experts are SwiGLU MLPs; "
+                              f"GeLU experts cannot be expressed yet")
+        if f.switch("--moe-shared-expert-gate"):
+            raise ConfigError("--moe-shared-expert-gate=on cannot be expressed without --multi-latent-attention yet")
+        moe_ffn, shared, topk, k, freq, score, bias_e, groups, group_topk, pre_softmax = self._router(layers, ffn)
+        mixtral = score == "softmax" and not pre_softmax and not shared and not group_topk
         m.update(moe_intermediate_size=moe_ffn, n_routed_experts=experts,
                  n_shared_experts=0 if shared is None else shared // moe_ffn, num_experts_per_tok=topk,
-                 first_k_dense_replace=k, moe_layer_freq=freq,
-                 n_group=groups if group_topk else 1, topk_group=group_topk or 1, scoring_func=score)
-        m["topk_method"] = "noaux_tc" if bias else "greedy"
-        f.switch("--moe-grouped-gemm")      # TE's grouped GEMM: what memlib's ledger assumes for the experts
+                 first_k_dense_replace=k, moe_layer_freq=freq, n_group=groups if group_topk else 1,
+                 topk_group=group_topk or 1, scoring_func=score, router_bias=bias_e,
+                 moe="mixtral" if mixtral else "deepseek", family="mixtral",
+                 intermediate_size=ffn if k or freq > 1 else None)
+        f.switch("--moe-grouped-gemm")
         return m, False
 
     def vocabulary(self, m: dict, tp: int) -> dict:
@@ -460,6 +591,10 @@ class _Mapper:
             source = f"--vocab-size ({tok})" if file_size is not None else f"{tok}'s default"
             if size is None and padded_flag is None:
                 raise ConfigError("--tokenizer-type=NullTokenizer needs --vocab-size (its vocabulary)")
+            if tok == "NullTokenizer" and size is not None and not self.version.has("null_tokenizer_eod"):
+                size += 1
+                source += (f" + 1: NullTokenizer's end-of-document token, added before Megatron-LM c9dfe34798 "
+                           f"(version {self.version.text})")
         else:
             base = model_file.rsplit("/", 1)[-1] if model_file else None
             key = (tok, base if tok in _SENTENCEPIECE else None)
@@ -485,6 +620,9 @@ class _Mapper:
     def structure(self, dense: bool) -> None:
         """Megatron defaults (and flags) that build what memlib does not count."""
         f = self.f
+        if not self.mla:
+            self.structure_common(dense)
+            return
         if not f.switch("--disable-bias-linear"):
             self.notes.append("biases (no --disable-bias-linear)")
         if f.switch("--add-qkv-bias"):
@@ -508,16 +646,17 @@ class _Mapper:
                 self.not_modelled("--position-embedding-type", entry)
             else:
                 self.notes.append(entry)
-        for flag in ("--attention-dropout", "--hidden-dropout"):
-            p = f.number(flag, Fraction(1, 10))
-            if p:
-                if f.has(flag):
-                    self.not_modelled(flag, f"{flag}={f.values[flag][0]} (memlib counts no dropout mask)")
-                else:
-                    self.notes.append(f"{flag}=0.1 (Megatron's default; memlib counts no dropout mask)")
+        self.structure_common(dense)
+
+    def structure_common(self, dense: bool) -> None:
+        """What every model shares: the token dispatcher, the router's dtype, the RoPE fusion."""
+        f = self.f
         if not dense:
             dispatcher = f.choice("--moe-token-dispatcher-type", "allgather", ("allgather", "alltoall", "flex"))
-            if dispatcher != "alltoall":
+            if dispatcher == "flex":    # DeepEP or HybridEP: the tokens move as with alltoall; their buffers not counted
+                f.switch("--moe-enable-deepep")
+                f.choice("--moe-flex-dispatcher-backend", "deepep", ("deepep", "hybridep"))
+            if dispatcher not in ("alltoall", "flex"):
                 if f.has("--moe-token-dispatcher-type"):
                     self.not_modelled("--moe-token-dispatcher-type",
                                       f"--moe-token-dispatcher-type={dispatcher} (memlib counts alltoall)")
@@ -532,7 +671,9 @@ class _Mapper:
                     self.notes.append("no --moe-router-dtype (memlib counts an fp32 router)")
         if f.switch("--no-rope-fusion") and self.impl.uses_te:
             self.not_modelled("--no-rope-fusion", "--no-rope-fusion (memlib counts the fused MLA RoPE with "
-                                                  "transformer_engine)")
+                                                  "transformer_engine)" if self.mla else
+                              "--no-rope-fusion (memlib counts the fused RoPE of grouped-query attention with "
+                              "transformer_engine)")
 
     # -- parallelism -----------------------------------------------------------------------------
     def parallel(self, m: dict, dense: bool) -> dict:
@@ -542,6 +683,8 @@ class _Mapper:
         cp = self.override("cp", f.int("--context-parallel-size", 1, bound=ranks))
         ep = self.override("ep", f.int("--expert-model-parallel-size", 1, bound=ranks))
         etp = self.override("etp", f.int("--expert-tensor-parallel-size", tp, bound=ranks))
+        if dense and "etp" not in self.over:
+            etp = 1                     # a model without experts has none to split (ETP defaults to TP)
         if dense and ep > 1:
             raise ConfigError(f"--expert-model-parallel-size={ep} needs --num-experts (Megatron-LM's rule)")
         if not dense and m["n_routed_experts"] % ep:
@@ -750,13 +893,32 @@ class _Mapper:
         backend = f.choice("--attention-backend", "auto", tuple(x.value for x in AttnBackend))
         fusion = f.switch("--cross-entropy-loss-fusion")
         ce_impl = f.choice("--cross-entropy-fusion-impl", "native", ("native", "te"))
-        if fusion and ce_impl == "te":
-            raise ConfigError("--cross-entropy-loss-fusion with --cross-entropy-fusion-impl=te: Megatron-LM at "
-                              "d98e8a64dd refuses it (use native)")
-        if fusion and f.switch("--deterministic-mode"):
+        if f.has("--cross-entropy-fusion-impl") and not self.version.has("cross_entropy_fusion_impl"):
+            raise ConfigError(f"--cross-entropy-fusion-impl={ce_impl}: Megatron-LM {self.version.text} has no such flag "
+                              f"(it came with 3b141a2471, 2025-04-05; --cross-entropy-loss-fusion runs the native kernel)")
+        if fusion and ce_impl == "te" and self.version.has("te_cross_entropy_refused"):
+            raise ConfigError(f"--cross-entropy-loss-fusion with --cross-entropy-fusion-impl=te: Megatron-LM "
+                              f"{self.version.text} refuses it (from 168cb15d70, 2026-06-03; core_r0.18.0 and older "
+                              f"accept it: give --megatron-version of the run)")
+        self.deterministic = f.switch("--deterministic-mode")
+        if fusion and self.deterministic:
             raise ConfigError("--deterministic-mode=on with --cross-entropy-loss-fusion: Megatron-LM refuses the pair")
         softmax_fp32 = f.switch("--attention-softmax-in-fp32") | f.switch("--apply-query-key-layer-scaling")
-        out = {"transformer_impl": impl, "attention_backend": backend, "attention_softmax_in_fp32": softmax_fp32,
+        cp_types = f.many("--cp-comm-type")
+        cp_comm = "p2p"
+        if cp_types is not None:
+            types = ["allgather" if x == "all_gather" else x for x in cp_types]
+            bad = [x for x in types if x not in CP_COMM_TYPES]
+            if bad:
+                raise ConfigError(f"--cp-comm-type={show(bad[0])} must be one of {', '.join(CP_COMM_TYPES)}")
+            if len(set(types)) > 1:
+                raise ConfigError(f"--cp-comm-type={' '.join(cp_types)}: memlib models one communication type for "
+                                  f"every layer")
+            cp_comm = types[0]
+        out = {"cp_comm_type": cp_comm, "hidden_dropout": f.number("--hidden-dropout", Fraction(1, 10)),
+               "attention_dropout": f.number("--attention-dropout", Fraction(1, 10)),
+               "megatron_version": self.version.text}
+        out |= {"transformer_impl": impl, "attention_backend": backend, "attention_softmax_in_fp32": softmax_fp32,
                "bias_swiglu_fusion": not f.switch("--no-bias-swiglu-fusion"), "cross_entropy_loss_fusion": fusion,
                "cross_entropy_fusion_impl": ce_impl, "moe_a2a_overlap": f.switch("--overlap-moe-expert-parallel-comm")}
         offload = f.switch("--fine-grained-activation-offloading")

@@ -83,7 +83,7 @@ def layout_stages(lay: MegatronLayout, pp: int, num_layers: int, mtp_layers: Opt
     if flat.count("t") != num_layers:
         raise ConfigError(f"{name}={text} places {flat.count('t')} decoder layers but the model has {num_layers}")
     m = flat.count("m")
-    if mtp_layers is not None and m != mtp_layers:
+    if mtp_layers is not None and m != mtp_layers and m:   # none placed: they go with the loss (older layouts)
         raise ConfigError(f"{name}={text} places {m} MTP layers but --mtp-num-layers gives {mtp_layers}")
     if m and "t" in flat[flat.index("m"):]:
         raise ConfigError(f"{name}={text}: decoder layers must come before the MTP layers")

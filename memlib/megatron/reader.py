@@ -72,6 +72,32 @@ def read_flags(text: str, name: str = "-") -> list[Flag]:
     return _shell_flags(text, where)
 
 
+#: the environment variables of a launch that change device memory: PyTorch's cuBLAS workspaces and its allocator,
+#: and whether Transformer Engine may pick nondeterministic attention kernels
+ENV_READ = ("CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF", "NVTE_ALLOW_NONDETERMINISTIC_ALGO")
+
+
+def read_env(text: str) -> dict[str, str]:
+    """The :data:`ENV_READ` variables a launch sets: a ``model_config.yaml``'s ``ENV_VARS`` mapping, or a script's
+    ``export NAME=value`` lines (the last one wins); the others are not read."""
+    out: dict[str, str] = {}
+    if isinstance(text, str) and re.search(r"^MODEL_ARGS\s*:", text, re.M):
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError):
+            return out
+        env = doc.get("ENV_VARS") if isinstance(doc, dict) else None
+        if isinstance(env, dict):
+            out = {k: str(v) for k, v in env.items() if k in ENV_READ and v is not None}
+        return out
+    for mo in re.finditer(r"^\s*(?:export\s+)?([A-Z_]+)=(\S+)", text if isinstance(text, str) else "", re.M):
+        if mo.group(1) in ENV_READ:
+            out[mo.group(1)] = mo.group(2).strip("'\"")
+    return out
+
+
 def _yaml_flags(text: str, where: str) -> list[Flag]:
     import yaml   # PyYAML (pinned): a model_config.yaml is YAML
 
@@ -85,6 +111,11 @@ def _yaml_flags(text: str, where: str) -> list[Flag]:
     except RecursionError:
         raise ConfigError(f"{where}: the YAML is nested too deeply to be a model_config.yaml") from None
     args = doc.get("MODEL_ARGS") if isinstance(doc, dict) else None
+    return mapping_flags(args, where)
+
+
+def mapping_flags(args, where: str) -> list[Flag]:
+    """The flags of a ``MODEL_ARGS`` mapping (flag -> value, as YAML reads a model_config.yaml)."""
     if not isinstance(args, dict):
         raise ConfigError(f"{where}: MODEL_ARGS must be a mapping of flags to values (a model_config.yaml)")
     out = []
@@ -101,7 +132,7 @@ def _yaml_flags(text: str, where: str) -> list[Flag]:
             raise ConfigError(f"{where}: MODEL_ARGS {key}={show(value)} must be a scalar (a YAML "
                               f"{type(value).__name__} cannot be a command-line value)")
         else:
-            t = str(value).strip()
+            t = re.sub(r"\\+([|()])", r"\1", str(value).strip())   # the shell drops the escapes of | ( )
             if t.startswith("[") and t.endswith("]"):
                 values = tuple(t[1:-1].split())      # the runner strips the brackets; the shell splits
                 if not values:

@@ -23,7 +23,8 @@ from typing import Optional
 import sympy as sp
 
 from ..config import ModelConfig
-from ..core.symbols import latex, sym
+from ..core.symbols import (latex, sym, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, v, n_kv, d_head,
+                            h_S, n_pos)
 
 __all__ = [
     "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
@@ -33,11 +34,6 @@ __all__ = [
     "MLA_EQUATIONS", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
 ]
 
-h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
-n_h, d_h, d_v, d_hR = sym("n_h"), sym("d_h"), sym("d_v"), sym("d_hR")
-d_cq, d_c = sym("d_cq"), sym("d_c")
-N, N_s, v = sym("N"), sym("N_s"), sym("v")
-n_kv, d_head, h_S, n_pos = sym("n_kv"), sym("d_head"), sym("h_S"), sym("n_pos")
 
 #: display names of the blocks a parameter can belong to, in the order data flows
 BLOCKS = {
@@ -355,9 +351,9 @@ def _mla_equations() -> list[tuple[str, str]]:
     dh, dhR = L("d_h"), L("d_hR")
     return [
         ("mla-cq", r"c_t^{Q} = W^{DQ} h_t \in \mathbb{R}^{" + L("d_cq") + "}"),
-        ("mla-q", r"[q^C_{t,1};\dots;q^C_{t,n_h}] = W^{UQ} c^Q_t,\quad "
-                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\quad "
-                  r"q_{t,i} = [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + "}"),
+        ("mla-q", r"\begin{aligned}[q^C_{t,1};\dots;q^C_{t,n_h}] &= W^{UQ} c^Q_t,\qquad "
+                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\\ "
+                  r"q_{t,i} &= [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + r"}\end{aligned}"),
         ("mla-ckv", r"c_t^{KV} = W^{DKV} h_t \in \mathbb{R}^{" + L("d_c") + "}"),
         ("mla-k", r"[k^C_{t,1};\dots;k^C_{t,n_h}] = W^{UK} c^{KV}_t,\quad "
                   r"k^R_t = \mathrm{RoPE}(W^{KR} h_t),\quad k_{t,i} = [k^C_{t,i}; k^R_t]"),

@@ -17,14 +17,14 @@ import sympy as sp
 from .architecture import (
     Tensor, decoder_layer_tensors, embedding_tensors, head_tensors, model_values, moe_tensors, mtp_tensors,
 )
-from ..core.breakdown import Breakdown
+from ..core.breakdown import Breakdown, exact_int
 from ..config import ModelConfig
 from ..core.symbols import sym
 
 __all__ = [
     "values", "tensor_counts", "layer_params", "layer_counts", "model_params", "activated_params",
     "mtp_params", "buffer_params", "by_block", "expert_params", "per_layer_totals", "readable",
-    "block_formulas", "total_formula",
+    "block_formulas", "total_formula", "fp8_scales",
 ]
 
 
@@ -96,6 +96,44 @@ def mtp_params(m: ModelConfig) -> Breakdown:
 def buffer_params(m: ModelConfig) -> Breakdown:
     """Buffers that are not trained (the router's ``e_score_correction_bias``), main model only."""
     return _layers(m, buffers=True)
+
+
+#: the blocks whose projection matrices a block-FP8 checkpoint stores in FP8, each with its scales: DeepSeek-V3's
+#: published weights quantise the decoder layers' attention, FFN and expert matrices and keep the router, the
+#: embedding, the head and the MTP projection in bf16 (the checkpoint's safetensors headers)
+FP8_BLOCKS = ("attention", "dense_ffn", "shared_experts", "routed_experts")
+
+
+def fp8_scales(m: ModelConfig) -> int:
+    """Elements of the fp32 scale tensors (``weight_scale_inv``) a block-FP8 checkpoint of ``m`` stores, main
+    model and MTP modules: one per started ``weight_block_size`` block of each stored matrix of
+    :data:`FP8_BLOCKS` (a matrix the checkpoint fuses, such as MLA's ``q_b_proj`` = W^UQ and W^QR, is one
+    matrix; each routed expert has its own); 0 when ``m`` has no ``weight_block_size``.
+
+    >>> from memlib import load_model
+    >>> fp8_scales(load_model("deepseek-v3"))
+    41540496
+    """
+    if m.weight_block_size is None:
+        return 0
+    r, c = m.weight_block_size
+    vals = values(m)
+
+    def layer(kind: str) -> int:
+        fused: dict[str, list[int]] = {}   # the checkpoint's matrix -> [copies, rows, columns]
+        for t in decoder_layer_tensors(m, kind):
+            if t.kind != "matrix" or t.block not in FP8_BLOCKS:
+                continue
+            shape = [exact_int(d, vals) for d in t.shape]
+            copies, rows, cols = shape if t.expert else [1] + shape
+            fused.setdefault(t.hf, [copies, 0, cols])[1] += rows
+        return sum(n * -(-rows // r) * -(-cols // c) for n, rows, cols in fused.values())
+
+    l = m.num_hidden_layers
+    kinds = list(m.layer_kinds) + ["moe" if m.is_moe_layer(l + j) else "dense"
+                                   for j in range(m.num_nextn_predict_layers)]
+    per_kind = {k: layer(k) for k in set(kinds)}
+    return sum(per_kind[k] for k in kinds)
 
 
 def by_block(b: Breakdown) -> Breakdown:

@@ -51,8 +51,7 @@ from .params import values as model_values
 from ..core.symbols import SYMBOLS, sym
 
 __all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
-           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages",
-           "check_chunking"]
+           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
@@ -175,11 +174,6 @@ def balanced_layout(num_layers: int, stages: int) -> tuple[int, ...]:
 SCHEDULES = tuple(s.value for s in Schedule)
 
 
-def check_chunking(train: TrainingConfig) -> None:
-    """Rules on the schedule and the model chunks per device (checked before any layout)."""
-    train.schedule.check(train)
-
-
 def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
     """Decoder layers per *model stage*, checked, or the default.
 
@@ -187,7 +181,7 @@ def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:
     all PP V virtual stages, or PP entries each divisible by V (every chunk of rank r then gets
     ``layout[r] / V`` layers)."""
     t = train
-    check_chunking(t)
+    t.schedule.check(t)      # the schedule's rules on the model chunks per device, before any layout
     n_virtual = t.pp * t.vpp
     if t.layout is None:
         if t.vpp == 1:
@@ -241,7 +235,7 @@ class Stage:
 
 def build_stages(layout: tuple[int, ...], train: TrainingConfig) -> list[Stage]:
     """Model chunks from ``layout``, assigned to the PP ranks by the schedule."""
-    check_chunking(train)
+    train.schedule.check(train)
     p, v = train.pp, train.vpp
     starts = [0, *accumulate(layout)][:-1]          # the first layer of each chunk (a running sum: linear)
     n = len(layout)

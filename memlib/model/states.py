@@ -187,7 +187,7 @@ def sharded_count() -> sp.Expr:
     return sp.ceiling(P_ne / (DP * CP)) + sp.ceiling(P_e / EDP)
 
 
-def states_formula(zero: int, rec: Recipe | None = None) -> Breakdown:
+def states_formula(zero: ZeroStage | int, rec: Recipe | None = None) -> Breakdown:
     """Model-state bytes on one device as a formula in P_ne, P_e (and B_w, B_g, B_o if no recipe).
 
     >>> states_formula(1).total
@@ -196,11 +196,8 @@ def states_formula(zero: int, rec: Recipe | None = None) -> Breakdown:
     z = ZeroStage(zero)
     full, shard = P_ne + P_e, sharded_count()
     bw, bg, bo = (B_w, B_g, B_o) if rec is None else (rec.weights, rec.gradients, rec.optimizer_bytes)
-    return Breakdown({
-        "parameters": bw * (shard if z >= ZeroStage.OS_G_PARAMS else full),
-        "gradients": bg * (shard if z >= ZeroStage.OS_G else full),
-        "optimizer_states": bo * (shard if z >= ZeroStage.OS else full),
-    })
+    return Breakdown({state: width * (shard if z.shards(state) else full)
+                      for state, width in (("parameters", bw), ("gradients", bg), ("optimizer_states", bo))})
 
 
 def _counts(part: Partition, stage: Stage) -> dict:

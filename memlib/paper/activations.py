@@ -138,12 +138,13 @@ def held_count_training(est: Estimate) -> TrainingConfig:
     return est.train.with_(routing_imbalance=est.train.routing_imbalance * Fraction(tok["held"], tok["paper"]))
 
 
-def routed_count_comparison(est: Estimate, index: int | None = None) -> dict[str, dict[str, int]]:
+def routed_count_comparison(est: Estimate, index: int | None = None) -> dict:
     """The paper's routed-token count beside the count a device holds (the erratum ``s5-routed-tokens``),
     under ``est``'s profile and policy, for stage ``index`` (the analysed stage by default): per count
     (``paper``, ``held``) the token copies on one device, the routed entries' bytes of one MoE layer and one
     micro-batch, the stage's activations of one micro-batch, and the activations the stage holds at its peak
-    (every micro-batch in flight).  Exact integers; ``held`` equals ``paper`` when EP ETP <= TP."""
+    (every micro-batch in flight); ``ratio``, the held copies over the paper's, and ``added``, the activations
+    the stage holds beyond the paper's count.  Exact; ``held`` equals ``paper`` when EP ETP <= TP."""
     i = _index(est, index)
     tok = routed_tokens(est)
     other = estimate(est.model, held_count_training(est), est.overhead, est.capacity)
@@ -158,6 +159,8 @@ def routed_count_comparison(est: Estimate, index: int | None = None) -> dict[str
         out[key] = {"tokens": tokens, "layer_routed": layer if key == "paper" else held,
                     "stage_per_microbatch": st.activations["per_microbatch"], "stage_held": st.bytes["activations"],
                     "in_flight": st.activations["microbatches_in_flight"], "total": st.total}
+    out["ratio"] = Fraction(tok["held"], tok["paper"]) if tok["paper"] else Fraction(1)
+    out["added"] = out["held"]["stage_held"] - out["paper"]["stage_held"]
     return out
 
 

@@ -22,8 +22,8 @@ from ..config import TrainingConfig
 from ..ledgers.megatron import megatron_layer
 from ..ledgers.paper import paper_layer
 from ..device.estimate import Estimate
-from ..model.params import activated_params, layer_params, model_params, mtp_params, per_layer_totals, values
-from ..model.partition import Partition, parallel_values
+from ..model.params import activated_params, layer_params, mtp_params, per_layer_totals, values
+from ..model.partition import parallel_values
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
 from ..model.states import RECIPES, ZeroStage
 from . import analysed_stage, is_paper_model
@@ -92,7 +92,7 @@ def counts(items: list[Erratum]) -> dict[str, int]:
 
 
 def _parameter_items(est: Estimate) -> list[Erratum]:
-    m, t = est.model, est.train
+    m = est.model
     vals = values(m)
     layers = per_layer_totals(m)
     moe_layer = layer_params(m, "moe").evaluate_total(vals)
@@ -100,7 +100,6 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
     stage0 = part.params_unsharded(part.stages[0]).evaluate_total(part.values)
     t3, t4 = PAPER["table3"], PAPER["table4"]
     off = DEEPSEEK_OFFICIAL["deepseek-v3"]
-    total = model_params(m).evaluate_total(vals)
     act = activated_params(m).evaluate_total(vals)
     act_ne = activated_params(m, embedding=False).evaluate_total(vals)
     mtp = mtp_params(m).evaluate_total(vals)
@@ -127,16 +126,11 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
                  "gap": Q(_billions(off["activated_weights_doc"]) - act_ne, "billions")}),
         Erratum("ds-mtp", "parameters", "DeepSeek-V3 weights documentation", "statement", f"{off['mtp']}B",
                 "{mtp} ({mtp_exact}); its decoder block alone {block} ({block_exact})",
-                "The stated figure is the MTP module's decoder block ({block_1}); the whole module, with its own "
-                "projection and three RMSNorms, is {mtp_1}.",
+                "The stated figure matches the MTP module's decoder block alone ({block_1}), a plausible reading "
+                "that DeepSeek does not document; the whole module, with its own projection and three RMSNorms, "
+                "is {mtp_1}.",
                 {"mtp": Q(mtp, "billions"), "mtp_exact": Q(mtp), "block": Q(moe_layer, "billions"),
                  "block_exact": Q(moe_layer), "block_1": Q(moe_layer, "billions", 1), "mtp_1": Q(mtp, "billions", 1)}),
-        Erratum("ds-checkpoint", "parameters", "DeepSeek-V3 model card", "statement", f"{off['checkpoint']}B",
-                "{stored} ({stored_exact})",
-                "The checkpoint stores the main model, the MTP module and the MTP layer's own copies of the "
-                "embedding and head; the sum is shown (FP8 scale tensors and buffers not counted).",
-                {"stored": Q(total + mtp + 2 * m.vocab_size * m.hidden_size, "billions"),
-                 "stored_exact": Q(total + mtp + 2 * m.vocab_size * m.hidden_size)}),
     ]
 
 
@@ -196,12 +190,12 @@ def _zero_items(est: Estimate) -> list[Erratum]:
                 "The unsharded gradients and optimizer states are printed to one decimal, every other cell to "
                 "two; this is what moves the two totals above.",
                 {"g": Q(none["gradients"], "GiB"), "o": Q(none["optimizer_states"], "GiB")}),
-        Erratum("s4-prose-swap", "zero", "paper, §4 prose", "label",
+        Erratum("s4-prose-swap", "zero", "paper, §4 prose (as transcribed)", "label",
                 f"{p8[0]['gradients']} called optimizer states (× {swap['B_g']}); "
                 f"{p8[0]['optimizer_states']} called gradients (× {swap['B_o']})",
                 "gradients {g} (× {bg}); optimizer states {o} (× {bo})",
-                "The prose swaps the two labels; Table 7 ({bg}-byte fp32 gradients, {bo}-byte optimizer states) "
-                "and Table 8 agree with memlib.",
+                "The prose, as a transcription of it reads, swaps the two labels; Table 7 ({bg}-byte fp32 "
+                "gradients, {bo}-byte optimizer states) and Table 8 agree with memlib.",
                 {"g": Q(swap["gradients"], "GiB"), "o": Q(swap["optimizer_states"], "GiB"), "bg": Q(swap["B_g"]),
                  "bo": Q(swap["B_o"])}),
         Erratum("s4-edp-rule", "zero", "paper, §4", "convention", f"{PAPER['zero_sharded_params']:,}",

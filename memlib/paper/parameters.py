@@ -28,7 +28,9 @@ from ..model.architecture import (
 )
 from ..core.breakdown import Breakdown, exact_int
 from ..config import ModelConfig, load_model
-from ..model.params import activated_params, buffer_params, by_block, expert_params, layer_params, model_params, mtp_params
+from ..model.params import (
+    activated_params, buffer_params, by_block, expert_params, fp8_scales, layer_params, model_params, mtp_params,
+)
 from ..model.params import values as model_values
 from ..model.partition import Partition, Stage, balanced_layout, default_layout
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
@@ -315,8 +317,11 @@ def totals(m: ModelConfig) -> dict[str, int | Fraction]:
     ``activated_no_embedding``, ``activated_share``; ``embedding``, ``head``, ``final_norm``; the MTP
     modules (``mtp_modules``; ``mtp`` = ``mtp_block`` + ``mtp_proj`` + ``mtp_norms``); ``mtp_copies``
     (the embedding and head a published checkpoint stores again with each MTP module),
-    ``mtp_stored`` = ``mtp`` + ``mtp_copies`` and ``checkpoint`` = ``total`` + ``mtp_stored``; ``buffers``
-    (the router's bias, in all;
+    ``mtp_stored`` = ``mtp`` + ``mtp_copies`` and ``checkpoint`` = ``total`` + ``mtp_stored``; ``fp8_scales``
+    (:func:`memlib.model.params.fp8_scales`: 0 unless the published checkpoint is block-FP8) and ``stored``, every
+    element that checkpoint stores: ``checkpoint``, the scales and the buffers of the main model and the MTP
+    modules; ``buffers``
+    (the router's bias, main model only;
     ``bias_per_layer`` entries in each of ``moe_layers`` layers); ``tie_saving`` (what tying the head
     to the embedding would remove: the head, 0 when tied) and its share of ``total``."""
     vals = model_values(m)
@@ -332,6 +337,9 @@ def totals(m: ModelConfig) -> dict[str, int | Fraction]:
     copies = n_mtp * (blocks["embedding"] + blocks.get("head", 0))
     mtp_total = mtp_block + mtp_proj + mtp_norms
     head = blocks.get("head", 0)
+    buffers = buffer_params(m).evaluate_total(vals)
+    mtp_buffers = sum(exact_int(t.numel, vals) for j in range(n_mtp) for t in mtp_tensors(m, j) if t.kind == "buffer")
+    scales = fp8_scales(m)
     return {
         "total": total, "blocks": blocks, "routed": blocks.get("routed_experts", 0),
         "routed_share": Fraction(blocks.get("routed_experts", 0), total),
@@ -339,7 +347,8 @@ def totals(m: ModelConfig) -> dict[str, int | Fraction]:
         "embedding": blocks["embedding"], "head": blocks.get("head", 0), "final_norm": blocks["final_norm"],
         "mtp_modules": n_mtp, "mtp": mtp_total, "mtp_block": mtp_block, "mtp_proj": mtp_proj, "mtp_norms": mtp_norms,
         "mtp_copies": copies, "mtp_stored": mtp_total + copies, "checkpoint": total + mtp_total + copies,
-        "buffers": buffer_params(m).evaluate_total(vals), "moe_layers": m.layer_kinds.count("moe"),
+        "fp8_scales": scales, "stored": total + mtp_total + copies + scales + buffers + mtp_buffers,
+        "buffers": buffers, "moe_layers": m.layer_kinds.count("moe"),
         "bias_per_layer": m.n_routed_experts if m.router_bias else 0,
         "tie_saving": head, "tie_saving_share": Fraction(head, total),
     }
@@ -396,7 +405,7 @@ STATEMENT_COUNTS = {
     "activated": ("activated", "activated_no_embedding"),
     "activated_weights_doc": ("activated", "activated_no_embedding"),
     "mtp": ("mtp", "mtp_block"),
-    "checkpoint": ("checkpoint",),
+    "checkpoint": ("checkpoint", "stored"),
 }
 
 

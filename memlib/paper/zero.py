@@ -42,7 +42,7 @@ def sharding(part: Partition, index: int) -> dict[str, dict[str, int]]:
     ``difference`` of the two rules (``moved``: the parameters the paper counts as expert states)."""
     t = part.train
     params = part.params(part.stages[index])
-    ne_div, e_div = t.dp * t.cp, t.edp
+    ne_div, e_div = t.dp_cp, t.edp
     out: dict[str, dict[str, int]] = {}
     for name, blocks in STATE_RULES.items():
         expert = params.select(lambda k: k.removeprefix("mtp.").split(".")[0] in blocks)
@@ -61,7 +61,7 @@ def table8(est: Estimate, index: int) -> dict[ZeroStage, dict[str, int]]:
     ``index``, per ZeRO stage (the configuration of ``est`` otherwise)."""
     out = {}
     for z in ZeroStage:
-        s = est.stages[index] if est.train.zero == z else estimate(est.model, est.train.with_(zero=int(z))).stages[index]
+        s = est.stages[index] if est.train.zero == z else estimate(est.model, est.train.with_(zero=z)).stages[index]
         out[z] = {**{t: s.bytes[t] for t in TERMS}, "total": s.model_states}
     return out
 
@@ -85,7 +85,7 @@ def rule_totals(part: Partition, index: int) -> dict[str, dict[ZeroStage, int]]:
         if name == "difference":
             continue
         subs = {sym("P_ne"): r["P_ne"], sym("P_e"): r["P_e"], sym("DP"): t.dp, sym("CP"): t.cp, sym("EDP"): t.edp}
-        out[name] = {z: int(states_formula(int(z), rec).total.xreplace(subs)) for z in ZeroStage}
+        out[name] = {z: int(states_formula(z, rec).total.xreplace(subs)) for z in ZeroStage}
     return out
 
 
@@ -130,5 +130,5 @@ def zero_paper_example() -> dict[str, object]:
     psi, nd = ZERO_PAPER["psi"], ZERO_PAPER["n_d"]
     subs = {sym("P_ne"): psi, sym("P_e"): 0, sym("DP"): nd, sym("CP"): 1, sym("EDP"): 1}
     return {"psi": psi, "n_d": nd, "k": ZERO_PAPER["k"],
-            "bytes": {z: int(states_formula(int(z), rec).total.xreplace(subs)) for z in ZeroStage},
-            "printed_gb": {z: ZERO_PAPER["gb"][int(z)] for z in ZeroStage}}
+            "bytes": {z: int(states_formula(z, rec).total.xreplace(subs)) for z in ZeroStage},
+            "printed_gb": {z: ZERO_PAPER["gb"][z] for z in ZeroStage}}

@@ -23,13 +23,14 @@ from ..model.states import RECIPES
 from ..core.units import to_unit
 from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
                      span)
-from .tables import notation_recap
+from .notation import chapter_notation
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
            "answer_values", "capacity_table"]
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["l", "N", "N_r", "DP", "TP", "PP", "EP", "ETP", "b", "s", "B_w"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch01", est.model, est.train)
 
 
 def stages_text(stages: list[int]) -> str:
@@ -170,10 +171,14 @@ def answer_values(model) -> dict[str, str]:
     else:
         paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} does not fit an {cap} even with "
                  f"ZeRO-1 and full recomputation: {full}.")
+    verdict = {"fits": "it fits even were memlib's error as large as the largest it showed against measured "
+                       "runs of such models (chapter 11)",
+               "marginal": "a marginal verdict: an error as large as the largest memlib showed against measured "
+                           "runs of such models (chapter 11) would take it over",
+               "does not fit": "so it does not fit"}[a["recipe_verdict"]]
     recipe = (f"DeepSeek's own recipe ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
-              f"and its norms{_up_projections(model)} recomputed) peaks at {fmt_bytes(a['recipe_total'])} on rank "
-              f"{a['recipe_rank']}, " + ("so it fits, " if a["recipe_fits"] else "so it does not fit, ")
-              + _margin(a["recipe_margin"]) + ".")
+              f"and its norms{_up_projections(model)} recomputed) peaks at {fmt_bytes(a['recipe_total'])} on "
+              f"rank {a['recipe_rank']}, {_margin(a['recipe_margin'])}; {verdict}.")
     return {"answer_paper": paper, "answer_recipe": recipe, "answer_gpu": a["gpu"],
             "answer_capacity": fmt_capacity(a["capacity"]), "answer_capacity_bytes": fmt_count(a["capacity"]),
             "answer_allocatable": fmt_capacity(allocatable(a["capacity"])),

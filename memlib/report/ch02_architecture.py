@@ -11,12 +11,14 @@ from __future__ import annotations
 from ..device.estimate import Estimate
 from ..paper import parameters as pp
 from ..scenarios import models as sm
-from .figures import block_diagram, new_figure
+from ..model.architecture import block_kinds
+from ..scenarios.dataflow import block_flow, ffn_block
+from .diagrams import flow_diagram
 from .format import architecture_note, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
 __all__ = ["models", "notation", "values", "mla_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
-           "model_fields_table", "mtp_table", "block_node_text", "block_figure", "block_values"]
+           "model_fields_table", "mtp_table", "block_figure", "block_values"]
 
 
 def models(est: Estimate) -> tuple:
@@ -220,45 +222,59 @@ def mtp_table(est: Estimate) -> str:
 # ------------------------------------------------------------------------------------------------
 # the block diagrams
 # ------------------------------------------------------------------------------------------------
-def _mathtext(words: str) -> str:
-    """An activation's name from the ledger with its symbols typeset: ``query latent c^Q`` -> ``$c^{Q}$``."""
-    out = []
-    for w in words.split(" "):
-        if "^" in w:
-            base, sup = w.split("^", 1)
-            w = f"${base}^{{{sup}}}$"
-        out.append(w)
-    return " ".join(out)
-
-
-def block_node_text(node) -> tuple[str, str, str, str]:
-    """One :class:`~memlib.scenarios.models.Node` as the diagram writes it: name, shape, what slices it
-    (``none``: replicated, or whole on every rank), category."""
-    name = node.name if node.category == "parameters" else _mathtext(node.name)
-    shape = "$[" + ",\\ ".join(tex(d) for d in node.shape) + "]$"
-    return name, shape, ", ".join(node.sliced_by) or "none", node.category
-
-
-def _ffn_block(est: Estimate) -> str:
-    return "moe" if est.model.has_moe else "dense_ffn"
-
-
 def block_figure(est: Estimate, block: str):
-    """The tensors of the book's model's ``block`` (``attention``, or ``ffn``: the MoE layer, or the dense
-    FFN of a model without one) in data-flow order, each with its shape and what slices it (under the
-    chapter's partition profile)."""
-    b = _ffn_block(est) if block == "ffn" else block
-    nodes = [block_node_text(n) for n in sm.block_nodes(est.model, b, est.train.profile)]
-    rows = (len(nodes) + 3) // 4
-    fig, ax = new_figure(10.0, 0.95 * rows + 0.5)
-    block_diagram(ax, nodes)
-    return fig
+    """The book's model's ``block`` (``attention``, or ``ffn``: the MoE layer, or the dense FFN of a model
+    without one) as a dataflow drawn by Graphviz (:func:`memlib.report.diagrams.flow_diagram` of
+    :func:`memlib.scenarios.dataflow.block_flow`): values, the weights and operations between them, what the
+    paper's ledger saves, what inference caches."""
+    b = ffn_block(est.model) if block == "ffn" else block
+    return flow_diagram(block_flow(est.model, b, est.train.profile))
 
 
 def block_values(est: Estimate) -> dict[str, str]:
-    """Words for the diagrams' captions: the attention's kind, the FFN block drawn."""
+    """Words for the diagrams' text and captions, from the model's blocks
+    (:func:`memlib.model.architecture.block_kinds`): the blocks' names, what the KV cache holds, and how
+    data flows through each block."""
     m = est.model
-    return {"diagram_attention": "multi-head latent attention (MLA)" if m.attention == "mla"
-            else "grouped-query attention (this model has no MLA)",
-            "diagram_ffn": "MoE layer" if m.has_moe else "dense FFN (this model has no MoE layer)",
-            "diagram_profile": est.train.profile}
+    k = block_kinds(m)
+    rope = k["positions"] == "RoPE"
+    if m.attention == "mla":
+        cache = "the key-value latent and the RoPE key that every head shares, all that MLA caches"
+        queries = ("the query branch compresses the normalised input into a latent and expands it into the queries"
+                   if m.q_lora_rank else "the queries are projected from the normalised input directly")
+        flow = (f"{queries.capitalize()}, with a separate RoPE part; the key-value branch compresses the input into "
+                "one latent, expands it into the keys and values, and computes one RoPE key that every head "
+                "shares; the branches meet at the attention, whose output the output projection maps back to "
+                "the hidden size.")
+    else:
+        n_h, n_kv = fmt_count(k["n_h"]), fmt_count(k["n_kv"])
+        cache = f"the keys and values of its {n_kv} key-value heads"
+        steps = [f"The normalised input is projected into {n_h} heads of queries, keys and values"
+                 if k["n_kv"] == k["n_h"] else
+                 f"The normalised input is projected into {n_h} query heads and {n_kv} key-value heads"]
+        if k["qk_norm"]:
+            steps.append("each query and key head is normalised by an RMSNorm")
+        if rope:
+            steps.append("RoPE rotates the queries and keys")
+        flow = "; ".join(steps) + "; they meet at the attention, whose output the output projection maps back to " \
+                                  "the hidden size."
+    if m.has_moe:
+        choice = f"The router scores every token against the {fmt_count(k['N'])} routed experts and picks " \
+                 f"{fmt_count(k['N_r'])}" + (", its bias added for the choice only" if m.router_bias else "")
+        shared = ""
+        if m.moe == "qwen2_moe":
+            shared = "; beside them the shared expert, scaled by its sigmoid gate, sees every token"
+        elif m.n_shared_experts == 1:
+            shared = "; beside them the shared expert sees every token"
+        elif m.n_shared_experts:
+            shared = f"; beside them the {fmt_count(m.n_shared_experts)} shared experts see every token"
+        ffn_flow = (f"{choice}; the tokens are dispatched to the ranks that hold their experts (an all-to-all "
+                    f"over the EP ranks), and the experts' outputs are combined back, weighted by the router's "
+                    f"probabilities{shared}; the sum is added to the block's input.")
+    elif m.mlp == "gelu":
+        ffn_flow = "A projection to the FFN's width, its GeLU, and the projection back, added to the block's input."
+    else:
+        ffn_flow = ("A SwiGLU: two projections of the normalised input (gate and up), the SiLU of the gate times "
+                    "the up projection, and the down projection, added to the block's input.")
+    return {"diagram_attention": block_flow(m, "attention").title, "diagram_ffn": block_flow(m, ffn_block(m)).title,
+            "diagram_cache": cache, "diagram_attention_flow": flow, "diagram_ffn_flow": ffn_flow}

@@ -23,7 +23,8 @@ from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
     fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, span, tex,
 )
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "matrix_table", "layer_table", "stage_table",
            "totals_table", "official_table", "stage_figure", "problem_values", "errata_md", "stages_text"]
@@ -37,7 +38,8 @@ STATEMENTS = {"total": "total", "activated": "activated", "activated_weights_doc
 QUANTITIES = {"total": "main model", "activated": "activated, embedding counted whole",
               "activated_no_embedding": "activated, without the embedding", "mtp": "MTP modules, own parameters",
               "mtp_block": "MTP decoder block alone",
-              "checkpoint": "main model + MTP + the MTP's embedding and head copies"}
+              "checkpoint": "main model + MTP + the MTP's embedding and head copies",
+              "stored": "the same, with the FP8 scales and buffers the files store"}
 
 #: legend of the stage figure, per block of :data:`memlib.paper.parameters.FIGURE_BLOCKS`
 FIGURE_LABELS = {**BLOCKS, "norms": "RMSNorms", "mtp": "MTP modules"}
@@ -57,8 +59,8 @@ def stages_text(stages: list[int]) -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["h", "h_F", "h_E", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "N", "N_s", "N_r", "l",
-                           "k_dense", "v", "PP"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch03", est.model, est.train)
 
 
 _RULES = {"default": "memlib's default rule: the layers divided evenly, rounded up, the remainder on the last stage",
@@ -143,7 +145,7 @@ PAPER_KEYS = ("paper_mla_layer", "mla_exact", "paper_moe_ffn", "moe_ffn_exact", 
               "stage0_sum_terms", "stage0_sum_is_printed", "layout_is_papers", "official_total", "total_relation",
               "official_activated", "official_activated_doc", "card_relation", "doc_relation", "doc_gap",
               "official_mtp", "mtp_block_relation", "mtp_relation", "official_checkpoint", "mtp_stored_b",
-              "checkpoint_b", "checkpoint_relation")
+              "checkpoint_b", "checkpoint_relation", "fp8_block", "fp8_scales", "stored_b", "stored_relation")
 
 
 def paper_values(est: Estimate) -> dict[str, str]:
@@ -190,6 +192,9 @@ def paper_values(est: Estimate) -> dict[str, str]:
         "official_checkpoint": off[("checkpoint", "checkpoint")]["printed_text"] + "B",
         "mtp_stored_b": fmt_billions(tot["mtp_stored"]), "checkpoint_b": fmt_billions(tot["checkpoint"]),
         "checkpoint_relation": _words(off[("checkpoint", "checkpoint")]),
+        "fp8_block": " × ".join(fmt_count(x) for x in m.weight_block_size) if m.weight_block_size else "none",
+        "fp8_scales": fmt_count(tot["fp8_scales"]), "stored_b": fmt_billions(tot["stored"]),
+        "stored_relation": _words(off[("checkpoint", "stored")]),
     }
 
 
@@ -338,8 +343,8 @@ def stage_figure(est: Estimate):
     per = pp.stage_block_weights(part)
     labels = {**FIGURE_LABELS, "attention": attention_name(est.model)}
     series = [Series(labels[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
-    fig, ax = new_figure(7.0, 3.6)
-    stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8, fontsize=8)
+    fig, ax = new_figure(height=3.8)
+    stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8)
     ax.use_sticky_edges = False          # zero-height segments would pin the top of the axis to the tallest bar
     ax.margins(y=0.06)
     ax.autoscale_view()
@@ -347,7 +352,7 @@ def stage_figure(est: Estimate):
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel(f"{_fmt(est)} weights per stage, GiB")
     handles, labels = ax.get_legend_handles_labels()
-    ax.legend(list(reversed(handles)), list(reversed(labels)), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.legend(list(reversed(handles)), list(reversed(labels)), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4)
     return fig
 
 

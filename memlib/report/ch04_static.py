@@ -19,9 +19,11 @@ from ..model.partition import SHARDING
 from ..scenarios import static as sstatic
 from ..model.states import RECIPES
 from ..core.symbols import SYMBOLS
-from .figures import BLOCK_COLORS, Series, device_grid, held_fractions, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, layout_text, math, md_table, model_name, pct, span, tex)
-from .tables import errata_table, notation_recap
+from .diagrams import ep_groups_per_row, stage_diagram
+from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
+from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
            "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
@@ -50,8 +52,8 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["h", "h_E", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "N", "N_s", "DP", "TP", "PP", "EP",
-                           "ETP", "CP", "EDP", "L_moe", "P", "B_w"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch04", est.model, est.train)
 
 
 def _stages_text(indices: list[int]) -> str:
@@ -63,16 +65,11 @@ def _stages_text(indices: list[int]) -> str:
         else:
             runs.append([i, i])
     parts = [span(a, b) for a, b in runs]
-    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return ("stage " if len(indices) == 1 else "stages ") + text
+    return ("stage " if len(indices) == 1 else "stages ") + join_and(parts)
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{fmt_count(n)} {one if n == 1 else (many or one + 's')}"
-
-
-def _and(parts: list[str]) -> str:
-    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
 def _holds(row: dict, profile: str = "paper") -> str:
@@ -91,7 +88,7 @@ def _holds(row: dict, profile: str = "paper") -> str:
         parts.append("the output head")
     if row[profile]["mtp"]:
         parts.append("the MTP modules")
-    return _and(parts)
+    return join_and(parts)
 
 
 def _holds_short(row: dict) -> str:
@@ -209,7 +206,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
             "printed_mla_gb": printed["MLA"]["memory_gb"],
             "t6_counts": "every parameter and byte count equals the paper's" if same
             else "not every count equals the paper's",
-            "t6_slips": _and(slips) if slips else "none", "t6_slips_verb": "does" if len(slips) == 1 else "do"}
+            "t6_slips": join_and(slips) if slips else "none", "t6_slips_verb": "does" if len(slips) == 1 else "do"}
 
 
 def absent_paper_values(est: Estimate) -> dict[str, str]:
@@ -296,18 +293,18 @@ def split_table(est: Estimate) -> str:
 def stages_figure(est: Estimate):
     """Stacked bars, one panel per convention: GiB of stored weights on one device of each stage, by block."""
     rows = pstatic.stage_rows(est.partition)
-    fig, axes = new_figure(10.0, 5.6, nrows=2, sharex=True, sharey=True)
+    fig, axes = new_figure(height=6.4, nrows=2, sharex=True, sharey=True)
     handles: dict[str, object] = {}
     titles = {"paper": "the paper's convention (paper)", "megatron": "Megatron-Core's convention (megatron)"}
     for ax, name in zip(axes, pstatic.PROFILE_NAMES):
         series = [Series(label, BLOCK_COLORS[b], [r[name]["block_bytes"].get(b, 0) for r in rows])
                   for b, label in block_names(est.model).items()]
-        stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=2, fontsize=6)
-        ax.set_title(titles[name], fontsize=9, loc="left", pad=12)
+        stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=1, total_unit=False)
+        ax.set_title(titles[name], fontsize=10, loc="left", pad=12)
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
     axes[-1].set_xlabel("pipeline stage")
-    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center", fontsize=8)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center", ncol=4)
     return fig
 
 
@@ -331,7 +328,7 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "p2_mla": fmt_count(tp["mla"]), "p2_params": fmt_count(tp["params"]), "p2_gib": fmt_bytes(tp["bytes"]),
         "p2_extra_gib": fmt_bytes(tp["extra_bytes"]), "p2_mla_share": pct(tp["mla_share"], 1),
         "p2_changed": ("nothing else changes" if tp["only_mla"]
-                       else "the rows " + _and(tp["changed"]) + " change"),
+                       else "the rows " + join_and(tp["changed"]) + " change"),
     }
 
 
@@ -343,32 +340,70 @@ def errata_md(est: Estimate) -> str:
 STATE_CATEGORIES = ("parameters", "gradients", "optimizer_states")
 
 
+def _experts(e: tuple[int, int]) -> str:
+    """``routed experts 32–63``, or ``routed expert 1``."""
+    return f"routed expert {e[0]}" if e[0] == e[1] else f"routed experts {span(*e)}"
+
+
+def _fraction(f) -> str:
+    """A share of a tensor family: ``1/64``, or ``whole``."""
+    return "whole" if f == 1 else str(f)
+
+
 def device_figure(est: Estimate, zero: int | None = None):
-    """Left: every device of the run, stages by ranks, shaded by the routed experts each holds (its EP
-    index; the TP index without expert parallelism), one device outlined; right: the share of each tensor family of its stage that device holds,
-    for parameters, gradients and optimizer states under ZeRO stage ``zero`` (``est``'s by default)."""
+    """One pipeline stage of the run drawn by Graphviz (:func:`memlib.report.diagrams.stage_diagram`): the
+    pipeline's stages with this one marked; its ranks in their TP groups (framed), a column per set of
+    routed experts (its EDP group), coloured by EP index (by TP rank without expert parallelism); and what
+    one rank holds: the share of each tensor family of the stage, for parameters, gradients and optimizer
+    states under ZeRO stage ``zero`` (``est``'s by default)."""
+    t = est.train
     d = sstatic.device_slices(est, zero=zero)
-    fig, (ax1, ax2) = new_figure(10.0, 4.4, ncols=2, width_ratios=[1.1, 1.0])
-    moe = est.train.ep > 1
-    shade, name = (d["ep_of_rank"], "EP index") if moe else (d["tp_of_rank"], "TP index")
-    img = device_grid(ax1, d["pp"], d["ranks"], shade, (d["stage"], d["rank"]), name)
-    fig.colorbar(img, ax=ax1, label="EP index (which routed experts)" if moe else "TP index (which slice)",
-                 shrink=0.8, pad=0.03)
-    fams = d["families"]
-    held_fractions(ax2, [f["label"] for f in fams], {c: [f[c] for f in fams] for c in STATE_CATEGORIES})
-    ax2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(STATE_CATEGORIES))
-    return fig
+    st = est.partition.stages[d["stage"]]
+    layers = f"layers {span(st.layers[0], st.layers[-1])}" if st.layers else "no decoder layer"
+    shape = " × ".join(f"{k} {v}" for k, v in (("DP", t.dp), ("TP", t.tp), ("CP", t.cp)) if v > 1 or k == "DP")
+    experts = f"; routed experts: EP {t.ep} × EDP {t.edp}" + (f" × ETP {t.etp}" if t.etp > 1 else "") if t.ep > 1 else ""
+    zero_word = f"ZeRO-{d['zero']}" if d["zero"] else "no ZeRO"
+    words = {
+        "stage": f"pipeline stages (PP {t.pp}); stage {d['stage']} holds {layers}",
+        "grid": f"stage {d['stage']}: {d['ranks']} ranks = {shape}{experts}",
+        "columns": "routed experts", "experts": [span(a, b) for a, b in d["experts_of_ep"] or []],
+        "row": "ranks {first}–{last}",
+        "ep_row": "EP group {index}: ranks {first}–{last}",
+        "rank": f"rank {d['rank']} holds" + (f" {_experts(d['experts'])} and" if d["experts"] else "")
+                + " these shares of its stage's tensors",
+        "slice_columns": ("parameters", "gradients", f"optimizer states\n({zero_word})"),
+    }
+    families = [(f["label"],) + tuple(_fraction(f[c]) for c in STATE_CATEGORIES) for f in d["families"]]
+    return stage_diagram(sstatic.stage_groups(t), d, families, words)
 
 
 def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
-    """The outlined device of :func:`device_figure`: its stage, rank and coordinates, its routed experts,
-    the ZeRO stage and the data-parallel groups its states shard over."""
+    """The rank :func:`device_figure` details: its stage, rank and coordinates, its routed experts, the ZeRO
+    stage and the data-parallel groups its states shard over; and the stage's groups in words."""
+    t = est.train
     d = sstatic.device_slices(est, zero=zero)
+    g = sstatic.stage_groups(t)
     c = d["coords"]
     e = d["experts"]
+    parts = [f"each frame is a TP group of {fmt_count(t.tp)} ranks that split the tensors TP shards "
+             f"({fmt_count(len(g['tp']))} of them)" if t.tp > 1 else "there is no TP (each rank holds its layers' "
+             "tensors whole)"]
+    if t.ep > 1:
+        size = t.ep_etp
+        per_row = ep_groups_per_row(t.tp, size, d["ranks"])
+        where = (f"each row is one of them ({fmt_count(len(g['ep']))} rows); the {fmt_count(t.edp)} ranks of a column "
+                 "hold the same routed experts, an EDP group that averages their gradients" if per_row == 1 else
+                 f"each row holds {fmt_count(per_row)} of them; the ranks of the columns that hold the same "
+                 "routed experts form an EDP group that averages their gradients")
+        parts.append(f"an EP group of {fmt_count(size)} ranks holds all {fmt_count(est.model.n_routed_experts)} routed "
+                     f"experts of a layer once: {where}")
+    parts.append(f"the {fmt_count(t.dp_cp)} ranks with the same TP rank are the data-parallel group of the "
+                 "other tensors")
+    groups = "; ".join(parts)
     return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),
-            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp * est.train.cp),
+            "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp_cp),
             "dev_edp": fmt_count(est.train.edp),
             "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
-            "dev_experts": "no routed experts (a dense model)" if e is None else
-            f"routed experts {span(e[0], e[1])} of every MoE layer"}
+            "dev_experts": "no routed experts (a dense model)" if e is None else f"{_experts(e)} of every MoE layer",
+            "dev_groups": groups[0].upper() + groups[1:] + ".",
+            "dev_colour": "its EP index, the routed experts it holds" if t.ep > 1 else "its TP rank"}

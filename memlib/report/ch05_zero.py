@@ -16,15 +16,14 @@ from ..scenarios.sweeps import ep_sweep, recipe_change
 from ..model.architecture import attention_name
 from ..model.states import RECIPES, ZeroStage
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no
-from .tables import errata_table, notation_recap
+from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["stage", "values", "paper_values", "table7", "recipes_table", "sharding_table", "table8",
            "table8_printed", "prose_swap_table", "megatron_table", "ep_table", "ep_values", "states_figure",
            "problem_values", "zero_paper_table", "errata_md", "notation"]
 
-STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
-               ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
 TERMS = pzero.TERMS
 TERM_LABELS = {t: CATEGORY_LABELS[t] for t in TERMS}
 
@@ -35,8 +34,8 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["P", "P_ne", "P_e", "DP", "TP", "CP", "EP", "ETP", "EDP", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch05", est.model, est.train)
 
 
 def _router_and_shared(m) -> str:
@@ -132,7 +131,7 @@ def sharding_table(est: Estimate) -> str:
 def table8(est: Estimate) -> str:
     """Model states per ZeRO stage as memlib computes them: GiB per term, total GiB and bytes."""
     v = pzero.table8(est, stage(est))
-    rows = [[STAGE_NAMES[z]] + [fmt_bytes(r[t], with_unit=False) for t in TERMS]
+    rows = [[zero_name(z)] + [fmt_bytes(r[t], with_unit=False) for t in TERMS]
             + [f"**{fmt_bytes(r['total'], with_unit=False)}**", fmt_count(r["total"])] for z, r in v.items()]
     return md_table(["ZeRO stage", "parameters (GiB)", "gradients (GiB)", "optimizer states (GiB)", "total (GiB)",
                      "total (bytes)"], rows, "lrrrrr")
@@ -141,7 +140,7 @@ def table8(est: Estimate) -> str:
 def table8_printed(est: Estimate) -> str:
     """The paper's printed Table 8 (its "GB" are GiB), the sum of its printed terms and memlib's total."""
     v = pzero.table8(est, stage(est))
-    rows = [[STAGE_NAMES[z]] + [row[t] for t in TERMS] + [row["total"], pzero.printed_sum(row),
+    rows = [[zero_name(z)] + [row[t] for t in TERMS] + [row["total"], pzero.printed_sum(row),
                                                             fmt_bytes(v[z]["total"], with_unit=False)]
             for z, row in zip(ZeroStage, PAPER["table8"].values())]
     return md_table(["ZeRO stage", "parameters", "gradients", "optimizer states", "total", "sum of printed terms",
@@ -192,12 +191,12 @@ def ep_table(est: Estimate) -> str:
 def states_figure(est: Estimate):
     """Stacked bars: parameters, gradients and optimizer states per ZeRO stage, GiB per device."""
     v = pzero.table8(est, stage(est))
-    fig, ax = new_figure(6.5, 3.6)
+    fig, ax = new_figure()
     series = [Series(TERM_LABELS[t], CATEGORY_COLORS[t], [r[t] for r in v.values()]) for t in TERMS]
-    stacked_bars(ax, [STAGE_NAMES[z] for z in v], series, digits=2, fontsize=8)
+    stacked_bars(ax, [zero_name(z) for z in v], series, digits=2)
     ax.set_ylabel("model states, GiB per device")
     ax.set_xlabel("ZeRO stage")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 
@@ -213,7 +212,7 @@ def zero_paper_table() -> tuple[dict[str, str], str]:
     """The ZeRO paper's example: its sizes for the prose, and memlib's values beside the printed ones
     (decimal GB, as that paper prints)."""
     ex = pzero.zero_paper_example()
-    rows = [[STAGE_NAMES[z], fmt_bytes(ex["bytes"][z], "GB", 1, with_unit=False), ex["printed_gb"][z]]
+    rows = [[zero_name(z), fmt_bytes(ex["bytes"][z], "GB", 1, with_unit=False), ex["printed_gb"][z]]
             for z in ZeroStage]
     return ({"p2_psi": fmt_count(ex["psi"]), "p2_nd": fmt_count(ex["n_d"]), "p2_k": str(ex["k"])},
             md_table(["ZeRO stage", "memlib (GB)", "ZeRO paper (GB)"], rows, "lrr"))

@@ -7,7 +7,6 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
-from fractions import Fraction
 
 from ..device.estimate import Estimate
 from ..model.architecture import attention_name
@@ -15,10 +14,12 @@ from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata
 from ..scenarios import activations as sact
-from .figures import CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, Series, in_unit, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, Series, in_unit, new_figure,
+                      plain_log_ticks, stacked_bars)
+from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
-from .tables import errata_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_table
 
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
            "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
@@ -53,21 +54,12 @@ def stage(est: Estimate) -> int:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["b", "s", "h", "n_h", "d_h", "d_v", "d_hR", "d_cq", "d_c", "h_E", "N", "N_s", "N_r", "TP",
-                           "CP", "EP", "ETP", "L_moe"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch06", est.model, est.train)
 
 
 def _policy_name(p: str) -> str:
     return p if p in pact.POLICY_ORDER else "module list"
-
-
-def _number(x: int | Fraction, digits: int = 1) -> str:
-    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals."""
-    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
-
-
-def _and(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def _block_words(m) -> dict[str, str]:
@@ -108,7 +100,7 @@ def values(est: Estimate) -> dict[str, str]:
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
         "sp": f"sequence parallelism over the {fmt_count(t.tp)} tensor-parallel ranks" if t9["sp"]
         else "no sequence parallelism",
-        "micro_batches": _and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
+        "micro_batches": join_and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule), "in_flight": fmt_count(pol["none"]["in_flight"]),
         # Table 10 at the first micro-batch size
         "none_bytes": fmt_count(t10["none"]["total"]), "none_gib": fmt_bytes(t10["none"]["total"]),
@@ -117,8 +109,8 @@ def values(est: Estimate) -> dict[str, str]:
         "ratio_none_full": fmt_decimal(facts["none_over_full"], 0),
         # routed tokens
         "local_experts": fmt_count(tokens["local_experts"]), "shared": fmt_count(est.model.n_shared_experts),
-        "e_token": _number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
-        "held_tokens": _number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
+        "e_token": fmt_number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
+        "held_tokens": fmt_number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
         # the attention scores
         "scores_count": fmt_count(split["tensors"]), "scores_layer": fmt_bytes(split["quadratic"]),
         "scores_share": pct(split["share"], 1), "scores_verb": "dominate" if split["dominates"] else "do not dominate",
@@ -162,7 +154,7 @@ def table9(est: Estimate) -> str:
         ["$N_r$", "routed experts per token", fmt_count(v["N_r"])],
         ["$N$", "routed experts per layer", fmt_count(v["N"])],
         ["$E_{token} = b s N_r / N$", "tokens per expert (balanced routing)",
-         " / ".join(_number(x) for x in v["e_token"])],
+         " / ".join(fmt_number(x) for x in v["e_token"])],
         [r"$\lceil b s N_r / (\mathrm{EP}\,\mathrm{CP}) \rceil$", "the paper's routed token copies on one device",
          " / ".join(fmt_count(x) for x in v["paper_tokens"])],
         ["$SP$", "sequence parallelism",
@@ -188,10 +180,18 @@ def ledger_table(est: Estimate, block: str) -> str:
             div += " (tokens rounded up)"
         mods = ", ".join(f"`{m}`" for m in r["modules"]) or "—"
         pols = f" (policies: {', '.join(r['policies'])})" if r["policies"] else " (kept by every policy)"
-        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), mods + pols,
+        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), f"{mods}{pols}",
                      r["note"] or "—"])
     return md_table(["saved tensor", "elements", "bytes per element", "divided by", "bytes per device",
                      "dropped by (recompute modules)", "note"], rows, "llllrll")
+
+
+def _short_name(name: str) -> str:
+    """A ledger entry's name as a box of :func:`dataflow_figure` shows it: before its first comma or
+    parenthesis, "after W^O" as "after the output", other symbols left out (``c^Q``: the words name it), "gate projection
+    output" as "gate output"."""
+    short = name.split(",")[0].split(" (")[0].replace(" projection output", " output").replace(" after W^O", " after the output").replace(" * ", " × ")
+    return " ".join(w for w in short.split(" ") if "^" not in w)
 
 
 def dataflow_figure(est: Estimate):
@@ -203,28 +203,28 @@ def dataflow_figure(est: Estimate):
     labels = _block_labels(est)
     columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
     n = max(len(rows) for _, rows in columns)
-    fig, ax = new_figure(9.0, 0.42 * n + 1.2)
+    fig, ax = new_figure(TEXT_WIDTH, 0.3 * n + 1.1)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
-        ax.text(x0 + 0.45, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
+        ax.text(x0 + 0.47, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
                 fontweight="bold")
         for k, r in enumerate(rows):
             y = -k
-            ax.add_patch(FancyBboxPatch((x0, y - 0.38), 0.9, 0.7, boxstyle="round,pad=0.0,rounding_size=0.05",
+            ax.add_patch(FancyBboxPatch((x0, y - 0.38), 0.94, 0.7, boxstyle="round,pad=0.0,rounding_size=0.05",
                                         facecolor=CLASS_COLORS[r["class"]], edgecolor="white", alpha=0.85))
-            label = r["name"].split(",")[0].split(" (")[0]
-            ax.text(x0 + 0.02, y - 0.03, label, ha="left", va="center", fontsize=7.5, color="black")
-            ax.text(x0 + 0.88, y - 0.03, fmt_bytes(r["bytes"], "MiB", 1), ha="right", va="center", fontsize=7.5,
+            ax.text(x0 + 0.02, y - 0.03, _short_name(r["name"]), ha="left", va="center", fontsize=SMALL_FONT,
                     color="black")
+            ax.text(x0 + 0.92, y - 0.03, fmt_bytes(r["bytes"], "MiB", 1), ha="right", va="center",
+                    fontsize=SMALL_FONT, color="black")
             if k + 1 < len(rows):
                 ax.annotate("", xy=(x0 + 0.45, y - 0.62), xytext=(x0 + 0.45, y - 0.38),
                             arrowprops={"arrowstyle": "->", "lw": 0.8, "color": "grey"})
-    ax.set_xlim(-0.05, 1.95)
+    ax.set_xlim(-0.02, 1.96)
     ax.set_ylim(-n + 0.3, 0.9)
     ax.axis("off")
     ax.grid(False)
     handles = [Patch(color=CLASS_COLORS[c], label=CLASS_LABELS[c]) for c in pact.RECOMPUTE_CLASSES]
-    ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, ncol=2, loc="outside lower center")
     return fig
 
 
@@ -295,18 +295,19 @@ def microbatch(est: Estimate):
     words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
              "mb_order": "keep" if facts["same_order"] else "do not keep",
              "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
-    fig, (ax1, ax2) = new_figure(9.0, 3.6, 1, 2)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 3.4, 1, 2)
     for p, rows in sweep.items():
         color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
         bs = [r["b"] for r in rows]
         ax1.plot(bs, [in_unit(r["per_microbatch"]) for r in rows], marker="o", color=color, label=_policy_name(p))
         ax2.plot(bs, [in_unit(r["total"]) for r in rows], marker="o", color=color, label=_policy_name(p))
     ax1.set_ylabel("one micro-batch, GiB per device")
-    ax2.set_ylabel(f"held at the {SCHEDULE_NAMES.get(est.train.schedule, est.train.schedule)} peak, GiB per device")
+    ax2.set_ylabel(f"held at the {SCHEDULE_NAMES.get(est.train.schedule, est.train.schedule)} peak,\nGiB per device")
     for ax in (ax1, ax2):
         ax.set_xlabel("micro-batch size b (sequences)")
         ax.set_yscale("log")
-    ax2.legend(fontsize=8)
+        plain_log_ticks(ax)
+    fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncol=5)
     return words, fig
 
 
@@ -316,9 +317,9 @@ def seqlen_figure(est: Estimate):
     rows = sact.seqlen_sweep(est)
     cross = sact.crossover(est)
     xs = [r["seq_len"] for r in rows]
-    fig, ax = new_figure(7.0, 3.8)
+    fig, ax = new_figure(height=3.8)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
-            label="attention scores (terms in $s^2$)")
+            label="attention scores (terms in s²)")
     ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],
             label="all other saved tensors (terms in $s$)")
     ax.plot(xs, [in_unit(r["total"]) for r in rows], color=CATEGORY_COLORS["activations"], ls="--",
@@ -326,16 +327,18 @@ def seqlen_figure(est: Estimate):
     if cross:
         ax.axvline(cross["s"], color="grey", lw=1, ls=":")
         ax.annotate(f"crossover s = {fmt_count(cross['s'])}", (cross["s"], 0.02), xycoords=("data", "axes fraction"),
-                    xytext=(4, 0), textcoords="offset points", fontsize=8)
+                    xytext=(4, 0), textcoords="offset points", fontsize=SMALL_FONT)
     s = est.train.seq_len
     ax.axvline(s, color="grey", lw=1, ls="-.")          # no category's colour: the lines are all activations
     ax.annotate(f"configured s = {fmt_count(s)}", (s, 0.9), xycoords=("data", "axes fraction"), xytext=(4, 0),
-                textcoords="offset points", fontsize=8, color="dimgrey")
+                textcoords="offset points", fontsize=SMALL_FONT, color="dimgrey")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax)
     ax.set_xlabel("sequence length s (tokens)")
     ax.set_ylabel("one MoE layer, GiB per device")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(loc="lower right")
     return fig
 
 
@@ -360,15 +363,15 @@ def policy_figure(est: Estimate):
     """Stacked bars per policy: the micro-batches held and the working set of a recomputed layer,
     GiB per device of the analysed stage at the schedule's peak."""
     rows = sact.policy_comparison(est)
-    fig, ax = new_figure(7.0, 3.4)
+    fig, ax = new_figure(height=3.4)
     stacked_bars(ax, [_policy_name(r["policy"]) for r in rows],
                  [Series("micro-batches in flight", CATEGORY_COLORS["activations"], [r["held"] for r in rows]),
                   Series("recompute working set", WORKING_COLOR, [r["working"] for r in rows])],
-                 digits=2, fontsize=8)
+                 digits=2)
     ax.margins(y=0.12)
     ax.set_ylabel("activations, GiB per device")
     ax.set_xlabel("recompute policy")
-    ax.legend(fontsize=8)
+    ax.legend()
     return fig
 
 
@@ -388,10 +391,9 @@ def errata_md(est: Estimate) -> str:
 
 
 #: the two routed-token counts, as the side-by-side table names them
-ROUTED_COUNTS = {"paper": "the paper's count, (N/EP) E_token", "held": "held after the all-to-all"}
 
 
-def routed_count_table(cmp: dict) -> str:
+def routed_count_table(cmp: dict, est: Estimate) -> str:
     """The paper's routed-token count beside the one a device holds (:func:`memlib.paper.activations.
     routed_count_comparison`): token copies, one MoE layer's routed tensors, the stage's activations of one
     micro-batch and at its peak, and the device's total, GiB."""
@@ -403,7 +405,8 @@ def routed_count_table(cmp: dict) -> str:
              fmt_bytes(h["stage_per_microbatch"])],
             [f"activations held ({fmt_count(p['in_flight'])} micro-batches in flight)", fmt_bytes(p["stage_held"]),
              fmt_bytes(h["stage_held"])],
-            ["the device's total, overheads included", fmt_bytes(p["total"]), fmt_bytes(h["total"])]]
+            [f"the device's total under ZeRO-{int(est.train.zero)}, overheads included", fmt_bytes(p["total"]),
+             fmt_bytes(h["total"])]]
     return md_table(["on one device of the stage", "paper's count", "held after the all-to-all"], rows, "lrr")
 
 
@@ -414,13 +417,11 @@ def routed_count_values(cmp: dict) -> dict[str, str]:
         return {"rc_paper": "0", "rc_held": "0", "rc_ratio": "—", "rc_layer_paper": fmt_bytes(0),
                 "rc_layer_held": fmt_bytes(0), "rc_added": fmt_bytes(0),
                 "rc_claim": "a model without routed experts routes no token, so neither count applies to it"}
-    return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]),
-            "rc_ratio": fmt_decimal(Fraction(h["tokens"], p["tokens"]), 0) if h["tokens"] % p["tokens"] == 0
-            else fmt_decimal(Fraction(h["tokens"], p["tokens"]), 2),
+    times = fmt_decimal(cmp["ratio"], 0 if cmp["ratio"].denominator == 1 else 2)
+    return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]), "rc_ratio": times,
             "rc_layer_paper": fmt_bytes(p["layer_routed"]), "rc_layer_held": fmt_bytes(h["layer_routed"]),
-            "rc_added": fmt_bytes(h["stage_held"] - p["stage_held"]),
+            "rc_added": fmt_bytes(cmp["added"]),
             "rc_claim": (f"{fmt_count(h['tokens'])} instead of the paper's {fmt_count(p['tokens'])}, "
-                         f"{fmt_decimal(Fraction(h['tokens'], p['tokens']), 0 if h['tokens'] % p['tokens'] == 0 else 2)} "
-                         f"times as many" if h["tokens"] > p["tokens"] else
+                         f"{times} times as many" if h["tokens"] > p["tokens"] else
                          f"under this layout as many as the paper counts, {fmt_count(p['tokens'])}, since EP ETP does "
                          f"not exceed TP")}

@@ -13,8 +13,8 @@ from ..paper import analysed_stage
 from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, pct, signed_bytes
-from .tables import notation_recap
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes
+from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
            "measured_values", "not_covered_table", "problem_values", "TERM_LABELS"]
@@ -39,17 +39,15 @@ def _device(base: Estimate):
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["DP", "TP", "PP", "EP", "ETP", "b", "s"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch07", est.model, est.train)
 
 
 def _term_text(preset: str, term: str) -> str:
     o = OVERHEAD_PRESETS[preset]
     if term == "fragmentation":
         return pct(o.fragmentation, 1, 0) + " of allocated"
-    n = getattr(o, term)
-    if n < 2**30 and n % 2**20 == 0:
-        return fmt_bytes(n, "MiB", 0)
-    return fmt_bytes(n, "GiB", 1)
+    return fmt_size(getattr(o, term))
 
 
 def _frac(x) -> str:
@@ -114,8 +112,8 @@ def preset_figure(base: Estimate):
     presets = list(rows)
     series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [st.bytes[k]] * len(presets)) for k in ALLOCATED]
     series += [Series(TERM_LABELS[t], CATEGORY_COLORS["overhead"], [rows[p][t] for p in presets]) for t in so.TERMS]
-    fig, ax = new_figure(6.5, 3.8)
-    tops = stacked_bars(ax, [f"preset {p}" for p in presets], series, digits=2, fontsize=8)
+    fig, ax = new_figure(height=3.8)
+    tops = stacked_bars(ax, [f"preset {p}" for p in presets], series, digits=2)
     for c in ax.containers:
         for t in so.TERMS:
             if c.get_label() == TERM_LABELS[t]:
@@ -124,7 +122,7 @@ def preset_figure(base: Estimate):
                     patch.set_edgecolor("white")
     ax.set_ylim(0, max(tops) * 1.15)
     ax.set_ylabel("memory, GiB per device")
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.legend(loc="upper left", ncol=2)
     return fig
 
 
@@ -145,7 +143,7 @@ def measured_values() -> dict[str, str]:
 
 
 def _size(n: int) -> str:
-    return fmt_bytes(n, "MiB", 0) if n >= 2**20 else f"{fmt_count(n)} B"
+    return fmt_size(n, small="B")
 
 
 def not_covered_table() -> str:

@@ -15,19 +15,17 @@ from ..scenarios import together as st
 from ..model.states import ZeroStage
 from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
-                      SECOND_CHUNK_ALPHA, Series,
+                      SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct
-from .tables import attention_switch_values, notation_recap
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
+from .notation import chapter_notation
+from .tables import attention_switch_values
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
-           "schedule_table", "schedule_figure", "problem_values", "STAGE_NAMES", "SCHEDULE_NAMES",
+           "schedule_table", "schedule_figure", "problem_values", "SCHEDULE_NAMES",
            "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
            "switch_values"]
 
-STAGE_NAMES = {ZeroStage.NONE: "ZeRO-0 (none)", ZeroStage.OS: "ZeRO-1 (os)", ZeroStage.OS_G: "ZeRO-2 (os+g)",
-               ZeroStage.OS_G_PARAMS: "ZeRO-3 (os+g+params)"}
-SHORT_STAGE = {z: f"ZeRO-{int(z)}" for z in ZeroStage}
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], "interleaved": OKABE_ITO["sky"],
                    "dualpipe": OKABE_ITO["orange"]}
@@ -53,12 +51,8 @@ def capacity_label() -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "M", "V", "n_h", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
-
-
-def _fit_word(fits: bool) -> str:
-    return "fits" if fits else "does not fit"
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch08", est.model, est.train)
 
 
 def values(est: Estimate, grid: dict) -> dict[str, str]:
@@ -75,7 +69,7 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
         "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
         "fit_list": ("every one of them" if n_fit == n else
-                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
+                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
         "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
         "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
         "z1_full_side": "below" if z1["fits"] else "above",
@@ -96,7 +90,7 @@ def fit_table(grid: dict) -> str:
             verdict = "fits" if c.fits else "**does not fit**"
             row.append(f"{fmt_bytes(c.peak_total, with_unit=False)} (stage {c.peak}), {verdict}")
         rows.append(row)
-    headers = ["recompute"] + [f"{STAGE_NAMES[z]}: peak GiB (stage)" for z in zs]
+    headers = ["recompute"] + [f"{zero_name(z)}: peak GiB (stage)" for z in zs]
     return md_table(headers, rows, "l" + "r" * len(zs))
 
 
@@ -108,7 +102,7 @@ def grid_figure(grid: dict):
 
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    fig, axes = new_figure(11.0, 2.3 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
+    fig, axes = new_figure(TEXT_WIDTH, 1.4 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
         for j, z in enumerate(zs):
@@ -116,22 +110,21 @@ def grid_figure(grid: dict):
             stages = grid[(z, p)].est.stages
             series = [Series(CATEGORY_LABELS[k], CATEGORY_COLORS[k], [s.bytes[k] for s in stages]) for k in TERMS]
             labels = [str(s.stage.index) for s in stages]
-            stacked_bars(ax, labels, series, totals=False, width=0.8, fontsize=6, ticks=False)
+            stacked_bars(ax, labels, series, totals=False, width=0.8, ticks=False)
             capacity_line(ax, _capacity(), "")
-            ax.set_xticks(range(0, len(labels), 5), labels[::5], fontsize=7)
+            ax.set_xticks(range(0, len(labels), 5), labels[::5])
             ax.set_ylabel("")
-            ax.tick_params(labelsize=7)
             if i == 0:
-                ax.set_title(STAGE_NAMES[z], fontsize=9)
+                ax.set_title(zero_name(z).replace(" (", "\n("), fontsize=10)
             if j == 0:
                 name = p if p in POLICY_COLORS else "modules"
-                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", fontsize=9, color=POLICY_COLORS[name])
+                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", color=POLICY_COLORS[name])
             if i == len(policies) - 1:
-                ax.set_xlabel("pipeline stage", fontsize=9)
+                ax.set_xlabel("stage")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(Line2D([], [], color=OKABE_ITO["black"], lw=1.1, ls="--"))
     labels.append(capacity_label())
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
@@ -157,7 +150,7 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
     else:
         policies = "Here policies that keep them fit too: " + ", ".join(keeping_fit) + "."
     return {
-        "zero": STAGE_NAMES[v["zero"]], "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
+        "zero": zero_name(v["zero"]), "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
         "in_flight": fmt_count(v["in_flight"]), "states": fmt_bytes(v["states"]),
         "per_mb": fmt_bytes(v["per_microbatch"]), "scores": fmt_bytes(v["scores"]), "share": pct(v["share"], 1),
         "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
@@ -174,22 +167,22 @@ def _config_text(name: str, train, math: bool = True) -> str:
     return SCHEDULE_NAMES[name]
 
 
-def _schedule_text(r: st.Run, math: bool = True) -> str:
+def _schedule_text(r: st.Outcome, math: bool = True) -> str:
     return _config_text(r.name, r.train, math)
 
 
-def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
+def schedule_values(runs: dict[str, st.Outcome]) -> dict[str, str]:
     """The schedules' settings and what each costs, in numbers and words."""
     g, il, dp, one = runs["gpipe"], runs["interleaved"], runs["dualpipe"], runs["1f1b"]
     lay = il.train.layout
     layers = il.est.model.num_hidden_layers
-    n_virtual = len(lay)
-    if min(lay) == 0:
+    n_virtual, split = len(lay), st.layout_split(lay)
+    if split == "empty":
         layout = (f"The model's {fmt_count(layers)} layers are fewer than the {fmt_count(n_virtual)} virtual "
                   f"stages, so some hold no decoder layer (the first keeps the embedding, the last the head; "
                   f"Megatron-Core's pipeline layouts allow empty stages): layers per virtual stage "
                   f"{layout_text(lay)}.")
-    elif min(lay) == max(lay):
+    elif split == "even":
         layout = (f"The model's {fmt_count(layers)} layers split evenly over the {fmt_count(n_virtual)} virtual "
                   f"stages, {fmt_count(lay[0])} each.")
     else:
@@ -217,7 +210,7 @@ def schedule_values(runs: dict[str, st.Run]) -> dict[str, str]:
     }
 
 
-def schedule_table(runs: dict[str, st.Run]) -> str:
+def schedule_table(runs: dict[str, st.Outcome]) -> str:
     rows = []
     for r in runs.values():
         pk = r.peak_stage
@@ -232,9 +225,9 @@ def schedule_table(runs: dict[str, st.Run]) -> str:
     return md_table(headers, rows, "lrrrrrrrl")
 
 
-def schedule_figure(runs: dict[str, st.Run]):
+def schedule_figure(runs: dict[str, st.Outcome]):
     """Total memory of every pipeline rank's device under each schedule, GiB, with the capacity."""
-    fig, ax = new_figure(7.5, 3.8)
+    fig, ax = new_figure(height=3.8)
     top = 0.0
     last = 0
     for name, r in runs.items():
@@ -246,10 +239,9 @@ def schedule_figure(runs: dict[str, st.Run]):
     ax.set_xlim(-0.5, last + 0.45 * (last + 1))        # room on the right for the capacity's label
     ax.set_ylim(0, max(top, in_unit(_capacity())) * 1.12)
     ax.set_xticks(range(last + 1))
-    ax.tick_params(labelsize=8)
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("total, GiB per device")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(loc="lower right")
     return fig
 
 
@@ -265,7 +257,22 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
                     f"{ot.peak_rank} holds {fmt_count(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
                     f"states and peaks at {fmt_bytes(pk.allocated)}, the most of any rank.")
     last = ot.peaks[-1]
-    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "sentence": sentence,
+    idle = st.first_idle(ot) or st.first_idle(ot, 0)     # the peak rank's wait, or the first rank's
+    caption = ""
+    if idle is None or not idle["drop"]:
+        drop = ""
+    else:
+        caption = ("A rank's memory steps down while it waits between its warm-up forwards and its first backward: "
+                   "the working set of a computing chunk is released while nothing computes.")
+        what = (f"the working set of the chunk that last computed, {fmt_bytes(idle['working'])}, and the "
+                f"{fmt_bytes(idle['released'])} of activations its last backward freed" if idle["released"]
+                else "the working set of the chunk that last computed")
+        drop = (f"Between its warm-up forwards and its first backward (slots {fmt_count(idle['start'])} to "
+                f"{fmt_count(idle['end'])}) rank {fmt_count(idle['rank'])} computes nothing, and its memory drops by "
+                f"{fmt_bytes(idle['drop'])}, {what}; it keeps its model states and the "
+                f"{fmt_bytes(idle['held'])} of activations its micro-batches saved for their backwards.")
+    return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "sentence": sentence, "idle": drop,
+            "idle_caption": caption,
             "peak_rank": fmt_count(ot.peak_rank), "peak": fmt_bytes(pk.allocated),
             "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
             "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
@@ -291,12 +298,11 @@ def schedule_diagram(configs: dict):
     (:func:`memlib.device.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
     from matplotlib.patches import Patch
 
-    fig, axes = new_figure(9.0, 1.15 * len(configs) * 1.6, nrows=len(configs))
+    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.6, nrows=len(configs))
     for ax, (name, t) in zip(axes, configs.items()):
         schedule_boxes(ax, clock(t), lambda op, t=t: microbatch(t, op), lambda op, t=t: op_duration(t, op))
-        ax.set_title(_config_text(name, t, math=False), fontsize=9, loc="left")
-        ax.set_ylabel("rank", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(_config_text(name, t, math=False), fontsize=10, loc="left")
+        ax.set_ylabel("rank")
     end = max(ax.get_xlim()[1] for ax in axes)
     for ax in axes:
         ax.set_xlim(0, end)
@@ -304,7 +310,7 @@ def schedule_diagram(configs: dict):
     handles = [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, label=OP_LABELS[k]) for k in OP_COLORS]
     handles += [Patch(facecolor=OP_COLORS[k], edgecolor="black", lw=0.4, alpha=SECOND_CHUNK_ALPHA,
                       label=f"{OP_LABELS[k]}, second chunk") for k in ("F", "B")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     return fig
 
 
@@ -322,10 +328,10 @@ def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
     first = (f"Yes: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['room'])} under the capacity."
              if sel["fits"] else
              f"No: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['excess'])} over.")
-    second = (f" {SHORT_STAGE[sel['other']]} brings it to {fmt_bytes(sel['other_total'])}, which "
+    second = (f" {zero_name(sel['other'], short=True)} brings it to {fmt_bytes(sel['other_total'])}, which "
               + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
-            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": first + second}
+            "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": f"{first}{second}"}
 
 
 def routed_values(eff: dict) -> dict[str, str]:
@@ -334,7 +340,7 @@ def routed_values(eff: dict) -> dict[str, str]:
     lost = eff["lost"]
     return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
             "lost": ("none of them" if not lost else
-                     "; ".join(f"{SHORT_STAGE[z]} with {POLICY_WORDS[p]}" for z, p in lost)),
+                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
             "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),

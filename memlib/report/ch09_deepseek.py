@@ -14,11 +14,13 @@ from ..model.states import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from .format import (fmt_bytes, fmt_count, layout_text, md_table, model_name, pct, signed_bytes, span,
-                     yes_no)
-from .tables import attention_switch_values, notation_recap
+from ..scenarios.uncertainty import judged
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
+                     span, yes_no)
+from .notation import chapter_notation
+from .tables import attention_switch_values
 
-__all__ = ["notation", "values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
+__all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
            "memory_time_values", "memory_time_figure"]
 
@@ -63,7 +65,7 @@ def _ranks(ranks: list[int]) -> str:
     parts = [span(a, b) for a, b in runs]
     if len(ranks) == 1:
         return f"rank {parts[0]}"
-    return "ranks " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+    return "ranks " + join_and(parts)
 
 
 def _recipe(est: Estimate) -> list[dict]:
@@ -71,8 +73,8 @@ def _recipe(est: Estimate) -> list[dict]:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["PP", "DP", "TP", "EP", "EDP", "b", "s", "P_ne", "P_e", "B_w", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch09", est.model, est.train)
 
 
 def values(est: Estimate) -> dict[str, str]:
@@ -91,7 +93,6 @@ def values(est: Estimate) -> dict[str, str]:
         "head_clause": "the output head" + ("; the report places its MTP module there so that it shares the "
                                             "embedding and the head with the main model"
                                             if m.num_nextn_predict_layers else ""),
-        "recompute_rest": " and the MLA up-projections are" if m.attention == "mla" else " is",
         "recomputed": "the norms and MLA up-projections" if m.attention == "mla" else "the norms",
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
         "report_dp": fmt_count(rep["dp"]),
@@ -159,23 +160,27 @@ def ablation_values(est: Estimate) -> dict[str, str]:
 
 
 def ablation_table(est: Estimate) -> str:
-    """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB)."""
+    """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB),
+    read with memlib's measured errors (``marginal`` inside their band)."""
     rows = [[r["label"], r["what"], fmt_count(r["stage"]), fmt_bytes(r["states"], with_unit=False),
              fmt_bytes(r["activations"], with_unit=False), fmt_bytes(r["overhead"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**",
-             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), yes_no(r["fits"])]
+             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), VERDICT_CELLS[r["verdict"]]]
             for r in _recipe(est)]
     return md_table(["step", "what changes", "peak rank", "model states (GiB)", "activations (GiB)",
                      "overheads (GiB)", "total (GiB)", "change (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
 
 def _wrap(label: str) -> str:
-    return label.replace(" and ", "\nand ").replace("+ FP8 ", "+ FP8\n").replace("+ BF16 ", "+ BF16\n")
+    """A step's label on lines short enough for its bar's width."""
+    import textwrap
+
+    return textwrap.fill(label, 12, break_on_hyphens=False, break_long_words=False)
 
 
-def _clear_of_line(fig, ax, totals, capacity_text, line_y: float) -> None:
-    """Keep the capacity line off the text: a bar's total that the line would cross moves inside the
-    top of its bar, and the capacity's label moves below the line if it would cover a total."""
+def _clear_of_line(fig, ax, totals, line_y: float) -> None:
+    """Keep the capacity line off the bars' totals: a total that the line would cross moves inside the
+    top of its bar (the line's label is in the legend, clear of the bars)."""
     fig.draw_without_rendering()
     y = ax.transData.transform((0, line_y))[1]
     for t in totals:
@@ -183,26 +188,21 @@ def _clear_of_line(fig, ax, totals, capacity_text, line_y: float) -> None:
         if box.y0 <= y <= box.y1:
             t.set(va="top")
             t.xyann = (0, -2)
-    fig.draw_without_rendering()
-    label = capacity_text.get_window_extent()
-    if any(label.overlaps(t.get_window_extent()) for t in totals):
-        capacity_text.set(va="top")
-        capacity_text.xyann = (0, -2)
 
 
 def ablation_figure(est: Estimate):
     """The peak device after each step as stacked bars (model states, activations, overheads), GiB,
     with the device's capacity (the line crosses no label)."""
     rows = _recipe(est)
-    fig, ax = new_figure(7.2, 3.8)
+    fig, ax = new_figure(height=4.0)
     series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
-    stacked_bars(ax, [_wrap(r["label"]) for r in rows], series, fontsize=7)
+    stacked_bars(ax, [_wrap(r["label"]) for r in rows], series, total_unit=False)
     totals = list(ax.texts)
-    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL, legend=True)
     ax.margins(y=0.1)
     ax.set_ylabel("peak device, GiB")
-    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    _clear_of_line(fig, ax, totals, ax.texts[-1], in_unit(ds.CAPACITY))
+    ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    _clear_of_line(fig, ax, totals, in_unit(ds.CAPACITY))
     return fig
 
 
@@ -224,14 +224,67 @@ def rank_table(est: Estimate) -> str:
 def rank_figure(est: Estimate):
     """Stacked bars per pipeline rank (model states, activations, overheads), GiB, with the capacity."""
     rows = ds.rank_rows(est)
-    fig, ax = new_figure(7.2, 3.6)
+    fig, ax = new_figure(height=3.8)
     series = [Series(CATEGORY_LABELS[cat], CATEGORY_COLORS[cat], [r[key] for r in rows]) for key, cat in _SERIES]
-    stacked_bars(ax, [fmt_count(r["rank"]) for r in rows], series, totals=False, fontsize=8)
-    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL)
+    stacked_bars(ax, [fmt_count(r["rank"]) for r in rows], series, totals=False)
+    capacity_line(ax, ds.CAPACITY, CAPACITY_LABEL, legend=True)
     ax.margins(y=0.1)
     ax.set_xlabel("pipeline rank")
-    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.legend(ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig
+
+
+#: how the choices table names a layer kind
+_KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
+
+
+#: how a verdict reads after "it"
+_VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
+
+
+def _signed_pct(x) -> str:
+    return ("+" if x >= 0 else "−") + fmt_decimal(abs(x) * 100, 2) + " %"
+
+
+def band_text(band) -> str:
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    if band.n == 0:
+        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
+                f"prediction's alone")
+    where = " and ".join(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    return (f"between {_signed_pct(band.low)} and {_signed_pct(band.high)} of the measured peaks on "
+            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
+
+
+def verdict_values(est: Estimate) -> dict[str, str]:
+    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`)."""
+    j = judged(est, ds.CAPACITY)
+    return {"pa": fmt_bytes(j["peak_allocated"]), "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
+            "far": fmt_bytes(j["far"]), "verdict": _VERDICT_WORDS[j["verdict"]]}
+
+
+def choices_table(est: Estimate) -> str:
+    """The norm and SwiGLU outputs the recipe recomputes or keeps (:func:`memlib.scenarios.deepseek.
+    recipe_choices`), one row per saved tensor with the layers it concerns."""
+    c = ds.recipe_choices(est.model, est.train)
+    kinds = list(dict.fromkeys(est.model.layer_kinds))
+    rows = []
+    for what, word in (("recomputed", "recomputed in backward"), ("kept", "kept from the forward")):
+        where: dict[str, list[str]] = {}
+        for kind, name in c[what]:
+            where.setdefault(name, []).append(kind)
+        rows += [[name, "every layer" if len(ks) == len(kinds) > 1 or kinds == ks else
+                  ", ".join(_KIND_WORDS[k] for k in ks), word] for name, ks in where.items()]
+    return md_table(["saved tensor", "in", "under the recipe"], rows, "lll")
+
+
+def choices_values(est: Estimate) -> dict[str, str]:
+    """The recipe's choices in words: the E5M6 tensors and DualPipe's mirrored optimizer states."""
+    c = ds.recipe_choices(est.model, est.train)
+    e5m6 = " and ".join(n.split(",")[0] for n in c["e5m6"])
+    return {"e5m6_clause": (f"; the {e5m6} in the report's twelve-bit E5M6 format, counted at 12 bits an element "
+                            f"with no scale, as the report describes none") if e5m6 else "",
+            "mirror_saving": fmt_bytes(c["mirror_saving"]), "mirror_rank": fmt_count(c["peak_rank"])}
 
 
 def ledger_table(est: Estimate) -> str:

@@ -13,9 +13,9 @@ from ..device.estimate import Estimate
 from ..data.reference import PYTORCH_ALLOCATOR
 from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
-from .figures import OKABE_ITO, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, math, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
-from .tables import notation_recap
+from .figures import OKABE_ITO, Series, new_figure, plain_log_ticks, stacked_bars
+from .format import fmt_bytes, fmt_count, join_and, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
+from .notation import chapter_notation
 
 __all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
            "group_table", "entry_table", "megatron_table", "side_table", "side_figure", "megatron_entry_table",
@@ -58,7 +58,8 @@ def _kinds(kinds) -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["b", "s", "h", "n_h", "d_v", "N", "N_r"], est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch10", est.model, est.train)
 
 
 def measure(est: Estimate) -> None:
@@ -148,10 +149,7 @@ def _others(checks) -> str:
 
 
 def _list(names) -> str:
-    names = list(names)
-    if not names:
-        return "none"
-    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    return join_and(names) or "none"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -217,7 +215,7 @@ def hf_figure(est: Estimate):
     of every measured case; the line is equality."""
     from matplotlib.lines import Line2D
 
-    fig, ax = new_figure(7.0, 4.2)
+    fig, ax = new_figure(height=4.6)
     cases = [("hf-eager: " + r["label"], [(x["predicted"], x["measured"]) for x in r["regions"]], "o")
              for r in sv.hf_comparisons(est.model)]
     cases += [("Megatron-Core: " + r["label"], [(x["predicted"], x["measured"]) for x in r["blocks"]], "s")
@@ -232,9 +230,11 @@ def hf_figure(est: Estimate):
         handles.append(Line2D([], [], ls="", marker=marker, color=color, label=label))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax)
     ax.set_xlabel("predicted by the ledger, bytes")
     ax.set_ylabel("measured with autograd hooks, bytes")
-    ax.legend(handles=handles, fontsize=7, loc="upper left")
+    ax.legend(handles=handles, loc="lower right")
     return fig
 
 
@@ -296,11 +296,11 @@ def side_figure(est: Estimate):
     Megatron-Core with Transformer Engine: stacked bars by group of entries, GiB."""
     b, s = _b_s(est)
     cols = sv.by_group(est.model, _kind(est), b, s)
-    fig, ax = new_figure(7.0, 4.0)
+    fig, ax = new_figure(height=4.2)
     series = [Series(g, _GROUP_COLORS[g], [cols[c][g] for c in cols]) for g in sv.SIDE_GROUPS]
-    stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2, fontsize=7)
+    stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2)
     ax.set_ylabel(f"one {_KIND[_kind(est)]} layer, GiB")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(ncol=2)
     return fig
 
 
@@ -404,26 +404,19 @@ STEP_SITES = {"loss": "the loss's forward", "recomputation": "a recomputed layer
               "backward": "the backward"}
 STEP_MOMENTS = {"forward_end": "the loss's forward", "backward_attention": "an attention's backward",
                 "forward_moe": "the experts' forward", "recompute": "a recomputed layer's backward"}
-def _err(x) -> str:
-    """A signed relative error in percent, three decimals: ``'−0.191 %'`` (``'0.000 %'`` below that)."""
-    text = f"{float(x) * 100:+.3f}"
-    return ("0.000" if text[1:] == "0.000" else text.replace("-", "−")) + " %"
-
-
 def _gib(n: int) -> str:
     return fmt_bytes(n, "GiB", 2, with_unit=False)
 
 
 def _names(steps) -> str:
-    names = [s.name for s in steps]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return join_and(s.name for s in steps)
 
 
 def _misses(misses) -> str:
     """The cases short by more than rounding, in a sentence each kind of site can stand behind."""
     if not misses:
         return "No case is off by more than rounding."
-    cases = "; ".join(f"{s.name}, {_err(s.error)} ({signed_bytes(s.predicted - s.measured, 'MiB', 0)})"
+    cases = "; ".join(f"{s.name}, {signed_pct(s.error)} ({signed_bytes(s.difference, 'MiB', 0)})"
                       for s in misses)
     head = ("One case is off by more than rounding: " if len(misses) == 1 else
             f"{fmt_count(len(misses)).capitalize()} cases are off by more than rounding: ") + cases + "."
@@ -444,10 +437,10 @@ def step_values() -> dict[str, str]:
     out = {
         "gpu": env["gpu"], "driver": env["driver"], "torch": env["torch"], "cuda": env["cuda"],
         "mcore": env["megatron_core"], "n": fmt_count(summ["n"]), "smallest": fmt_bytes(summ["smallest"]),
-        "largest": fmt_bytes(summ["largest"]), "card": fmt_bytes(env["total_memory"]), "max_abs": _err(summ["max_abs"]).lstrip("+"),
-        "worst": summ["worst"], "cpu_max_abs": _err(summ["cpu_max_abs"]).lstrip("+"),
+        "largest": fmt_bytes(summ["largest"]), "card": fmt_bytes(env["total_memory"]), "max_abs": signed_pct(summ["max_abs"]).lstrip("+"),
+        "worst": summ["worst"], "cpu_max_abs": signed_pct(summ["cpu_max_abs"]).lstrip("+"),
         "cpu_worst": summ["cpu_worst"], "n_rounding": fmt_count(summ["n_rounding"]),
-        "rounding": _err(summ["rounding"]).lstrip("+"), "misses_sentence": _misses(misses),
+        "rounding": signed_pct(summ["rounding"]).lstrip("+"), "misses_sentence": _misses(misses),
         "seq_len": fmt_count(ds.config["train"]["seq_len"]),
         "microbatches": " or ".join(sorted({fmt_count(x.config["train"]["num_microbatches"]) for x in steps.values()})),
         "norm_case": ds.name, "norm_bytes": fmt_bytes(ds.norm_bytes),
@@ -468,7 +461,7 @@ def step_table() -> str:
     """Per case (named model-recompute-loss): b, the measured steady peak, memlib's and the error, the error
     memlib would make under the CPU's rules, and where each peak is."""
     rows = [[f"`{s.name}`", fmt_count(s.config["train"]["micro_batch"]), _gib(s.measured), _gib(s.predicted),
-             _err(s.error), _err(s.cpu_error), STEP_SITES.get(s.measured_site, s.measured_site),
+             signed_pct(s.error), signed_pct(s.cpu_error), STEP_SITES.get(s.measured_site, s.measured_site),
              STEP_MOMENTS[s.peak.candidate]] for s in gs.gpu_steps()]
     return md_table(["case", "$b$", "measured (GiB)", "memlib (GiB)", "error", "CPU's rules", "allocator's peak in",
                      "memlib's peak in"], rows, "lrrrrrll")

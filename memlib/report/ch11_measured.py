@@ -1,18 +1,19 @@
 """Chapter 11, "Measured peaks": tables, the figure and glued values, formatted from
-:mod:`memlib.scenarios.measured`.  Nothing here computes a quantity."""
+:mod:`memlib.scenarios.functional` (Megatron-LM's functional tests) and :mod:`memlib.scenarios.measured` (published
+measurements).  Nothing here computes a quantity."""
 from __future__ import annotations
 
-import textwrap
+from fractions import Fraction
 
-from ..device.peak import TRANSIENT_TERMS
-from ..data.reference import MEGATRON_LM_COMMIT, SIMUMAX_COMMIT, SIMUMAX_SETUP
-from ..scenarios import measured as sm
-from .figures import CATEGORY_COLORS, OKABE_ITO, Series, in_unit, new_figure, stacked_bars
+from ..config.versions import NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE, RULES
+from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
+from ..device.megatron_buffers import torch_cublas_workspace_bytes
+from ..scenarios import functional as fv, measured as sm
+from .figures import OKABE_ITO, SMALL_FONT, in_unit, new_figure, plain_log_ticks
 from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
 
-__all__ = ["values", "cases_table", "breakdown_table", "post_step_table", "framework_table", "run_max_table",
-           "not_expressible_table", "gaps_table", "figure", "published_values", "published_table",
-           "published_stage_table", "assumptions_table", "not_used_table"]
+__all__ = ["values", "family_table", "cases_table", "not_expressible_table", "figure", "published_values",
+           "published_table", "published_stage_table", "assumptions_table", "not_used_table"]
 
 UNIT = "GiB"
 
@@ -27,138 +28,121 @@ def _gib(n: int, digits: int = 2) -> str:
     return fmt_bytes(n, UNIT, digits, with_unit=False)
 
 
-def _term(n: int) -> str:
-    """A named term's bytes in a cell (a released term is negative: a true minus sign)."""
-    return ("−" if n < 0 else "") + _gib(abs(n))
-
-
-def _gib_text(n: int, digits: int = 2) -> str:
-    return fmt_bytes(n, UNIT, digits)
-
-
-def _cases(issue_only: bool = False):
-    return sm.measured_cases(issue_only)
+def _where(c) -> str:
+    """Where a miss lies, from the logs: after the step (what stays that the persistent account misses) or at the
+    peak (the activations and transient terms), whichever holds more of the error."""
+    err = c.predicted - c.steady
+    if abs(c.post_step_gap) >= abs(c.peak_gap):
+        return "after the step: " + ("not counted" if c.post_step_gap > 0 else "counted, not held")
+    return "at the peak: " + ("not counted" if c.peak_gap > 0 else "counted, not held") if err else "-"
 
 
 def values() -> dict[str, str]:
-    """The chapter's numbers and words for its prose."""
-    cs, issue = _cases(), _cases(True)
-    s_all, s_issue = sm.summary(cs), sm.summary(issue)
-    unexplained = [c.post_step_unexplained for c in cs]
-    small = [c for c in cs if c.persistent < 16 * 2**30]
-    proxies = [c for c in cs if c.persistent >= 16 * 2**30]
-    over_small = [c.post_step - sum(v for k, v in c.peak.persistent.items() if k not in c.framework) for c in small]
-    over_proxy = [c.post_step - sum(v for k, v in c.peak.persistent.items() if k not in c.framework) for c in proxies]
-    pairs = {c.case.label: c for c in cs}
-    h100, h100_sm = pairs["DeepSeek-V3 proxy, H100"], pairs["DeepSeek-V3 proxy, H100 (_sm)"]
-    return {
-        "commit": MEGATRON_LM_COMMIT[:10],
-        "n_cases": fmt_count(len(cs)), "n_issue": fmt_count(len(issue)),
-        "n_within": fmt_count(s_all["within"]), "n_issue_within": fmt_count(s_issue["within"]),
-        "target": fmt_decimal(100 * sm.TARGET, 0) + " %",
-        "max_abs": _err(s_all["max_abs"]).lstrip("+"), "mean_abs": _err(s_all["mean_abs"]).lstrip("+"),
-        "issue_max_abs": _err(s_issue["max_abs"]).lstrip("+"),
-        "n_not_expressible": fmt_count(len(sm.NOT_EXPRESSIBLE)),
-        "unexplained_min": _gib_text(min(unexplained)), "unexplained_max": _gib_text(max(unexplained)),
-        "over_small_min": _gib_text(min(over_small)), "over_small_max": _gib_text(max(over_small)),
-        "over_proxy_min": _gib_text(min(over_proxy)), "over_proxy_max": _gib_text(max(over_proxy)),
-        "proxy_dummy_wgrad": _gib_text(h100.framework.get("te_dummy_wgrads", 0)),
-        "proxy_world": fmt_count(h100.world_size), "proxy_dp": fmt_count(h100.run.train.dp),
-        "gb200_world": fmt_count(pairs["DeepSeek-V3 proxy, GB200"].world_size),
-        "sm_steady": _gib_text(h100_sm.steady), "h100_steady": _gib_text(h100.steady),
-        "sm_spread": signed_bytes(h100_sm.steady - h100.steady, UNIT),
-        "transient_terms": ", ".join(t.replace("_", " ") for t in TRANSIENT_TERMS),
+    """The chapter's numbers and words for its prose and its answer box."""
+    ok, no = fv.validation()
+    s = fv.summary(ok)
+    fam = s["families"]
+    ds = [c for c in ok if c.family == fv.FAMILIES[0]]
+    out = {
+        "commit": fv.FUNCTIONAL_TESTS_COMMIT[:10], "n_files": fmt_count(len(ok) + len(no)),
+        "n_tests": fmt_count(len({c.golden.key for c in ok} | {n.golden.key for n in no})),
+        "n_cases": fmt_count(s["n"]), "n_within": fmt_count(s["within"]), "n_missed": fmt_count(s["n"] - s["within"]),
+        "n_not_expressible": fmt_count(len(no)),
+        "target": fmt_decimal(100 * fv.TARGET, 0) + " %",
+        "target_share": fmt_decimal(100 * fv.TARGET_SHARE, 0) + " %",
+        "target_met": "is met" if s["target_met"] else "is not met",
+        "te_refused": next(r.commit for r in RULES if r.key == "te_cross_entropy_refused"),
+        "share_within": fmt_decimal(100 * Fraction(s["within"], max(s["n"], 1)), 0) + " %",
+        "max_abs": _err(s["max_abs"]).lstrip("+"), "mean_abs": _err(s["mean_abs"]).lstrip("+"),
+        "n_deepseek": fmt_count(len(ds)), "n_deepseek_within": fmt_count(sum(c.within_target for c in ds)),
+        "n_gpt": fmt_count(fam[fv.FAMILIES[3]]["n"]), "n_gpt_within": fmt_count(fam[fv.FAMILIES[3]]["within"]),
+        "n_mixtral": fmt_count(fam[fv.FAMILIES[1]]["n"]), "n_llama": fmt_count(fam[fv.FAMILIES[2]]["n"]),
+        "n_derived": fmt_count(sum("derived" in c.world_size_source for c in ok)),
+        # the software of the CI images (memlib.config.versions.container_rules)
+        "lts_containers": ", ".join(f"{y:02d}.{m:02d}" for y, m in sorted(NGC_TRANSFORMER_ENGINE)),
+        "lts_te": ", ".join(".".join(map(str, v)) for v in sorted(set(NGC_TRANSFORMER_ENGINE.values()))),
+        "blackwell_container": "{:02d}.{:02d}".format(*NGC_BLACKWELL_CUBLAS_32MIB),
+        "cublas_old": fmt_bytes(torch_cublas_workspace_bytes(10, blackwell_32mib=False), "MiB", 3),
+        "cublas_new": fmt_bytes(torch_cublas_workspace_bytes(10), "MiB", 0),
     }
+    return out
+
+
+def family_table() -> str:
+    """Hits and misses per model family and GPU."""
+    ok, _ = fv.validation()
+    rows = []
+    for fam in fv.FAMILIES:
+        for gpu in ("A100", "H100", "GB200"):
+            cs = [c for c in ok if c.family == fam and c.golden.gpu == gpu]
+            if not cs:
+                continue
+            s = fv.summary(cs)
+            rows.append([fam, gpu, fmt_count(s["n"]), fmt_count(s["within"]), fmt_count(s["n"] - s["within"]),
+                         _err(s["mean_abs"]).lstrip("+"), _err(s["max_abs"]).lstrip("+")])
+    return md_table(["family", "GPU", "cases", f"within {fmt_decimal(100 * fv.TARGET, 0)} %", "missed",
+                     "mean |error|", "largest |error|"], rows, "llrrrrr")
+
+
+def _breakable(name: str) -> str:
+    """A test or platform name that may wrap after its underscores (a zero-width space after each), so that
+    the long names fit the text column."""
+    return name.replace("_", "_\u200b")
+
+
+def _case_name(c) -> str:
+    return _breakable(c.golden.test) + (" (2nd run)" if c.golden.second_run else "")
 
 
 def cases_table() -> str:
+    """Every case memlib expresses: measured, predicted, error, and where a miss lies."""
+    ok, _ = fv.validation()
     rows = []
-    for c in _cases():
-        rows.append([c.case.label + ("" if c.case.issue else " †"), c.device, fmt_count(c.world_size),
-                     _gib(c.steady), _gib(c.predicted), _err(c.error), "yes" if c.within_target else "no"])
-    return md_table(["case", "GPU", "GPUs", f"measured steady peak ({UNIT})", f"memlib peak_allocated ({UNIT})",
-                     "error", f"within {fmt_decimal(100 * sm.TARGET, 0)} %"], rows, "llrrrrl")
-
-
-def breakdown_table() -> str:
-    rows = []
-    for c in _cases():
-        p = c.peak
-        tr = ", ".join(f"{k.replace('_', ' ')} {_term(v)}" for k, v in p.transient.items() if v)
-        acts = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in p.activations.items() if v)
-        rows.append([c.case.label, _gib(sum(p.persistent.values())), acts or "–", tr or "–", _gib(p.peak_allocated),
-                     _gib(c.steady)])
-    return md_table(["case", f"persistent ({UNIT})", f"activations held ({UNIT})", f"transient ({UNIT})",
-                     f"memlib ({UNIT})", f"measured ({UNIT})"], rows, "lrllrr")
-
-
-def post_step_table() -> str:
-    rows = []
-    for c in _cases():
-        states = sum(v for k, v in c.peak.persistent.items() if k not in c.framework)
-        rows.append([c.case.label, _gib(c.post_step), _gib(states), _gib(sum(c.framework.values())),
-                     signed_bytes(c.post_step_unexplained, UNIT).removesuffix(" " + UNIT)])
-    return md_table(["case", f"logged after the step ({UNIT})", f"model states and buffers ({UNIT})",
-                     f"framework buffers ({UNIT})", f"left unexplained ({UNIT})"], rows, "lrrrr")
-
-
-def framework_table() -> str:
-    """The framework terms of the smallest and the largest case, side by side."""
-    cs = _cases(True)
-    a, b = cs[0], max(cs, key=lambda c: c.persistent)
-    keys = [k for k in dict.fromkeys([*a.framework, *b.framework])]
-    rows = [[k.replace("_", " "), _gib(a.framework.get(k, 0), 3), _gib(b.framework.get(k, 0), 3)] for k in keys]
-    rows.append(["total", _gib(sum(a.framework.values()), 3), _gib(sum(b.framework.values()), 3)])
-    return md_table(["term", f"{a.case.label} ({UNIT})", f"{b.case.label} ({UNIT})"], rows, "lrr")
-
-
-def run_max_table() -> str:
-    rows = []
-    for c in _cases():
-        imb = fmt_decimal(c.imbalance, 2) if c.imbalance is not None else "–"
-        rows.append([c.case.label, _gib(c.steady), _gib(c.run_max), fmt_count(c.run_max_at), _err(c.error_run_max),
-                     imb])
-    return md_table(["case", f"steady peak ({UNIT})", f"run maximum ({UNIT})", "at iteration",
-                     "memlib vs run maximum", "routing imbalance reaching it"], rows, "lrrrrr")
+    for c in sorted(ok, key=lambda c: (fv.FAMILIES.index(c.family), c.golden.test, c.golden.file)):
+        gaps = " / ".join(signed_bytes(x, "MiB", 0).removesuffix(" MiB") for x in (c.post_step_gap, c.peak_gap))
+        rows.append([_case_name(c), _breakable(f"{c.golden.environment} {c.golden.platform}, "
+                                               f"{fmt_count(c.world_size)} GPUs"),
+                     _gib(c.steady), _gib(c.predicted), _err(c.error), gaps,
+                     "yes" if c.within_target else _where(c)])
+    return md_table(["functional test", "image, platform", f"measured ({UNIT})", f"memlib ({UNIT})", "error",
+                     "after the step / at the peak (MiB)", f"within {fmt_decimal(100 * fv.TARGET, 0)} %"],
+                    rows, "llrrrrl")
 
 
 def not_expressible_table() -> str:
-    rows = [[name, why, _gib(mx)] for name, why, mx in sm.not_expressible()]
-    return md_table(["test case", "why memlib cannot express it", f"published maximum ({UNIT})"], rows, "llr")
-
-
-def gaps_table() -> str:
+    """The cases memlib cannot express, grouped by reason (with how many golden files each)."""
+    _, no = fv.validation()
+    groups: dict[str, list] = {}
+    for n in no:
+        groups.setdefault(n.reason, []).append(n)
     rows = []
-    for c in _cases():
-        if c.within_target:
-            continue
-        rows.append([c.case.label, _err(c.error), signed_bytes(c.post_step_unexplained, UNIT).removesuffix(" " + UNIT),
-                     signed_bytes(c.dynamic_gap, UNIT).removesuffix(" " + UNIT),
-                     sm.gap_text(c)])
-    return md_table(["case", "error", f"persistent, not counted ({UNIT})",
-                     f"activations and transient, not counted ({UNIT})", "the term"], rows, "lrrrl")
+    for why, ns in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        tests = sorted({n.golden.test for n in ns})
+        shown = ", ".join(map(_breakable, tests[:3])) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
+        rows.append([_breakable(why), fmt_count(len(ns)), shown])
+    return md_table(["why memlib cannot express it", "golden files", "tests"], rows, "lrl")
 
 
 def figure():
-    cs = _cases()
-    labels = [textwrap.fill(c.case.label.replace("DeepSeek-V3 proxy", "V3 proxy").replace(",", ""), 11) for c in cs]
-    pers = [sum(c.peak.persistent.values()) for c in cs]
-    acts = [sum(c.peak.activations.values()) for c in cs]
-    trans = [sum(c.peak.transient.values()) for c in cs]
-    fig, ax = new_figure(9.0, 4.2)
-    stacked_bars(ax, labels, [Series("persistent (states, buffers)", CATEGORY_COLORS["model_states"], pers),
-                              Series("activations held", CATEGORY_COLORS["activations"], acts),
-                              Series("transient", OKABE_ITO["vermillion"], trans)], UNIT, totals=False,
-                 fontsize=6.5)
-    xs = list(range(len(cs)))
-    ax.scatter(xs, [in_unit(c.steady, UNIT) for c in cs], marker="_", s=300, color=OKABE_ITO["black"], zorder=3,
-               label="measured steady peak")
-    ax.scatter(xs, [in_unit(c.run_max, UNIT) for c in cs], marker="x", s=25, color=OKABE_ITO["black"], zorder=3,
-               label="measured run maximum")
-    ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("memlib's peak_allocated against Megatron-LM's logged max_memory_allocated (last rank)", fontsize=9)
+    """memlib against the measured steady peak, every case (log-log), the 1 % band."""
+    ok, _ = fv.validation()
+    fig, ax = new_figure(height=4.4)
+    colours = {fv.FAMILIES[0]: OKABE_ITO["vermillion"], fv.FAMILIES[1]: OKABE_ITO["orange"],
+               fv.FAMILIES[2]: OKABE_ITO["green"], fv.FAMILIES[3]: OKABE_ITO["blue"]}
+    for fam in fv.FAMILIES:
+        cs = [c for c in ok if c.family == fam]
+        if cs:
+            ax.scatter([in_unit(c.steady, UNIT) for c in cs], [float(100 * c.error) for c in cs], s=9,
+                       color=colours[fam], label=f"{fam} ({len(cs)})", alpha=0.8)
+    ax.set_xscale("log")
+    plain_log_ticks(ax, "x")
+    ax.axhspan(-100 * float(fv.TARGET), 100 * float(fv.TARGET), color=OKABE_ITO["black"], alpha=0.08, lw=0)
+    ax.axhline(0, color=OKABE_ITO["black"], lw=0.6)
+    ax.set_xlabel(f"measured steady peak ({UNIT})")
+    ax.set_ylabel("memlib's error (%)")
+    fig.legend(loc="outside lower center", ncol=2)
+    ax.set_title("memlib's peak_allocated against Megatron-LM's functional tests (last rank)", fontsize=SMALL_FONT)
     return fig
-
 
 
 # ------------------------------------------------------------------------------------------------

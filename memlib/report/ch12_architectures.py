@@ -1,41 +1,37 @@
-"""Chapter 12, "Other architectures": tables, equations, the figure and glued values, formatted from
-:mod:`memlib.scenarios.architectures`.  Nothing here computes a quantity; the chapter compares every
-shipped preset whatever model the book is built for."""
+"""Chapter 12, "Other architectures": tables, the figure and glued values, formatted from
+:mod:`memlib.scenarios.architectures` (its four equations are the formula registry's ``attention_token.*``).
+Nothing here computes a quantity; the chapter compares every shipped preset whatever model the book is built
+for."""
 from __future__ import annotations
 
 from fractions import Fraction
 
-import sympy as sp
-
 from ..config import load_model
-from ..core.symbols import latex
 from ..scenarios import architectures as sa
-from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from ..core.units import UNITS
-from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, md_table, model_name, ratio
+from .figures import CATEGORY_COLORS, CATEGORY_LABELS, TEXT_WIDTH, Series, new_figure, stacked_bars
+from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, fmt_exact, md_table, model_name, ratio
 
-__all__ = ["values", "equations", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
+__all__ = ["values", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
            "TOKEN_UNIT", "DEVICE_UNIT"]
 
 #: bytes per token are shown in KiB, per device in GiB
 TOKEN_UNIT, DEVICE_UNIT = "KiB", "GiB"
-PROFILE_NAMES = {"paper": "paper", "megatron": "megatron"}
 #: the memory categories of the figure, bottom to top
 FIGURE_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations")
 
 
 def _kib(x: Fraction, digits: int = 2) -> str:
     """Bytes per token in KiB, for a cell whose header names the unit."""
-    return fmt_decimal(Fraction(x) / UNITS[TOKEN_UNIT], digits)
+    return fmt_exact(x, TOKEN_UNIT, digits)
 
 
 def _mib(x: Fraction) -> str:
     """Bytes per token of a whole model in MiB, for a cell whose header names the unit."""
-    return fmt_decimal(Fraction(x) / UNITS["MiB"], 2)
+    return fmt_exact(x, "MiB", 2)
 
 
 def _kib_text(x: Fraction, digits: int = 2) -> str:
-    return _kib(x, digits) + " " + TOKEN_UNIT
+    return f"{_kib(x, digits)} {TOKEN_UNIT}"
 
 
 def _gib(n: int) -> str:
@@ -47,10 +43,6 @@ def _heads(name: str) -> str:
     if m.attention == "mla":
         return f"{m.num_attention_heads} (latent)"
     return f"{m.num_attention_heads} / {m.num_key_value_heads}"
-
-
-def _total(entries) -> Fraction:
-    return sum((e.bytes for e in entries), Fraction(0))
 
 
 def values(book_model: str = "deepseek-v3") -> dict[str, str]:
@@ -69,7 +61,7 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
         "seq_len": fmt_count(sa.SEQ_LEN),
         "config": sa.chapter_training(v3).label(),
         "config_dp": fmt_count(sa.chapter_training(v3).dp),
-        "pair_ratio": fmt_decimal(Fraction(sa.PAIR_RATIO), 0),
+        "pair_ratio": fmt_decimal(sa.PAIR_RATIO, 0),
         "pairs": "; ".join(f"{model_name(p.dense)} with {model_name(p.moe)} (×{ratio(p.ratio, 1)})" for p in pairs),
         "unpaired": ", ".join(model_name(n) for n in unpaired) or "none",
         "v3": model_name(v3), "lite": model_name(lite), "l70": model_name(l70),
@@ -109,24 +101,6 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
     return out
 
 
-def _equation(lhs: str, expr: sp.Expr) -> str:
-    return "$$\n" + lhs + " = " + latex(expr) + "\n$$"
-
-
-def equations(prefix: str = "oa_eq_") -> dict[str, str]:
-    """Display equations (Markdown with ``$$``) of the attention bytes per token of one layer, by glue
-    key: ``{prefix}gqa`` and ``{prefix}mla`` under the paper profile, ``{prefix}gqa_megatron`` and
-    ``{prefix}mla_megatron`` under the megatron one
-    (from Llama-3-8B's and DeepSeek-V3's ledgers: every GQA model without per-head q/k norms and every
-    MLA model with q compression has the same expression)."""
-    out = {}
-    for key, model, lhs in (("gqa", "llama-3-8b", r"\frac{M^{A}_{\mathrm{GQA}}}{b\,s}"),
-                             ("mla", "deepseek-v3", r"\frac{M^{A}_{\mathrm{MLA}}}{b\,s}")):
-        out[prefix + key] = _equation(lhs, sa.attention_token_formula(model, "paper"))
-        out[prefix + key + "_megatron"] = _equation(lhs, sa.attention_token_formula(model, "megatron"))
-    return out
-
-
 def attention_table(profile: str = "megatron") -> str:
     """Attention bytes per token of one layer by role, every preset, nothing recomputed."""
     roles = list(sa.ROLE_NAMES)
@@ -135,7 +109,7 @@ def attention_table(profile: str = "megatron") -> str:
         entries = sa.attention_token(n, profile)
         rb = sa.role_bytes(entries)
         rows.append([model_name(n), sa.attention_kind(n), _heads(n), *[_kib(rb[r]) if rb[r] else "–" for r in roles],
-                     _kib(_total(entries))])
+                     _kib(sa.token_bytes(entries))])
     return md_table(["model", "attention", "heads (q / kv)", *sa.ROLE_NAMES.values(), f"total ({TOKEN_UNIT})"], rows,
                     "lll" + "r" * (len(roles) + 1))
 
@@ -149,7 +123,7 @@ def mla_table() -> str:
             x = sa.mla_split(n, p)
             if x is None:
                 continue
-            rows.append([model_name(n), PROFILE_NAMES[p], _kib(x["total"]), _kib(x["latents"]), _kib(x["rope"]),
+            rows.append([model_name(n), p, _kib(x["total"]), _kib(x["latents"]), _kib(x["rope"]),
                          _kib(x["kv_heads"]), _kib(x["saves"]), _kib(x["recomputed"])])
     return md_table(["model", "profile", "attention, nothing recomputed", "latents (cost)", "RoPE parts (cost)",
                      "per-head keys and values", "saved by recomputing the up-projections",
@@ -171,7 +145,7 @@ def presets_table() -> str:
                     "llllrr")
     needs = md_table(["model", f"one layer, paper ({TOKEN_UNIT}/token)", f"one layer, megatron ({TOKEN_UNIT}/token)",
                       "all layers, megatron (MiB/token)", f"peak device, paper ({DEVICE_UNIT})",
-                      f"peak device, megatron ({DEVICE_UNIT})"], [r[:1] + r[6:] for r in rows], "l" + "r" * 5)
+                      f"peak device, megatron ({DEVICE_UNIT})"], [[*r[:1], *r[6:]] for r in rows], "l" + "r" * 5)
     return what + "\n\n" + needs
 
 
@@ -195,12 +169,13 @@ def pairs_figure():
     """The peak device of each model of the pairs, by memory category, under both profiles."""
     pairs = sa.equal_activated_pairs()
     names = [n for p in pairs for n in (p.dense, p.moe)]
-    fig, axes = new_figure(8.0, 3.8, 1, len(sa.PROFILES), sharey=True)
+    fig, axes = new_figure(TEXT_WIDTH, 4.0, 1, len(sa.PROFILES), sharey=True)
     for ax, prof in zip(axes, sa.PROFILES):
         peaks = [sa.peak_device(n, prof) for n in names]
         series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
-        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1)
-        ax.set_title(f"{PROFILE_NAMES[prof]} profile", fontsize=9)
-        ax.tick_params(axis="x", rotation=20)
-    axes[0].legend(fontsize=7, loc="upper left")
+        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1, total_unit=False)
+        ax.set_title(f"{prof} profile", fontsize=10)
+        ax.tick_params(axis="x", rotation=30)
+    axes[1].set_ylabel("")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
     return fig

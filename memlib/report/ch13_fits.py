@@ -4,8 +4,6 @@ its predicted step on each GPU) and :mod:`memlib.scenarios.steps` (the step-time
 Nothing here computes a quantity: it reads the searches, formats them and picks words."""
 from __future__ import annotations
 
-from fractions import Fraction
-
 from ..config import ModelConfig
 from ..data.reference import DEEPSEEK_V3_TRAINING
 from ..device.overhead import DEVICE_PRODUCT_GB
@@ -14,8 +12,9 @@ from ..scenarios import steps as st
 from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
 from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
 from ..search.plan import PRACTICAL, SPACE_RULES
-from .figures import CATEGORY_COLORS, OKABE_ITO, capacity_line, in_units, new_figure
-from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, model_name
+from .figures import STEP_TICKS, CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
+from .format import (fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
+                     zero_name)
 
 __all__ = ["values", "recipe_values", "RECIPE_KEYS", "rules_table", "gpus_table", "validation_table", "fits_table",
            "fastest_table", "memory_table", "recipe_table", "region_figure", "region_fix", "pareto_figure"]
@@ -37,22 +36,17 @@ _TERM_WORDS = {"compute_s": "the computation", "tp_s": "tensor parallelism's col
                "dp_s": "the data-parallel synchronisation", "optimizer_s": "the optimizer step"}
 
 
-def _words(xs) -> str:
-    xs = [str(x) for x in xs]
-    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
-
-
 def _s(x: float | None, digits: int = 2) -> str:
-    return "—" if x is None else fmt_decimal(Fraction(x), digits) + " s"
+    return "—" if x is None else fmt_float(x, digits) + " s"
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None else fmt_decimal(Fraction(x) * 100, 0) + " %"
+    return "—" if x is None else fmt_percent(x)
 
 
 def _shortens(gain: float | None) -> str:
     """How the memory changes the fastest step, in words."""
-    if gain is None or round(gain * 100) == 0:
+    if gain is None or fmt_percent(gain) == fmt_percent(0):
         return "leaves the fastest step as it is (to the percent)"
     return f"shortens the fastest step by {_pct(gain)}"
 
@@ -60,7 +54,7 @@ def _shortens(gain: float | None) -> str:
 def _config(t) -> str:
     """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1, DualPipe, none``."""
     sched = t.schedule.value + (f" V{t.vpp}" if t.vpp > 1 else "")
-    return f"{t.label()}, DP{t.dp}, ZeRO-{int(t.zero)}, b = {t.micro_batch}, {sched}, recompute {t.recompute}"
+    return f"{t.label()}, DP{t.dp}, {zero_name(t.zero, short=True)}, b = {t.micro_batch}, {sched}, recompute {t.recompute}"
 
 
 def _fit(fl, gpus, name):
@@ -76,7 +70,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
     small = sf.memory_buys(model, sf.GPU_COUNTS[-1], MAIN, LARGER[0])
     sp = sf.SPACE
     return {
-        "model": model_name(model), "gpus": _words(fmt_count(n) for n in sf.GPU_COUNTS),
+        "model": model_name(model), "gpus": join_and(fmt_count(n) for n in sf.GPU_COUNTS),
         "gpus_main": fmt_count(main.gpus), "gpus_small": fmt_count(sf.GPU_COUNTS[-1]),
         "searched": fmt_count(main.searched), "card": MAIN,
         "global_batch": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).global_batch),
@@ -85,16 +79,12 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "best_step": _s(main.best_step_s), "best_peak": fmt_bytes(main.best_peak, UNIT) if main.best else "—",
         "tied": fmt_count(main.tied), "tie_band": _pct(TIE_BAND),
         "smallest_peak": fmt_bytes(main.smallest_peak, UNIT) if main.smallest_peak is not None else "—",
-        "profile": sp["profiles"][0], "precision": sp["precisions"][0], "recomputes": _words(sp["recomputes"]),
-        "schedules": _words(sp["schedules"]), "cp_tokens": fmt_count(PRACTICAL.min_cp_tokens),
-        "gpus_list": _words(GPUS), "efficiency": fmt_decimal(Fraction(EFFICIENCY[st.GPU]), 2),
+        "profile": sp["profiles"][0], "precision": sp["precisions"][0], "recomputes": join_and(sp["recomputes"]),
+        "schedules": join_and(sp["schedules"]), "cp_tokens": fmt_count(PRACTICAL.min_cp_tokens),
+        "gpus_list": join_and(GPUS), "efficiency": fmt_float(EFFICIENCY[st.GPU]),
         "efficiency_gpu": st.GPU, "runs": fmt_count(len(v.rows)), "right": fmt_count(v.right),
-        "counted": fmt_count(v.right + v.wrong), "threshold": _pct(st.THRESHOLD),
-        "spearman_low": fmt_decimal(Fraction(min(v.spearman().values())), 2),
-        "spread_high": fmt_decimal(Fraction(max(v.spread().values())), 2),
-        "ratio_low": fmt_decimal(Fraction(min(r.ratio for r in v.rows)), 2),
-        "ratio_high": fmt_decimal(Fraction(max(r.ratio for r in v.rows)), 2),
-        "network_eta": fmt_decimal(Fraction(NETWORK_ETA), 2),
+        "counted": fmt_count(v.counted), "threshold": _pct(st.THRESHOLD),
+        **{k: fmt_float(x) for k, x in v.ranges().items()}, "network_eta": fmt_float(NETWORK_ETA),
         "large": LARGER[0], "large_cap": f"{DEVICE_PRODUCT_GB[LARGER[0]]} GB",
         "large_fit": fmt_count(mem.large.fitting), "more_fit": fmt_count(mem.more_fit),
         "large_step": _s(mem.large.best_step_s), "memory_gain": _pct(mem.memory_gain),
@@ -116,7 +106,7 @@ def recipe_values(model: ModelConfig | str) -> dict[str, str]:
     k = r.rank
     return {"rank": fmt_count(k.rank), "fitting": fmt_count(k.fitting), "tied_word": "is" if k.tied else "is not",
             "peak": fmt_bytes(k.peak, UNIT), "step": _s(k.step_s), "implied": _s(r.implied_s, 1),
-            "over": fmt_decimal(Fraction(r.over_report), 2), "gpu": RECIPE_GPU,
+            "over": fmt_float(r.over_report), "gpu": RECIPE_GPU,
             "cap": f"{DEVICE_PRODUCT_GB[RECIPE_GPU]} GB", "label": _config(deepseek_recipe(model)),
             "best": _config(r.best_train), "best_step": _s(r.best["step_s"]),
             "largest_term": _TERM_WORDS[r.largest_term()], "largest_diff": _TERM_WORDS[r.largest_difference()],
@@ -136,8 +126,8 @@ def rules_table() -> str:
 
 def gpus_table() -> str:
     """The GPUs the step is priced for: their numbers and sources."""
-    rows = [[g.name, fmt_count(int(g.flops / 1e12)), fmt_decimal(Fraction(g.hbm_bw / 1e12), 2),
-             fmt_count(int(g.nvlink / 1e9)), fmt_count(int(g.network / 1e9)), GPU_SOURCES[g.name]]
+    rows = [[g.name, fmt_rate(g.flops, 1e12), fmt_rate(g.hbm_bw, 1e12, 2), fmt_rate(g.nvlink, 1e9),
+             fmt_rate(g.network, 1e9), GPU_SOURCES[g.name]]
             for g in GPUS.values()]
     return md_table(["GPU", "dense BF16 TFLOP/s", "HBM TB/s", "NVLink GB/s (one direction)", "network GB/s",
                      "source"], rows, "lrrrrl")
@@ -146,9 +136,7 @@ def gpus_table() -> str:
 def validation_table() -> str:
     """The step-time model against SimuMax's measured B200 runs, per model."""
     rows = [[f"{x.model} ({x.layers} layers)", fmt_count(x.runs), f"{x.right} of {x.pairs}",
-             fmt_decimal(Fraction(x.spearman), 2),
-             f"{fmt_decimal(Fraction(x.low), 2)} – {fmt_decimal(Fraction(x.high), 2)}",
-             fmt_decimal(Fraction(x.spread), 2)] for x in st.by_model()]
+             fmt_float(x.spearman), f"{fmt_float(x.low)} – {fmt_float(x.high)}", fmt_float(x.spread)] for x in st.by_model()]
     return md_table(["model (SimuMax's proxy)", "runs", "pairs in the measured order", "Spearman",
                      "predicted / measured step", "largest spread in a group"], rows, "lrrrrr")
 
@@ -171,7 +159,7 @@ def fastest_table(model: ModelConfig | str, limit: int = 8) -> str:
     for i in sf.fastest(g, sf.card(MAIN).capacity, limit):
         t = sf.terms(g, i)
         rows.append([_config(g.train(int(i))), fmt_bytes(int(g.peak[i]), UNIT, 2, with_unit=False),
-                     *(fmt_decimal(Fraction(t[k]), 2) for k in _TERM_NAMES), fmt_decimal(Fraction(t["step_s"]), 2)])
+                     *(fmt_float(t[k]) for k in _TERM_NAMES), fmt_float(t["step_s"])])
     return md_table(["configuration", f"peak ({UNIT})", *_TERM_NAMES.values(), "step (s)"], rows,
                     "lr" + "r" * (len(_TERM_NAMES) + 1))
 
@@ -194,21 +182,35 @@ def recipe_table(model: ModelConfig | str) -> str:
     r = sf.recipe_step(model)
     if r is None:
         return ""
-    rows = [[name, _config(t), *(fmt_decimal(Fraction(x[k]), 2) for k in _TERM_NAMES),
-             fmt_decimal(Fraction(x["step_s"]), 2)]
+    rows = [[name, _config(t), *(fmt_float(x[k]) for k in _TERM_NAMES), fmt_float(x["step_s"])]
             for name, t, x in (("the recipe", deepseek_recipe(model), r.recipe), ("the fastest", r.best_train, r.best))]
     return md_table(["", "configuration", *_TERM_NAMES.values(), "step (s)"], rows, "ll" + "r" * (len(_TERM_NAMES) + 1))
 
 
+def _card_label(c) -> str:
+    """A card as the book names it everywhere: its product's size and the capacity its driver reports."""
+    return f"{c.name}: {DEVICE_PRODUCT_GB[c.name]} GB = {fmt_bytes(c.capacity, 'GiB', 2)}"
+
+
+#: the line style of each card's capacity, smallest first (named in the figure's legend)
+_CARD_STYLES = ("--", "-.", ":")
+
+
 def region_figure(model: ModelConfig | str):
     """The smallest peak per (TP, EP, PP) with the knobs of :data:`~memlib.scenarios.fits.REGION_FIX` fixed: one
-    panel per PP, EP on the x axis, one line per TP, the cards' capacities as dashed lines."""
+    panel per PP (three to a row), EP on the x axis, one line per TP, the capacities of the chapter's cards
+    (:data:`MAIN`, :data:`LARGER`) as black lines of their own style, all named in the legend below."""
     from matplotlib.lines import Line2D
 
     reg = sf.region(sf.grid(model, sf.GPU_COUNTS[0]))
     tps = reg.tps[:len(_TP_COLORS)]
-    fig, axes = new_figure(9.0, 3.6, ncols=len(reg.pps), sharey=True)
-    axes = list(axes) if len(reg.pps) > 1 else [axes]
+    caps = [sf.card(n) for n in (MAIN, *LARGER)][:len(_CARD_STYLES)]
+    ncols = min(3, len(reg.pps))
+    nrows = -(-len(reg.pps) // ncols)
+    fig, axes = new_figure(height=2.2 * nrows + 0.9, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
+    axes = list(axes.flat)
+    for ax in axes[len(reg.pps):]:
+        ax.remove()
     for ax, pp in zip(axes, reg.pps):
         for tp, color in zip(tps, _TP_COLORS):
             xs, ys = [], []
@@ -220,20 +222,26 @@ def region_figure(model: ModelConfig | str):
                 ax.plot(xs, in_units(ys, UNIT), marker="o", ms=3, lw=1.4, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(f"PP {pp}", fontsize=9)
+        plain_log_ticks(ax, "x", reg.eps[::1 if len(reg.eps) <= 5 else 2])
+        plain_log_ticks(ax)
+        ax.set_title(f"PP {pp}", fontsize=SMALL_FONT + 1)
         ax.set_xlabel("EP")
-        for cap in sorted({c.capacity for c in sf.cards()}):
-            capacity_line(ax, cap, fmt_bytes(cap, "GB", 0) if ax is axes[-1] else "")
-    axes[0].set_ylabel(f"smallest peak, {UNIT} per device")
+        for c, ls in zip(caps, _CARD_STYLES):
+            ax.axhline(in_unit(c.capacity, UNIT), color=OKABE_ITO["black"], lw=1.0, ls=ls, zorder=0.5)
+    fig.supylabel(f"smallest peak, {UNIT} per device", fontsize=SMALL_FONT + 1)
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(tps), fontsize=8)
+    handles += [Line2D([], [], color=OKABE_ITO["black"], lw=1.0, ls=ls, label=_card_label(c))
+                for c, ls in zip(caps, _CARD_STYLES)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     return fig
 
 
 def region_fix(model: ModelConfig | str) -> str:
     """The knobs the region figure fixes, in words."""
     names = {"cp": "CP", "zero": "ZeRO stage", "b": "micro-batch size", "dp": "DP", "etp": "ETP"}
-    return _words(f"{names.get(k, k)} {v}" for k, v in sf.region(sf.grid(model, sf.GPU_COUNTS[0])).fix)
+    return join_and(f"{names.get(k, k)} {v}" for k, v in sf.region(sf.grid(model, sf.GPU_COUNTS[0])).fix)
+
+
 
 
 def pareto_figure(model: ModelConfig | str):
@@ -243,19 +251,21 @@ def pareto_figure(model: ModelConfig | str):
     card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
-    fig, ax = new_figure(7.0, 3.8)
+    fig, ax = new_figure(height=4.0)
     if fits.any():
         hb = ax.hexbin(g.cost["step_s"][fits], in_units(g.peak[fits], UNIT), gridsize=60, bins="log", cmap="Greys",
                        xscale="log", mincnt=1, linewidths=0)
-        fig.colorbar(hb, ax=ax, label="configurations", pad=0.01)
+        plain_log_ticks(fig.colorbar(hb, ax=ax, label="configurations", pad=0.01).ax)
         ax.plot(g.cost["step_s"][front], in_units(g.peak[front], UNIT), marker="o", ms=3, lw=1.4,
                 color=CATEGORY_COLORS["activations"], label="Pareto front")
         tied = sf.fastest(g, card.capacity)
         ax.plot(g.cost["step_s"][tied], in_units(g.peak[tied], UNIT), marker="*", ms=8, ls="none",
                 color=OKABE_ITO["vermillion"], markeredgecolor="black", label="within the tie band of the fastest")
-    capacity_line(ax, card.capacity, f"{card.name}: {fmt_bytes(card.capacity, 'GB', 0)}")
+    capacity_line(ax, card.capacity, _card_label(card), legend=True)
+    lo, hi = ax.get_xlim()
+    plain_log_ticks(ax, "x", [t for t in STEP_TICKS if lo <= t <= hi])
     ax.set_xlabel("predicted step time, s")
     ax.set_ylabel(f"peak, {UNIT} per device")
-    fig.legend(loc="outside lower center", ncol=2, fontsize=8)
+    fig.legend(loc="outside lower center", ncol=2)
     return fig
 

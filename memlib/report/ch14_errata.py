@@ -4,7 +4,8 @@ from __future__ import annotations
 from ..device.estimate import Estimate
 from ..paper.errata import counts, errata
 from .format import fmt_count
-from .tables import errata_summary, errata_table, kinds_table, notation_recap
+from .notation import chapter_notation
+from .tables import errata_summary, errata_table, kinds_table
 
 __all__ = ["CHAPTERS", "PAPER_KEYS", "values", "table", "kinds", "notation"]
 
@@ -29,5 +30,5 @@ def kinds() -> str:
 
 
 def notation(est: Estimate) -> str:
-    return notation_recap(["b", "s", "n_h", "d_h", "d_v", "N", "N_r", "TP", "EP", "ETP", "EDP", "B_g", "B_o"],
-                          est.model, est.train)
+    """The symbols this chapter introduces, and one line for those of earlier chapters."""
+    return chapter_notation("ch14", est.model, est.train)

@@ -13,10 +13,9 @@ from typing import Sequence
 
 from ..core.units import UNITS, fmt_bytes
 
-__all__ = ["OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
+__all__ = ["SMALL_FONT", "TEXT_WIDTH", "plain_log_ticks", "OKABE_ITO", "CATEGORY_COLORS", "CATEGORY_LABELS", "BLOCK_COLORS", "POLICY_COLORS", "use_style",
            "new_figure", "Series", "stacked_bars", "capacity_line", "in_unit", "in_units", "OP_COLORS", "OP_LABELS", "memory_lines",
-           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label", "block_diagram", "device_grid",
-           "held_fractions"]
+           "memory_areas", "memory_time_panels", "schedule_boxes", "op_label"]
 
 #: the Okabe-Ito palette, by name
 OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
@@ -49,6 +48,15 @@ POLICY_COLORS = {"none": OKABE_ITO["vermillion"], "selective": OKABE_ITO["orange
 
 CAPACITY_COLOR = OKABE_ITO["black"]
 
+#: the smallest text of a figure, pt, and the width a figure is drawn at, inches: the PDF's text width less a
+#: margin for the tight bounding box, so that a figure prints at its natural size, every text at least 8 pt
+#: (memlib.report.legibility, tests/test_figure_legibility.py)
+SMALL_FONT = 9
+TEXT_WIDTH = 6.3
+#: the text of a box narrower than a slot in a schedule diagram (a chunk's half-length operation): the
+#: smallest that still prints at 8 pt
+NARROW_FONT = 8.2
+
 #: the operations of a pipeline schedule diagram: forward, backward, deferred weight gradient
 #: (colours no memory category uses)
 OP_COLORS = {"F": OKABE_ITO["yellow"], "B": OKABE_ITO["vermillion"], "W": "#BBBBBB"}
@@ -56,6 +64,9 @@ OP_LABELS = {"F": "forward", "B": "backward", "W": "weight gradient (deferred)"}
 #: a rank's second model chunk (interleaved, DualPipe) is drawn in a lighter shade of its operation
 SECOND_CHUNK_ALPHA = 0.45
 
+
+#: the labelled values of a log axis of step times, s (1, 2, 3, 5 in each decade)
+STEP_TICKS = [m * 10.0 ** e for e in range(-2, 5) for m in (1, 2, 3, 5)]
 
 def in_unit(n: int, unit: str = "GiB") -> float:
     """Bytes in ``unit`` as a float, for drawing only."""
@@ -79,15 +90,30 @@ def use_style() -> None:
     from cycler import cycler
 
     matplotlib.rcParams.update({
-        "figure.figsize": (7.0, 3.6), "figure.dpi": 110, "savefig.dpi": 110,
+        "figure.figsize": (TEXT_WIDTH, 3.6), "figure.dpi": 110, "savefig.dpi": 110,
         "axes.prop_cycle": cycler(color=list(OKABE_ITO.values())[1:] + ["#000000"]),
         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-        "lines.linewidth": 2, "font.size": 10, "legend.frameon": False,
+        "lines.linewidth": 2, "font.size": 10, "legend.frameon": False, "legend.fontsize": SMALL_FONT,
+        "xtick.labelsize": SMALL_FONT, "ytick.labelsize": SMALL_FONT,
         "svg.hashsalt": "memlib", "path.simplify": False,
     })
 
 
-def new_figure(width: float = 7.0, height: float = 3.6, nrows: int = 1, ncols: int = 1, **kw):
+def plain_log_ticks(ax, axis: str = "y", ticks: Sequence[float] | None = None) -> None:
+    """A log axis labelled with plain numbers (``0.1``, ``1``, ``10``, ``1,000``) rather than powers of ten,
+    whose exponents matplotlib sets at 0.7 of the tick's size.  ``ticks``: the values labelled (the minor
+    ticks then unlabelled), for an axis whose powers are too close (base 2) or too few (less than a decade)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:.10g}")
+    a = getattr(ax, f"{axis}axis")
+    if ticks is not None:
+        a.set_major_locator(FixedLocator(list(ticks)))
+        a.set_minor_formatter(NullFormatter())
+    a.set_major_formatter(fmt)
+
+
+def new_figure(width: float = TEXT_WIDTH, height: float = 3.6, nrows: int = 1, ncols: int = 1, **kw):
     """A new (figure, axes) pair in the book style."""
     import matplotlib.pyplot as plt
 
@@ -105,10 +131,11 @@ class Series:
 
 
 def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str = "GiB", totals: bool = True,
-                 digits: int = 1, width: float = 0.65, fontsize: float = 7, ticks: bool = True) -> list[float]:
-    """Draw stacked bars (one per label), optionally with each bar's total above it; returns the
-    tops (floats, in ``unit``).  ``ticks=False`` leaves the x ticks to the caller (a label on every
-    bar would only be replaced)."""
+                 digits: int = 1, width: float = 0.65, fontsize: float = SMALL_FONT, ticks: bool = True,
+                 total_unit: bool = True) -> list[float]:
+    """Draw stacked bars (one per label), optionally with each bar's total above it (``total_unit=False``:
+    without the unit, which the axis then names); returns the tops (floats, in ``unit``).  ``ticks=False``
+    leaves the x ticks to the caller (a label on every bar would only be replaced)."""
     x = list(range(len(labels)))
     bottom = [0.0] * len(labels)
     exact = [0] * len(labels)
@@ -121,7 +148,7 @@ def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str 
         exact = [a + b for a, b in zip(exact, s.values)]
     if totals:
         for xi, top, n in zip(x, bottom, exact):
-            ax.annotate(fmt_bytes(n, unit, digits), (xi, top), ha="center", va="bottom", fontsize=fontsize,
+            ax.annotate(fmt_bytes(n, unit, digits, with_unit=total_unit), (xi, top), ha="center", va="bottom", fontsize=fontsize,
                         xytext=(0, 2), textcoords="offset points")
     if ticks:
         ax.set_xticks(x, labels, fontsize=fontsize)
@@ -129,11 +156,14 @@ def stacked_bars(ax, labels: Sequence[str], series: Sequence[Series], unit: str 
     return bottom
 
 
-def capacity_line(ax, capacity: int, label: str, unit: str = "GiB") -> None:
-    """A dashed horizontal line at ``capacity`` bytes, labelled at the right edge, above the line."""
+def capacity_line(ax, capacity: int, label: str, unit: str = "GiB", legend: bool = False) -> None:
+    """A dashed horizontal line at ``capacity`` bytes, labelled at the right edge, above the line, or
+    (``legend=True``: where bars may rise through the label's place) named in the axes' legend."""
     y = in_unit(capacity, unit)
-    ax.axhline(y, color=CAPACITY_COLOR, lw=1.1, ls="--", zorder=0.5)
-    ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8,
+    ax.axhline(y, color=CAPACITY_COLOR, lw=1.1, ls="--", zorder=0.5, label=label if legend else None)
+    if legend:
+        return
+    ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=SMALL_FONT,
                 xytext=(0, 2), textcoords="offset points", color=CAPACITY_COLOR)
 
 
@@ -188,11 +218,11 @@ def op_label(op, micro_batch: int) -> str:
     return f"{op.kind}{op.chunk}.{micro_batch}" + ("*" if op.deferred else "")
 
 
-def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -> None:
+def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = SMALL_FONT) -> None:
     """A pipeline schedule as boxes: one row per rank (``slots``: per rank, its
     :class:`memlib.device.timeline.Slot` list), one box per operation from its start for ``op_duration(op)``
-    slots, coloured by kind (:data:`OP_COLORS`), hatched on chunk 1, labelled with its micro-batch
-    (``micro_batch(op)``).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
+    slots, coloured by kind (:data:`OP_COLORS`), lighter on chunk 1, labelled with its micro-batch
+    (``micro_batch(op)``; in :data:`NARROW_FONT` in a box shorter than a slot).  Each box's ``gid`` is ``rank:`` and :func:`op_label` (the tests read them)."""
     from matplotlib.patches import Rectangle
 
     for r, rank in enumerate(slots):
@@ -204,7 +234,8 @@ def schedule_boxes(ax, slots, micro_batch, op_duration, fontsize: float = 5.5) -
                 ax.add_patch(Rectangle((float(x), r - 0.4), w, 0.8, facecolor=OP_COLORS[op.kind], edgecolor="black", lw=0.4,
                                        alpha=SECOND_CHUNK_ALPHA if op.chunk % 2 else 1.0,
                                        gid=f"{r}:{op_label(op, mb)}"))
-                ax.text(float(x) + w / 2, r, str(mb), ha="center", va="center", fontsize=fontsize, clip_on=True)
+                ax.text(float(x) + w / 2, r, str(mb), ha="center", va="center", clip_on=True,
+                        fontsize=fontsize if w >= 1 else min(fontsize, NARROW_FONT))
                 x += op_duration(op)
     ax.set_ylim(len(slots) - 0.5, -0.5)
     ax.set_xlim(0, float(max(rank[-1].end for rank in slots if rank)))
@@ -220,7 +251,7 @@ def memory_time_panels(ot, xlabel: str):
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    fig, (ax1, ax2) = new_figure(7.5, 5.6, nrows=2, sharex=True)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 5.6, nrows=2, sharex=True)
     memory_lines(ax1, ot.rows, ot.peak_rank)
     sm = ScalarMappable(norm=Normalize(0, len(ot.rows) - 1), cmap=matplotlib.colormaps["cividis"])
     fig.colorbar(sm, ax=[ax1, ax2], label="rank", pad=0.01, shrink=0.5, anchor=(0.0, 1.0))
@@ -228,88 +259,11 @@ def memory_time_panels(ot, xlabel: str):
     ax1.set_xlim(0, float(ot.length))
     ax1.margins(y=0.25)
     ax1.set_ylim(bottom=0)
-    ax1.legend(fontsize=8, loc="upper right")
+    ax1.legend(loc="upper right")
     memory_areas(ax2, ot.rows[ot.peak_rank])
     ax2.margins(y=0.25)
     ax2.set_ylim(bottom=0)
     ax2.set_ylabel(f"rank {ot.peak_rank}, GiB per device")
     ax2.set_xlabel(xlabel)
-    ax2.legend(fontsize=8, loc="upper right", ncol=2)
+    ax2.legend(loc="upper right", ncol=2)
     return fig
-
-
-# ------------------------------------------------------------------------------------------------
-# block diagrams and device slicing (memlib.scenarios.models.block_nodes, memlib.scenarios.static)
-# ------------------------------------------------------------------------------------------------
-def block_diagram(ax, nodes: Sequence[tuple[str, str, str, str]], ncols: int = 4, fontsize: float = 6.5) -> None:
-    """A block as boxes in data-flow order, left to right and row by row, an arrow from each box to the
-    next.  ``nodes``: (name, shape, sliced by, memory category) per tensor, the text already formatted;
-    each box is filled in its category's colour (:data:`CATEGORY_COLORS`, lightened) with a legend of
-    the categories.  Box ``i`` has ``gid`` ``node:i`` and its text ``text:i`` (the tests read them)."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
-
-    w, hgt, gx, gy = 1.0, 0.62, 0.35, 0.38
-    pos = []
-    for i, (name, shape, sliced, cat) in enumerate(nodes):
-        r, c = divmod(i, ncols)
-        x, y = c * (w + gx), -r * (hgt + gy)
-        pos.append((x, y))
-        ax.add_patch(FancyBboxPatch((x, y), w, hgt, boxstyle="round,pad=0.02", facecolor=CATEGORY_COLORS[cat],
-                                    alpha=0.28, edgecolor=CATEGORY_COLORS[cat], lw=1.2, gid=f"node:{i}"))
-        ax.text(x + w / 2, y + hgt / 2, f"{name}\n{shape}\nsliced by: {sliced}", ha="center", va="center",
-                fontsize=fontsize, gid=f"text:{i}")
-    for i in range(len(pos) - 1):
-        (x0, y0), (x1, y1) = pos[i], pos[i + 1]
-        if y0 == y1:
-            a, b = (x0 + w, y0 + hgt / 2), (x1, y1 + hgt / 2)
-        else:                                    # to the start of the next row
-            a, b = (x0 + w / 2, y0), (x1 + w / 2, y1 + hgt)
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=8, lw=0.8, color=OKABE_ITO["black"],
-                                     connectionstyle="arc3" if y0 == y1 else "angle3,angleA=0,angleB=90",
-                                     gid=f"arrow:{i}"))
-    rows = (len(nodes) + ncols - 1) // ncols
-    ax.set_xlim(-0.1, ncols * (w + gx) - gx + 0.1)
-    ax.set_ylim(-(rows - 1) * (hgt + gy) - 0.1, hgt + 0.1)
-    ax.set_axis_off()
-    cats = list(dict.fromkeys(n[3] for n in nodes))
-    ax.legend(handles=[Patch(facecolor=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c]) for c in cats],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(cats), fontsize=8)
-
-
-def device_grid(ax, pp: int, ranks: int, shade: Sequence[int], device: tuple[int, int], shade_label: str,
-                cmap: str = "cividis"):
-    """Every device of a training run as a cell: one row per pipeline stage, one column per rank of a
-    stage, shaded by ``shade`` (per rank, e.g. the expert-parallel index), the ``device`` (stage, rank)
-    outlined in black (its outline has ``gid`` ``device:stage:rank``).  Returns the image (for a colour
-    bar)."""
-    import numpy as np
-    from matplotlib.patches import Rectangle
-
-    img = ax.imshow(np.tile(np.asarray(shade, dtype=float), (pp, 1)), cmap=cmap, aspect="auto",
-                    interpolation="nearest", alpha=0.55)
-    st, r = device
-    ax.add_patch(Rectangle((r - 0.5, st - 0.5), 1, 1, fill=False, edgecolor=OKABE_ITO["black"], lw=2.2,
-                           gid=f"device:{st}:{r}"))
-    ax.axhline(st, color=OKABE_ITO["black"], lw=0.6, ls=":")
-    ax.set_xlabel(f"rank within a stage ({shade_label} shaded)")
-    ax.set_ylabel("pipeline stage")
-    ax.grid(False)
-    return img
-
-
-def held_fractions(ax, labels: Sequence[str], fractions: dict[str, Sequence[Fraction]], fontsize: float = 7) -> None:
-    """Horizontal bars, one group per tensor family (``labels``), one bar per memory category of
-    ``fractions`` (category -> exact fraction of each family one device holds) in the category's colour,
-    on a log-2 axis, each labelled ``1/64``."""
-    n = len(fractions)
-    height = 0.8 / n
-    for j, (cat, fs) in enumerate(fractions.items()):
-        ys = [i + (j - (n - 1) / 2) * height for i in range(len(labels))]
-        ax.barh(ys, [float(f) for f in fs], height=height, color=CATEGORY_COLORS[cat], label=CATEGORY_LABELS[cat])
-        for y, f in zip(ys, fs):
-            ax.annotate(str(f), (float(f), y), xytext=(2, 0), textcoords="offset points", va="center",
-                        fontsize=fontsize - 1)
-    ax.set_xscale("log", base=2)
-    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize)
-    ax.invert_yaxis()
-    ax.set_xlabel("share of the tensor family one device holds")

@@ -16,15 +16,15 @@ import re
 from fractions import Fraction
 from typing import Iterable, Sequence
 
-import sympy as sp
 
 from ..config import ModelConfig
-from ..core.symbols import SYMBOLS, latex
-from ..core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..config.strategies import ZeroStage
+from ..core.symbols import SYMBOLS, latex, latex_lines
+from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -33,6 +33,10 @@ MODEL_NAMES = {"deepseek-v3": "DeepSeek-V3", "deepseek-v2": "DeepSeek-V2", "deep
                "llama-3-8b": "Llama-3-8B", "llama-3-70b": "Llama-3-70B", "llama-3.1-405b": "Llama-3.1-405B",
                "mixtral-8x7b": "Mixtral-8x7B", "mixtral-8x22b": "Mixtral-8x22B", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                "qwen3-235b-a22b": "Qwen3-235B-A22B", "kimi-k2": "Kimi-K2", "moonlight-16b-a3b": "Moonlight-16B-A3B"}
+
+
+#: how a table cell gives a verdict of :mod:`memlib.scenarios.uncertainty` (chapter 9's ablation, the summary)
+VERDICT_CELLS = {"fits": "yes", "marginal": "marginal", "does not fit": "no"}
 
 
 def model_name(m: ModelConfig | str) -> str:
@@ -80,6 +84,93 @@ def fmt_capacity(capacity: int) -> str:
     '81,559 MiB (79.65 GiB)'
     """
     return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
+
+
+def join_and(items: Iterable[str]) -> str:
+    """Items in a sentence: ``'a, b and c'``, ``'a and b'``, ``'a'`` (``''`` for none).
+
+    >>> join_and(["a", "b", "c"]), join_and(["a", "b"]), join_and(["a"]), join_and([])
+    ('a, b and c', 'a and b', 'a', '')
+    """
+    items = list(items)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def zero_name(z: ZeroStage, short: bool = False) -> str:
+    """A ZeRO stage as the book names it: ``'ZeRO-1 (os)'``, or ``'ZeRO-1'`` when ``short``.
+
+    >>> zero_name(ZeroStage.OS_G), zero_name(ZeroStage.OS_G, short=True)
+    ('ZeRO-2 (os+g)', 'ZeRO-2')
+    """
+    return f"ZeRO-{int(z)}" if short else f"ZeRO-{int(z)} ({z.label})"
+
+
+def fmt_exact(x: int | Fraction, unit: str, digits: int = 2) -> str:
+    """Bytes that may be a fraction (bytes per token) in ``unit``, rounded for display, without the unit.
+
+    >>> fmt_exact(Fraction(3 * 2**10, 2), "KiB"), fmt_exact(5 * 2**20, "MiB", 0)
+    ('1.50', '5')
+    """
+    return fmt_decimal(Fraction(x) / UNITS[unit], digits)
+
+
+def fmt_number(x: int | Fraction, digits: int = 1) -> str:
+    """A count that may be a mean (a Fraction): exact when whole, else ``digits`` decimals.
+
+    >>> fmt_number(12_345), fmt_number(Fraction(7, 2)), fmt_number(Fraction(8, 2))
+    ('12,345', '3.5', '4')
+    """
+    return fmt_count(x) if Fraction(x).denominator == 1 else fmt_decimal(Fraction(x), digits)
+
+
+def fmt_float(x: float, digits: int = 2) -> str:
+    """A float (a modelled time, a ratio or a correlation, never an exact count) rounded half away from zero.
+
+    >>> fmt_float(0.125), fmt_float(2250.0, 0)
+    ('0.13', '2,250')
+    """
+    return fmt_decimal(Fraction(x), digits)
+
+
+def fmt_percent(x: float, digits: int = 0) -> str:
+    """A float fraction in percent, with a space: ``'12 %'``; ``'0 %'`` when it rounds to nothing.
+
+    >>> fmt_percent(0.125), fmt_percent(-0.004)
+    ('13 %', '0 %')
+    """
+    return fmt_decimal(Fraction(x) * 100, digits) + " %"
+
+
+def fmt_rate(x: float, scale: float, digits: int = 0) -> str:
+    """A datasheet rate ``x`` (FLOP/s, bytes/s) in units of ``scale``: whole units truncated as the datasheets print
+    them (H100's 989.5 TFLOP/s is its '989'), decimals rounded.
+
+    >>> fmt_rate(989.5e12, 1e12), fmt_rate(2.039e12, 1e12, 2)
+    ('989', '2.04')
+    """
+    return fmt_count(int(x / scale)) if digits == 0 else fmt_decimal(Fraction(x / scale), digits)
+
+
+def signed_pct(x: int | Fraction, digits: int = 3) -> str:
+    """A signed relative error in percent: ``'+0.012 %'``, ``'−0.191 %'`` (``'0.000 %'`` when it rounds to 0).
+
+    >>> signed_pct(Fraction(12, 100_000)), signed_pct(Fraction(-191, 100_000)), signed_pct(Fraction(-1, 10**9))
+    ('+0.012 %', '−0.191 %', '0.000 %')
+    """
+    text = f"{float(x) * 100:+.{digits}f}"
+    return ("0." + "0" * digits if text[1:] == "0." + "0" * digits else text.replace("-", "−")) + " %"
+
+
+def fmt_size(n: int, small: str = "MiB") -> str:
+    """A size as a person writes it: bytes below 1 MiB when ``small`` is ``"B"``, whole MiB below 1 GiB,
+    else GiB to one decimal.
+
+    >>> fmt_size(300 * 2**20), fmt_size(2 * 2**30), fmt_size(4096, small="B"), fmt_size(20 * 2**20, small="B")
+    ('300 MiB', '2.0 GiB', '4,096 B', '20 MiB')
+    """
+    if small == "B":
+        return fmt_bytes(n, "MiB", 0) if n >= MiB else f"{fmt_count(n)} B"
+    return fmt_bytes(n, "MiB", 0) if n < GiB and n % MiB == 0 else fmt_bytes(n, "GiB", 1)
 
 
 def yes_no(x: bool | None) -> str:
@@ -148,41 +239,15 @@ def tex(expr) -> str:
     return expr if isinstance(expr, str) else latex(expr)
 
 
-def _printed_width(latex: str) -> int:
-    """About how many characters ``latex`` prints as: its letters, digits and operators, no commands or braces."""
-    return len(re.sub(r"\\[a-zA-Z]+|[{}_^\\\s]", "", latex))
-
-
 def wrapped_math(expr, width: int = 40) -> str:
-    """Inline math for a table cell, a long sum broken at its ``+`` into lines of about ``width`` printed
-    characters, so that a long formula fits its column (in the HTML and in the PDF) and no cell is clipped:
-    ``c (t_1 + t_2 + ...)`` (one sum times factors) or ``t_1 + t_2 + ...``.  A short formula, or one that is
-    not of those forms, stays on one line (:func:`math`)."""
-    whole = tex(expr)
-    if isinstance(expr, str) or _printed_width(whole) <= width:
-        return f"${whole}$"
-    if isinstance(expr, sp.Add):
-        head, body = "", expr
-    else:
-        sums = [a for a in sp.Mul.make_args(expr) if isinstance(a, sp.Add)]
-        if len(sums) != 1:
-            return f"${whole}$"
-        head = latex(sp.Mul(*[a for a in sp.Mul.make_args(expr) if a is not sums[0]]))
-        head = {"1": "", "-1": "-"}.get(head, head)
-        body = sums[0]
-    terms = []
-    for t in body.as_ordered_terms():                  # the order the printer prints the sum in
-        lt = latex(t)
-        terms.append(lt if not terms else f"- {lt[1:].lstrip()}" if lt.startswith("-") else f"+ {lt}")
-    lines, line = [], ""
-    for t in terms:
-        if line and _printed_width(line + t) > width:
-            lines.append(line)
-            line = ""
-        line = f"{line} {t}".strip()
-    lines.append(line)
-    open_, close = (rf"{head} \bigl(", r"\bigr)") if head else ("", "")
-    return "$\\begin{aligned}&" + open_ + " \\\\ &\\quad ".join(lines) + close + "\\end{aligned}$"
+    """Inline math for a table cell, a long sum broken between its terms into lines of about ``width`` printed
+    characters (:func:`memlib.core.symbols.latex_lines`), so that a long formula fits its column (in the HTML
+    and in the PDF) and no cell is clipped.  A short formula, or one without a sum to break, stays on one line
+    (:func:`math`)."""
+    lines = None if isinstance(expr, str) else latex_lines(expr, width)
+    if lines is None:
+        return f"${tex(expr)}$"
+    return "$\\begin{aligned}&" + " \\\\ &\\quad ".join(lines) + "\\end{aligned}$"
 
 
 def sym_tex(key: str) -> str:

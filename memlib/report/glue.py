@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from .format import md_table
 
-__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_table", "glue_math", "glue_figure", "check_key",
+__all__ = ["glue", "glue_values", "glue_paper", "glue_md", "glue_math", "glue_figure", "check_key",
            "glue_equations", "equation_key", "equation_label", "glue_deepseek"]
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -32,7 +32,7 @@ def check_key(key: str) -> str:
 GLUE_PREFIX = "application/papermill.record/"
 
 
-def _myst_glue(key: str, value, display: bool) -> None:
+def _myst_glue(key: str, value, display: bool, measure: bool = False) -> None:
     """What ``myst_nb.glue`` does, output for output (tests/test_report_glue.py compares the two): the value's
     display data, with the key in the output's metadata.  Not ``myst_nb.glue`` itself: importing
     ``myst_nb.ext.glue`` in a kernel imports nbformat, whose jsonschema compiles some 40 lark grammars
@@ -41,9 +41,13 @@ def _myst_glue(key: str, value, display: bool) -> None:
     from IPython.display import display as ipy_display
 
     mimebundle, metadata = format_display_data(value)
+    if measure:                 # a figure: its smallest text as printed and as shown (tests read it back)
+        from .legibility import legibility
+
+        metadata["memlib"] = {"legibility": legibility(value, mimebundle).as_dict()}
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=check_key(key), mime_prefix=prefix)
-    ipy_display({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+    ipy_display({f"{prefix}{k}": v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
 
 
 def glue(key: str, value: str) -> str:
@@ -99,11 +103,6 @@ def glue_md(key: str, text: str) -> str:
     return text
 
 
-def glue_table(key: str, headers: Sequence[str], rows: Iterable[Sequence[object]], align: str | None = None) -> str:
-    """Glue a Markdown table."""
-    return glue_md(key, md_table(headers, rows, align))
-
-
 def glue_math(key: str, latex: str) -> str:
     """Glue an equation for ``{glue:math}`` (LaTeX, usually :meth:`memlib.formulas.Formula.latex`)."""
     from IPython.display import Math
@@ -113,11 +112,16 @@ def glue_math(key: str, latex: str) -> str:
 
 
 def glue_figure(key: str, fig) -> None:
-    """Glue a matplotlib figure for ``{glue:figure}`` (shown in Jupyter) and close it."""
-    import matplotlib.pyplot as plt
+    """Glue a figure for ``{glue:figure}`` (shown in Jupyter): a matplotlib figure (then closed) or a
+    :class:`memlib.report.diagrams.Diagram` (SVG in the HTML book, PDF in the LaTeX one), with its smallest
+    text as printed and as shown (:func:`memlib.report.legibility.legibility`) in the output's metadata."""
+    from .diagrams import Diagram
 
-    _myst_glue(key, fig, True)
-    plt.close(fig)
+    _myst_glue(key, fig, True, measure=True)
+    if not isinstance(fig, Diagram):
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def equation_key(name: str) -> str:

@@ -1,42 +1,91 @@
-"""The summary page: every numbered equation with its number and meaning, the glossary of the book's
-symbols, and what each of DeepSeek-V3's memory techniques saves on the peak device, formatted from
-:mod:`memlib.formulas`, :mod:`memlib.core.symbols` and :mod:`memlib.scenarios.deepseek`.
+"""The summary page, a cheat sheet: every numbered equation typeset with its value for the book's model, the
+fit matrix of ZeRO stages and recompute policies, what each of DeepSeek-V3's memory techniques saves on the
+peak device, and the library's side of the glossary (the profiles', recipes' and recompute policies'
+definitions), formatted from :mod:`memlib.formulas`, :mod:`memlib.scenarios` and the registries.
 
 Nothing here computes a quantity.
 """
 from __future__ import annotations
 
-from ..config import ConfigError
-from ..formulas import book_formulas
+from ..config import ConfigError, TrainingConfig, load_model
+from ..core.units import GiB
+from ..config.strategies import FP8_RECIPES, ZeroStage
+from ..formulas import book_formulas, equation, value, value_unit
+from ..ledgers.base import POLICIES
+from ..model.partition import PROFILES
+from ..model.states import RECIPES
 from ..scenarios import deepseek as ds
-from .format import fmt_bytes, md_table, model_name, signed_bytes
-from .tables import notation_table
+from .format import VERDICT_CELLS, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
 
-__all__ = ["formula_table", "glossary", "knob_table", "knob_values"]
-
-
-def _number_key(number: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in number.split("."))
+__all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
 
-def formula_table() -> str:
-    """Every equation the book numbers, in the book's order: its number, its name for ``memlib formula NAME``,
-    and one line of what it counts."""
-    rows = [[f"({f.number})", f"`{f.name}`", f.description]
-            for f in sorted((f for f in book_formulas() if f.number), key=lambda f: _number_key(f.number))]
-    return md_table(["eq.", "`memlib formula`", "what it counts"], rows, "lll")
+def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
+    """The value of formula ``name`` as the page prints it (bytes also in binary units), or ``None`` where it
+    has none."""
+    try:
+        v = value(name, model, train)
+    except (ConfigError, ValueError, ZeroDivisionError):
+        return None
+    if value_unit(name) == "bytes":
+        return f"{fmt_count(v)} bytes, {fmt_bytes(v, 'GiB' if v >= GiB else 'MiB')}"
+    return fmt_count(v)
 
 
-def glossary() -> str:
-    """The symbols of the book, as the notation chapter lists them."""
-    return notation_table()
+def equations(model, train: TrainingConfig | None = None) -> str:
+    """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
+    under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
+    (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses).  An
+    equation of a block the model lacks (MLA's, for a model without it) is left out."""
+    m = load_model(model)
+    out = []
+    for f in book_formulas():
+        if (f.attention not in (None, m.attention) or (f.name.startswith("mla.") and m.attention != "mla")
+                or (f.name.startswith("mtp.") and not m.num_nextn_predict_layers)):
+            continue
+        try:
+            tex = equation(f.name, m, train)
+        except ConfigError:
+            continue
+        v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
+        out.append(f"**({f.number})** {typeset(f.description)} (`{f.name}`)" + (f": **{v}**" if v else "")
+                   + f"\n\n$$\n{tex}\n$$")
+    return "\n\n".join(out)
+
+
+def equation_setting(model, train: TrainingConfig | None = None) -> dict[str, str]:
+    """The configuration :func:`equations` evaluates in: its label, its data-parallel size, micro-batch size and
+    sequence length, and the stage the paper analyses."""
+    from ..formulas import default_training
+    from ..paper import analysed_stage
+    from ..device.estimate import Estimate
+
+    m = load_model(model)
+    t = train if train is not None else default_training(m)
+    return {"label": t.label(), "dp": fmt_count(t.dp), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
+            "stage": str(analysed_stage(Estimate(m, t).partition))}
+
+
+def glossary_values() -> dict[str, str]:
+    """The glossary's definitions that the library holds: each profile's convention, each recompute
+    policy's modules, the FP8 recipes' descriptions, Megatron's FP8 scaling recipes and the ZeRO stages'
+    names (``gl_*`` keys for ``glue_values``-style glue)."""
+    out = {f"profile_{k.replace('-', '_')}": typeset(p.description) for k, p in PROFILES.items()}
+    for k, p in POLICIES.items():
+        out[f"policy_{k}"] = ("every layer's input kept, the whole layer run again" if p.full
+                              else "nothing" if not p.modules else ", ".join(f"`{x}`" for x in sorted(p.modules)))
+    for k in ("deepseek-v3", "megatron-fp8-param"):
+        out[f"recipe_{k.replace('-', '_')}"] = RECIPES[k].description
+    out["fp8_recipes"] = ", ".join(f"`{x}`" for x in FP8_RECIPES)
+    out["zero_stages"] = "; ".join(f"ZeRO-{int(z)}: {z.label}" for z in ZeroStage)
+    return out
 
 
 def knob_table(rows: list[dict]) -> str:
     """The ablation of :func:`memlib.scenarios.deepseek.ablation`: per technique, what it does, the peak
     device's total once it is on, what it changed, and whether the peak fits the capacity."""
     out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if r["change"] is None else signed_bytes(r["change"]),
-            "yes" if r["fits"] else "no"] for r in rows]
+            VERDICT_CELLS[r["verdict"]]] for r in rows]
     return md_table(["technique", "what it does", "peak device", "change", f"fits the {ds.GPU}"], out, "llrrc")
 
 

@@ -9,14 +9,13 @@ r"""Tables every chapter uses: the notation recap of a chapter and its errata.
 from __future__ import annotations
 
 import string
-from fractions import Fraction
 from typing import Sequence
 
 
 from ..paper.errata import KINDS, Erratum, Q
 from ..model.states import recipe
 from ..core.symbols import REGISTRY, SYMBOLS
-from .format import fmt_billions, fmt_bytes, fmt_count, md_table, pct
+from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct
 
 __all__ = ["attention_switch_values", "notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
            "errata_summary"]
@@ -89,7 +88,7 @@ def _show(q: Q) -> str:
     if q.unit == "billions":
         return fmt_billions(q.value, q.digits)
     if q.unit == "percent":
-        return pct(Fraction(q.value), 1, q.digits)
+        return pct(q.value, 1, q.digits)
     raise ValueError(f"unknown unit {q.unit!r}")
 
 
@@ -117,7 +116,7 @@ def kinds_table() -> str:
 def errata_summary(counts: dict[str, int]) -> str:
     """``'3 are unit or rounding slips, 4 are sums of rounded terms and 1 is a mislabelled term'``."""
     parts = [f"{fmt_count(n)} {'is' if n == 1 else 'are'} {KINDS[k][n != 1]}" for k, n in counts.items() if n]
-    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+    return join_and(parts)
 
 
 def attention_switch_values(sw: dict, model=None) -> dict[str, str]:

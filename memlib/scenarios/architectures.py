@@ -38,6 +38,7 @@ from ..core.breakdown import exact_int
 from ..config import PAPER_TRAINING, PRESETS, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from ..ledgers import act_profile
 from ..device.estimate import estimate
+from ..formulas import attention_token_formula, token_training
 from ..paper import paper_training
 from ..model.params import activated_params, model_params, values as model_values
 from ..model.states import recipe
@@ -101,12 +102,6 @@ def attention_kind(model: ModelConfig | str) -> str:
     if m.attention == "mla":
         return "MLA"
     return "MHA" if m.num_key_value_heads == m.num_attention_heads else "GQA"
-
-
-def token_training(profile: str = "paper", seq_len: int = SEQ_LEN) -> TrainingConfig:
-    """The configuration of the per-token numbers: one sequence of ``seq_len`` tokens on one device, no
-    parallelism (TP = CP = EP = 1, sequence parallelism off), the paper's precision."""
-    return TrainingConfig(profile=profile, sp=False, micro_batch=1, seq_len=seq_len)
 
 
 def chapter_training(model: ModelConfig | str, profile: str = "paper") -> TrainingConfig:
@@ -175,17 +170,9 @@ def role_bytes(entries: Sequence[TokenEntry]) -> dict[str, Fraction]:
     return out
 
 
-def attention_token_formula(model: ModelConfig | str, profile: str = "paper") -> sp.Expr:
-    """The attention block's bytes per token of one layer as an expression of the model's sizes and
-    the sequence length s (one device, no parallelism, nothing recomputed): the ledger's entries
-    summed and divided by the b s tokens."""
-    m = load_model(model)
-    _check_profile(profile)
-    train = token_training(profile)
-    rec = recipe(train.precision)
-    total = sp.Add(*(entry_bytes(e, train, rec) for e in _layer_entries(m, profile, m.layer_kinds[-1], "none")
-                     if e.block == "attention"))
-    return sp.expand(sp.sympify(total.xreplace(_PARALLEL)) / (b * s))
+def token_bytes(entries: Sequence[TokenEntry]) -> Fraction:
+    """Bytes per token of ``entries`` (:func:`attention_token`'s), summed."""
+    return sum((e.bytes for e in entries), Fraction(0))
 
 
 def mla_split(model: ModelConfig | str, profile: str = "paper", seq_len: int = SEQ_LEN) -> dict | None:

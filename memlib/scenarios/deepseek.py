@@ -31,12 +31,13 @@ from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
 from ..model.partition import balanced_layout
 from ..model.states import RECIPES, ZeroStage
-from .together import CAPACITY_80GB, grid
+from .together import grid
+from .uncertainty import judged
 
 __all__ = ["GPU", "CAPACITY", "REPORT", "V3_LAYOUT", "V3_TRAIN", "CATEGORIES", "deepseek_recipe", "recipe_estimate",
            "Step", "ablation_steps", "ablation", "ablation_summary", "rank_rows", "peak", "rank_zero",
            "ledger_kind", "ledger_rows", "layer_totals", "overhead_range", "micro_batch_change", "answer",
-           "attention_switch"]
+           "attention_switch", "recipe_choices"]
 
 #: the device of the report: H800, sold as 80 GB of HBM3; its capacity is what the driver reports
 #: (:data:`memlib.device.overhead.DEVICE_MEMORY`)
@@ -133,7 +134,8 @@ def ablation(model: ModelConfig | str, train: TrainingConfig, overhead: str = "l
     """One row per step of :func:`ablation_steps`: the peak device (its rank, model states, activations,
     overheads, allocated bytes and total, the micro-batches it holds, its parameters, whether it fits
     the H800 and by how much it is below (positive) or above it), the change of the total from the
-    previous step (``None`` for the first) and, per rank, whether the step lowered (or kept) the
+    previous step (``None`` for the first), the ``verdict`` with memlib's measured errors
+    (:func:`memlib.scenarios.uncertainty.judged`) and, per rank, whether the step lowered (or kept) the
     category it targets on every rank (``None`` for a step without a target)."""
     rows: list[dict] = []
     prev: Estimate | None = None
@@ -149,7 +151,8 @@ def ablation(model: ModelConfig | str, train: TrainingConfig, overhead: str = "l
             "stage": pk.stage.index, "states": pk.model_states, "activations": pk.bytes["activations"],
             "overhead": pk.bytes["overhead"], "allocated": pk.allocated, "total": pk.total,
             "microbatches": pk.activations["microbatches_in_flight"], "parameters": pk.parameters,
-            "fits": est.fits(pk), "margin": CAPACITY - pk.total, "largest": _largest(pk),
+            "fits": est.fits(pk), "verdict": judged(est, CAPACITY)["verdict"], "margin": CAPACITY - pk.total,
+            "largest": _largest(pk),
             "change": None if prev is None else pk.total - prev.peak.total,
             "magnitude": None if prev is None else abs(pk.total - prev.peak.total),
             "lowers_target": lowers,
@@ -264,6 +267,36 @@ def overhead_range(model: ModelConfig | str, train: TrainingConfig) -> dict:
     return out
 
 
+#: the saved tensors whose recomputation the recipe's wording concerns: norm outputs and SwiGLU outputs (by key)
+_NORM_OUTPUTS = ("norm_output", "_normed")
+_SWIGLU_OUTPUTS = ("act_output",)
+
+
+def recipe_choices(model: ModelConfig | str, train: TrainingConfig) -> dict:
+    """What the recipe's one-line description leaves open, as ``train`` resolves it for ``model``: over the
+    layer kinds the model has, the norm outputs and SwiGLU outputs the recompute policy re-makes
+    (``recomputed``) and those it keeps (``kept``), each as (layer kind, the ledger's name of the tensor); the
+    E5M6 tensors (``e5m6``: names; 12 bits an element, no scale counted); and, under DualPipe, what the peak
+    rank's (``peak_rank``) optimizer states would shrink by if ZeRO sharded them over both mirrored copies of a
+    stage, twice the data-parallel ranks, instead of over each copy's own (``mirror_saving``, bytes; 0 without
+    DualPipe or ZeRO)."""
+    m = load_model(model)
+    out: dict = {"recomputed": [], "kept": [], "e5m6": []}
+    for kind in dict.fromkeys(m.layer_kinds):
+        for r in ledger_rows(m, train, kind):
+            if r["key"].endswith(_NORM_OUTPUTS + _SWIGLU_OUTPUTS):
+                out["recomputed" if r["recomputed"] else "kept"].append((kind, r["name"]))
+            if r["format"] == "E5M6" and r["name"] not in out["e5m6"]:
+                out["e5m6"].append(r["name"])
+    est = recipe_estimate(m, train)
+    i, saving = est.peak.stage.index, 0
+    if train.schedule.parameter_copies > 1 and train.zero >= 1:
+        wide = recipe_estimate(m, train.with_(dp=train.dp * train.schedule.parameter_copies))
+        saving = est.stages[i].bytes["optimizer_states"] - wide.stages[i].bytes["optimizer_states"]
+    out["mirror_saving"], out["peak_rank"] = saving, i
+    return out
+
+
 def micro_batch_change(model: ModelConfig | str, train: TrainingConfig, micro_batch: int) -> dict:
     """``train`` with ``micro_batch`` sequences per micro-batch: the new peak device (its rank, total,
     activations and model states), the same rank's activations and model states before the change,
@@ -284,7 +317,8 @@ def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
     """The book's answer in one place, for ``model``: the paper's layout (:func:`memlib.paper.paper_training`)
     under every ZeRO stage without recomputation (whether any fits, the smallest peak) and with ZeRO-1 and
     full recomputation (the peak, its stage, whether it fits); DeepSeek's recipe (:func:`deepseek_recipe`):
-    its peak, rank and whether it fits; both against the H800's capacity (the two capacities are one:
+    its peak, rank, whether it fits and the verdict with memlib's measured errors
+    (:func:`memlib.scenarios.uncertainty.judged`); both against the H800's capacity (the two capacities are one:
     chapters 7-8 and 9 size against the same device).  ``only_with_recompute`` is True when no ZeRO stage
     fits without recomputation and ZeRO-1 with full recomputation fits.
 
@@ -306,6 +340,7 @@ def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
         "only_with_recompute": full.fits and not any(c.fits for c in none),
         "recipe_train": rec_train, "recipe_total": rec.peak.total, "recipe_rank": rec.peak.stage.index,
         "recipe_fits": all(st.total <= CAPACITY for st in rec.stages), "recipe_margin": CAPACITY - rec.peak.total,
+        "recipe_verdict": judged(rec, CAPACITY)["verdict"],
     }
 
 

@@ -23,7 +23,7 @@ from ..data.reference import DEEPSEEK_V3_TRAINING
 from ..device.overhead import DEVICE_MEMORY
 from ..paper import is_paper_model
 from ..search.cost import GPUS, TERMS, TIE_BAND, CostModel
-from ..search.plan import PRACTICAL, Grid, search, step_cost
+from ..search.plan import PRACTICAL, Grid, SearchSpace, search, step_cost
 from .deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_recipe
 
 __all__ = ["SPACE", "RECIPE_SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "card", "grid", "Fit", "fits",
@@ -75,7 +75,7 @@ def grid(model: ModelConfig | str, gpus: int, gpu: str = FIRST_GPU, options: dic
     key = (m, int(gpus), tuple(sorted((k, v) for k, v in opts.items())))
     if (key, gpu) not in _GRIDS:
         if (key, FIRST_GPU) not in _GRIDS:
-            _GRIDS[(key, FIRST_GPU)] = search(m, gpus, cost=CostModel.of(FIRST_GPU), space=PRACTICAL, **opts)
+            _GRIDS[(key, FIRST_GPU)] = search(m, gpus, SearchSpace(**opts, rules=PRACTICAL), cost=CostModel.of(FIRST_GPU))
         _GRIDS[(key, gpu)] = _GRIDS[(key, FIRST_GPU)].priced(CostModel.of(gpu))
     return _GRIDS[(key, gpu)]
 

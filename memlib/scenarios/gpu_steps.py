@@ -73,8 +73,13 @@ class GpuStep:
         return self.peak.peak_allocated
 
     @property
+    def difference(self) -> int:
+        """memlib's peak less the measured one, bytes (signed)."""
+        return self.predicted - self.measured
+
+    @property
     def error(self) -> Fraction:
-        return Fraction(self.predicted - self.measured, self.measured)
+        return Fraction(self.difference, self.measured)
 
     @property
     def cpu_predicted(self) -> int:
@@ -143,7 +148,7 @@ def gpu_steps() -> list[GpuStep]:
     """Every measured case, in the order it ran."""
     out = []
     for c in _data()["cases"]:
-        first, steady = c["iterations"][0], c["iterations"][-1]
+        first = c["iterations"][0]
         out.append(GpuStep(c["name"], c["config"], c["max_memory_allocated"], c["max_memory_reserved"],
                            c["after_step"], first["max_allocated"], c["trace"]))
     return out

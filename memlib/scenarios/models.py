@@ -1,6 +1,6 @@
 """The shipped models side by side: their configuration fields, layer patterns, attention tensors
-and totals, for the comparisons the book shows whatever model it is built for; and one block's
-tensors in data-flow order with their shapes and slicing (:func:`block_nodes`), for its diagrams.
+and totals, for the comparisons the book shows whatever model it is built for (a block's dataflow, for
+its diagrams, is :mod:`memlib.scenarios.dataflow`).
 
 >>> PRESET_ORDER
 ('deepseek-v3', 'deepseek-v2', 'deepseek-v2-lite')
@@ -9,24 +9,18 @@ tensors in data-flow order with their shapes and slicing (:func:`block_nodes`), 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
-import sympy as sp
-
-from ..model.architecture import attention_tensors, block_norm_tensors, dense_ffn_tensors, moe_tensors
+from ..model.architecture import attention_tensors
 from ..config import PRESETS, ModelConfig, load_model
 from ..paper import PAPER_MODEL
 from ..paper.parameters import expert_counts, mtp_module, official, runs, totals
-from ..ledgers.paper import paper_layer
 from ..model.params import values as model_values
-from ..model.partition import PROFILES
 from ..core.breakdown import exact_int
-from ..core.symbols import model_symbols, sym
+from ..core.symbols import model_symbols
 
 __all__ = ["PRESET_ORDER", "EXTRA_FIELDS", "model_fields", "layer_pattern", "layer_patterns", "attention_shapes",
-           "contrasting_preset", "preset_summary", "preset_totals", "presets_where", "Node", "DIAGRAM_BLOCKS",
-           "block_nodes"]
+           "contrasting_preset", "preset_summary", "preset_totals", "presets_where"]
 
 #: the DeepSeek presets the book compares, the paper's model first (the other architectures' presets,
 #: Llama, Mixtral, Qwen, Kimi-K2, Moonlight, are not part of these comparisons)
@@ -122,108 +116,3 @@ def preset_totals(models: Sequence[str | ModelConfig] = PRESET_ORDER) -> list[di
 def presets_where(predicate, models: Sequence[str | ModelConfig] = PRESET_ORDER) -> list[str]:
     """The names of the models whose configuration satisfies ``predicate``."""
     return [m.name for m in _models(models) if predicate(m)]
-
-
-# ------------------------------------------------------------------------------------------------
-# a block's tensors in data-flow order, for the block diagrams
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Node:
-    """One tensor of a block diagram: a weight (from :mod:`memlib.model.architecture`, sliced as the partition
-    profile says) or a saved activation (from the paper's ledger, :func:`memlib.ledgers.paper.paper_layer`)."""
-
-    key: str                 #: the tensor's key in its table (``attention.W_UQ``, ``attention.c_kv``)
-    name: str                #: a weight's LaTeX name, an activation's name from the ledger
-    shape: tuple             #: symbolic shape (a weight: rows = output features; an activation: rows, width)
-    sliced_by: tuple         #: the parallel sizes that split it on one device, among TP, EP, ETP, SP, CP
-    category: str            #: ``"parameters"`` or ``"activations"``
-
-    @property
-    def numel(self) -> sp.Expr:
-        return sp.Mul(*self.shape)
-
-
-#: the blocks :func:`block_nodes` draws: block -> (its weights, the prefix of its ledger keys)
-DIAGRAM_BLOCKS = {"attention": "attention.", "moe": "moe.", "dense_ffn": "dense_ffn."}
-
-#: the activation each weight reads (the first of the candidates the ledger has)
-_READS = {
-    "norms.attn_norm": ("attention.norm_input",), "norms.ffn_norm": ("moe.norm_input", "dense_ffn.norm_input"),
-    "attention.W_DQ": ("attention.norm_output",), "attention.W_DKV": ("attention.norm_output",),
-    "attention.W_KR": ("attention.norm_output",), "attention.W_Q": ("attention.norm_output",),
-    "attention.W_K": ("attention.norm_output",), "attention.W_V": ("attention.norm_output",),
-    "attention.q_norm": ("attention.c_q",), "attention.W_UQ": ("attention.c_q",),
-    "attention.W_QR": ("attention.c_q", "attention.norm_output"),
-    "attention.kv_norm": ("attention.c_kv",), "attention.W_UK": ("attention.c_kv",),
-    "attention.W_UV": ("attention.c_kv",), "attention.q_head_norm": ("attention.q",),
-    "attention.k_head_norm": ("attention.k",), "attention.W_O": ("attention.context",),
-    "router.gate": ("moe.norm_output",), "router.e_score_correction_bias": ("moe.router_probs",),
-    "routed_experts.gate": ("moe.routed.input",), "routed_experts.up": ("moe.routed.input",),
-    "routed_experts.down": ("moe.routed.product",),
-    "shared_experts.gate": ("moe.shared.input",), "shared_experts.up": ("moe.shared.input",),
-    "shared_experts.down": ("moe.shared.product",), "shared_experts.gate_weight": ("moe.shared.input",),
-    "dense_ffn.gate": ("dense_ffn.norm_output",), "dense_ffn.up": ("dense_ffn.norm_output",),
-    "dense_ffn.down": ("dense_ffn.product",), "dense_ffn.fc1": ("dense_ffn.norm_output",),
-    "dense_ffn.fc2": ("dense_ffn.act_out",),
-}
-
-#: the order the slicing sizes are listed in: width first (TP, ETP), then rows (EP, SP, CP)
-_b, _s = sym("b"), sym("s")
-_SLICE_ORDER = ("TP", "ETP", "EP", "SP", "CP")
-_WEIGHT_SLICES = {"tp": ("TP",), "expert": ("EP", "ETP"), "replicated": ()}
-
-
-def _reads(key: str) -> tuple:
-    """The candidates for the activation a weight reads: a bias reads what its weight reads."""
-    base = key if key in _READS else key.removesuffix("_bias").replace("attention.b_", "attention.W_")
-    if base not in _READS:
-        raise KeyError(f"no data flow known for {key}: add it to memlib.scenarios.models._READS")
-    return _READS[base]
-
-
-def _activation_shape(e) -> tuple:
-    """(rows, width) of a saved activation with a width, or (b s, the rest) when the rest has no s (router
-    logits: [b s, N]); otherwise its element count's factors (softmax: [b, n_h, s, s])."""
-    if e.width is not None:
-        return (sp.factor(e.elements / e.width), e.width)
-    tokens = _b * _s
-    rest = sp.factor(e.elements / tokens)
-    if not rest.has(_s) and not rest.has(_b):
-        return (tokens, rest)
-    out = []
-    for f in sp.Mul.make_args(e.elements):
-        base, exp = f.as_base_exp()
-        out += [base] * int(exp) if exp.is_Integer and exp > 0 else [f]
-    return tuple(out)
-
-
-def block_nodes(m: ModelConfig | str, block: str, profile: str = "paper") -> list[Node]:
-    """The tensors of one decoder-layer ``block`` (:data:`DIAGRAM_BLOCKS`: ``attention`` with its norm,
-    ``moe``, ``dense_ffn`` with theirs) in data-flow order: each saved activation of the paper's ledger
-    (masks and dropout outputs left out), followed by the weights that read it.  Shapes come from
-    :mod:`memlib.model.architecture` and the ledger; what slices a weight from the partition ``profile``
-    (TP; EP and ETP for routed experts; nothing when replicated), what slices an activation from its
-    ledger entry."""
-    m = load_model(m)
-    if block not in DIAGRAM_BLOCKS:
-        raise ValueError(f"block={block!r} must be one of {', '.join(DIAGRAM_BLOCKS)}")
-    if block == "moe" and not m.has_moe:
-        raise ValueError(f"{m.name} has no MoE layers")
-    kind = "moe" if block == "moe" else ("moe" if block == "attention" and m.has_moe else "dense")
-    norm = "norms.attn_norm" if block == "attention" else "norms.ffn_norm"
-    tables = {"attention": attention_tensors, "moe": moe_tensors, "dense_ffn": dense_ffn_tensors}
-    weights = [t for t in block_norm_tensors(m) if t.key.removesuffix("_bias") == norm] + tables[block](m)
-    acts = [e for e in paper_layer(m, kind) if e.key.startswith(DIAGRAM_BLOCKS[block])
-            and e.dtype != "mask" and "dropout" not in e.key]
-    keys = {e.key for e in acts}
-    readers: dict[str, list] = {e.key: [] for e in acts}
-    for t in weights:
-        readers[next(k for k in _reads(t.key) if k in keys)].append(t)
-    prof = PROFILES[profile]
-    out = []
-    for e in acts:
-        out.append(Node(e.key, e.name.split(",")[0].split(" (")[0], _activation_shape(e),
-                        tuple(d for d in _SLICE_ORDER if d in e.shard), "activations"))
-        out += [Node(t.key, f"${t.latex}$", t.shape, _WEIGHT_SLICES[prof.sharding(t)], "parameters")
-                for t in readers[e.key]]
-    return out

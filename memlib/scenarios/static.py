@@ -18,7 +18,7 @@ from ..model.partition import SHARDING, Partition, shard_divisor
 from ..paper import analysed_stage
 from ..paper import static as pstatic
 
-__all__ = ["next_ep", "more_ep", "no_tp", "device_coords", "device_slices"]
+__all__ = ["next_ep", "more_ep", "no_tp", "device_coords", "stage_groups", "device_slices"]
 
 
 def next_ep(est: Estimate) -> int:
@@ -84,6 +84,28 @@ def device_coords(train: TrainingConfig, rank: int) -> dict[str, int]:
             "etp": rank % t.etp, "ep": rank // t.etp % t.ep, "edp": rank // (t.etp * t.ep)}
 
 
+#: the groups :func:`stage_groups` forms: group -> the coordinates its ranks share (the others vary)
+_GROUPS = {"tp": ("cp", "dp"), "cp": ("tp", "dp"), "dp": ("tp", "cp"),
+           "etp": ("ep", "edp"), "ep": ("etp", "edp"), "edp": ("etp", "ep")}
+
+
+def stage_groups(train: TrainingConfig) -> dict[str, list[tuple[int, ...]]]:
+    """The ranks of one pipeline stage (0 to DP TP CP - 1) in their communication groups, each group the ranks
+    whose other coordinates (:func:`device_coords`) agree, in rank order: ``tp`` (the TP groups, which split
+    one layer's tensors), ``cp``, ``dp`` (the data-parallel replicas of a TP rank's slice), ``etp``, ``ep``
+    (the expert-parallel groups: together they hold every routed expert once) and ``edp`` (the ranks
+    that hold the same routed experts)."""
+    ranks = train.dp * train.tp * train.cp
+    coords = [device_coords(train, r) for r in range(ranks)]
+    out = {}
+    for name, shared in _GROUPS.items():
+        groups: dict[tuple, list[int]] = {}
+        for r, c in enumerate(coords):
+            groups.setdefault(tuple(c[k] for k in shared), []).append(r)
+        out[name] = sorted(tuple(g) for g in groups.values())
+    return out
+
+
 def device_slices(est: Estimate, index: int | None = None, rank: int | None = None,
                   zero: int | None = None) -> dict[str, object]:
     """Which share of each tensor family one device holds: rank ``rank`` (one past the middle of the stage by default) of
@@ -91,7 +113,8 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
 
     Returns ``stage``, ``rank``, ``pp``, ``ranks`` (per stage, DP TP CP), ``coords``
     (:func:`device_coords`), ``ep_of_rank`` (each rank's EP index, the routed experts it holds), ``tp_of_rank``,
-    ``experts`` (the first and last routed expert of the device; None without MoE) and ``families``: per
+    ``experts`` (the first and last routed expert of the device; None without MoE), ``experts_of_ep`` (the same
+    for each EP index) and ``families``: per
     (block, sharding, ZeRO group) of the stage's trained tensors, its ``label``, ``elements`` (the whole
     family on the stage, before any split) and the exact ``parameters``, ``gradients`` and
     ``optimizer_states`` fractions of it the device holds: 1/TP, 1/(EP ETP) or 1 as the partition shards
@@ -115,13 +138,12 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
         key = (block, kind, expert_group)
         if key not in fams:
             held = Fraction(1, int(shard_divisor(kind).xreplace(part.values)))
-            group = t.edp if expert_group else t.dp * t.cp
+            group = t.edp if expert_group else t.dp_cp
             name = "attention (GQA)" if block == "attention" and est.model.attention != "mla" else BLOCKS.get(block, block)
             fams[key] = {"block": block, "sharding": kind, "label": f"{name}, {SHARDING[kind]}",
                          "elements": 0, "zero_group": group,
-                         "parameters": held / (group if zero >= ZeroStage.OS_G_PARAMS else 1),
-                         "gradients": held / (group if zero >= ZeroStage.OS_G else 1),
-                         "optimizer_states": held / (group if zero >= ZeroStage.OS else 1)}
+                         **{state: held / (group if zero.shards(state) else 1)
+                            for state in ("parameters", "gradients", "optimizer_states")}}
         fams[key]["elements"] += int((n * tensor.numel).xreplace(part.values))
     m = est.model
     per_ep = m.n_routed_experts // t.ep if m.has_moe else None
@@ -129,4 +151,5 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
             "ep_of_rank": [device_coords(t, x)["ep"] for x in range(ranks)],
             "tp_of_rank": [device_coords(t, x)["tp"] for x in range(ranks)],
             "experts": None if per_ep is None else (coords["ep"] * per_ep, (coords["ep"] + 1) * per_ep - 1),
+            "experts_of_ep": None if per_ep is None else [(e * per_ep, (e + 1) * per_ep - 1) for e in range(t.ep)],
             "families": list(fams.values())}

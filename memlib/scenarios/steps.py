@@ -148,6 +148,17 @@ class Validation:
     def wrong(self) -> int:
         return sum(not ok for *_, ok in self.pairs(THRESHOLD))
 
+    @property
+    def counted(self) -> int:
+        """The pairs whose measured throughputs are at least THRESHOLD apart: :attr:`right` + :attr:`wrong`."""
+        return len(self.pairs(THRESHOLD))
+
+    def ranges(self) -> dict[str, float]:
+        """What the chapter quotes of the whole validation: the lowest Spearman of a model, the largest spread within
+        a group, the lowest and highest predicted/measured step of a run."""
+        return {"spearman_low": min(self.spearman().values()), "spread_high": max(self.spread().values()),
+                "ratio_low": min(r.ratio for r in self.rows), "ratio_high": max(r.ratio for r in self.rows)}
+
     def spearman(self) -> dict[str, float]:
         """Spearman's rank correlation of predicted and measured throughput over each model's runs."""
         out = {}

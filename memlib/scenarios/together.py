@@ -27,10 +27,10 @@ from ..model.states import ZeroStage
 from ..device.timeline import OverTime, over_time
 from .overheads import CAPACITY_80GB, base_training
 
-__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Cell", "grid", "grid_counts",
+__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
-           "INTERLEAVED_CHUNKS", "interleaved_layout", "schedule_configs", "Run", "schedules", "costs_more",
-           "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline",
+           "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
+           "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline", "first_idle",
            "schedule_counts",
            "largest_micro_batch", "policy_change", "fits_all", "held_count_grid", "routed_count_effect"]
 
@@ -51,39 +51,49 @@ def fits_all(est: Estimate, capacity: int = CAPACITY_80GB) -> bool:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One combination of the grid: its estimate, every stage's total, the peak stage and whether
-    every stage fits."""
+class Outcome:
+    """One configuration of a comparison (a cell of the ZeRO x recompute grid, or one schedule): its
+    estimate, every stage's (pipeline rank's) total, the peak stage and whether every stage fits."""
 
-    zero: ZeroStage
-    policy: str
+    name: str                  #: its key in the comparison: the recompute policy, or the schedule
     est: Estimate
     totals: tuple[int, ...]
     peak: int
     peak_total: int
     fits: bool
 
+    @classmethod
+    def of(cls, name: str, est: Estimate, capacity: int) -> "Outcome":
+        pk = est.peak
+        return cls(name, est, tuple(st.total for st in est.stages), pk.stage.index, pk.total, fits_all(est, capacity))
+
+    @property
+    def train(self) -> TrainingConfig:
+        return self.est.train
+
+    @property
+    def zero(self) -> ZeroStage:
+        return self.est.train.zero
+
     @property
     def peak_stage(self) -> StageMemory:
         return self.est.stages[self.peak]
 
-
-def _cell(zero: ZeroStage, policy: str, est: Estimate, capacity: int) -> Cell:
-    pk = est.peak
-    return Cell(zero, policy, est, tuple(st.total for st in est.stages), pk.stage.index, pk.total,
-                fits_all(est, capacity))
+    @property
+    def last_rank(self) -> int:
+        return len(self.totals) - 1
 
 
 def grid(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD,
-         zero_stages=ZERO_STAGES, policies=POLICIES) -> dict[tuple[ZeroStage, str], Cell]:
-    """(ZeRO stage, policy) -> :class:`Cell` for ``est``'s configuration with each ZeRO stage and
+         zero_stages=ZERO_STAGES, policies=POLICIES) -> dict[tuple[ZeroStage, str], Outcome]:
+    """(ZeRO stage, policy) -> :class:`Outcome` for ``est``'s configuration with each ZeRO stage and
     recompute policy (``est`` itself serves the combination it already is)."""
     out = {}
     for z in zero_stages:
         for p in policies:
-            t = est.train.with_(zero=int(z), recompute=p)
+            t = est.train.with_(zero=z, recompute=p)
             e = est if (t == est.train and est.overhead == overhead) else estimate(est.model, t, overhead)
-            out[(ZeroStage(z), p)] = _cell(ZeroStage(z), p, e, capacity)
+            out[(ZeroStage(z), p)] = Outcome.of(p, e, capacity)
     return out
 
 
@@ -199,6 +209,16 @@ def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
     return layout
 
 
+def layout_split(layout: tuple[int, ...]) -> str:
+    """How a model's layers fall on the (virtual) stages of ``layout``: ``"empty"`` (some stage holds none),
+    ``"even"`` (every stage the same) or ``"uneven"``.
+
+    >>> layout_split((1, 2, 2, 1)), layout_split((3, 3)), layout_split((0, 1, 1, 0))
+    ('uneven', 'even', 'empty')
+    """
+    return "empty" if min(layout) == 0 else ("even" if min(layout) == max(layout) else "uneven")
+
+
 def schedule_configs(est: Estimate) -> dict[str, TrainingConfig]:
     """The four schedules on ``est``'s configuration: GPipe with M = 2 PP micro-batches, 1F1B,
     interleaved 1F1B with V = 2 and :func:`interleaved_layout`, DualPipe."""
@@ -212,52 +232,46 @@ def schedule_configs(est: Estimate) -> dict[str, TrainingConfig]:
     }
 
 
-@dataclass(frozen=True)
-class Run:
-    """One schedule on the configuration: its estimate, every rank's total and the peak rank."""
-
-    name: str
-    train: TrainingConfig
-    est: Estimate
-    totals: tuple[int, ...]
-    peak: int
-    peak_total: int
-    fits: bool
-
-    @property
-    def peak_stage(self) -> StageMemory:
-        return self.est.stages[self.peak]
-
-    @property
-    def last_rank(self) -> int:
-        return len(self.totals) - 1
-
-
-def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, Run]:
+def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, Outcome]:
     """Each schedule of :data:`SCHEDULES` on :func:`~memlib.scenarios.overheads.base_training` of
     ``est``'s configuration (ZeRO-1, full recomputation), with ``overhead``."""
     base = estimate(est.model, base_training(est.train), overhead)
     out = {}
     for name, t in schedule_configs(base).items():
         e = base if t == base.train else estimate(est.model, t, overhead)
-        pk = e.peak
-        out[name] = Run(name, t, e, tuple(st.total for st in e.stages), pk.stage.index, pk.total,
-                        fits_all(e, capacity))
+        out[name] = Outcome.of(name, e, capacity)
     return out
 
 
-def memory_timeline(runs: dict[str, "Run"], name: str = "1f1b") -> OverTime:
+def memory_timeline(runs: dict[str, Outcome], name: str = "1f1b") -> OverTime:
     """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
     (:func:`memlib.device.timeline.over_time`, as many micro-batches as fill the pipeline)."""
     return over_time(runs[name].est)
 
 
-def costs_more(runs: dict[str, Run], than: str = "1f1b") -> dict[str, bool]:
+def first_idle(ot: OverTime, rank: int | None = None) -> dict | None:
+    """The first stretch of one iteration in which rank ``rank`` (the peak rank by default) computes nothing
+    (after its warm-up forwards, waiting for its first backward in 1F1B), and what its memory drops by there:
+    ``start`` and ``end`` (slots), ``drop`` (allocated bytes during the step before it less those after it),
+    ``working`` (the recompute working set of the chunk that step computed, held only while a chunk computes)
+    and ``released`` (saved activations the step freed: none after a forward), so ``drop = working +
+    released``; and ``held`` (the saved activations the rank keeps through the stretch).  None when the rank
+    never waits."""
+    r = ot.peak_rank if rank is None else rank
+    rows = ot.rows[r]
+    for a, b in zip(rows, rows[1:]):
+        if b.slot.start > a.slot.end:
+            return {"rank": r, "start": a.slot.end, "end": b.slot.start, "drop": a.allocated - a.allocated_after,
+                    "working": a.working, "released": a.held - a.held_after, "held": a.held_after}
+    return None
+
+
+def costs_more(runs: dict[str, Outcome], than: str = "1f1b") -> dict[str, bool]:
     """Whether each schedule's peak device needs more than ``than``'s."""
     return {name: r.peak_total > runs[than].peak_total for name, r in runs.items()}
 
 
-def schedule_counts(runs: dict[str, Run]) -> tuple[int, int]:
+def schedule_counts(runs: dict[str, Outcome]) -> tuple[int, int]:
     """(schedules with which every stage fits, schedules)."""
     return sum(r.fits for r in runs.values()), len(runs)
 

@@ -21,7 +21,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from .compiled import Family, stage_signature
-from ..config import LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, check_count, load_model, parse_count, show
+from ..config import (LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, check_count, load_model,
+                      parse_count, show)
 from ..ledgers import ACT_PROFILES
 from ..ledgers.base import parse_policy
 from ..device.estimate import config_values, estimate, ledger_entries
@@ -33,7 +34,7 @@ from ..model.states import recipe
 from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
-__all__ = ["CostModel", "step_cost", "Space", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
+__all__ = ["CostModel", "step_cost", "Space", "SearchSpace", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
            "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
@@ -86,6 +87,86 @@ class Space:
 
 PRACTICAL = Space()
 FULL = Space(tp_in_node=False, min_cp_tokens=1, etp1_fine_grained=False, megatron_zero=False)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What one search enumerates, parsed and checked once when it is built: the sequence and the global batch, the
+    profiles, precision recipes and recompute policies (by name, each checked against the library), the schedules
+    (:class:`~memlib.config.Schedule`), the ZeRO stages (:class:`~memlib.config.ZeroStage`; None: every stage, the
+    ``megatron`` profile's 0 and 1 under ``rules.megatron_zero``), the layout rules, the knobs pinned by ``fix``
+    (:func:`parse_fix`), the largest micro-batch and V, and the practical space's ``rules`` (:class:`Space`).
+
+    >>> s = SearchSpace(schedules=("1f1b", "interleaved"), zeros=[1, 0, 1])
+    >>> s.schedules, s.zeros
+    ((<Schedule.ONE_F_ONE_B: '1f1b'>, <Schedule.INTERLEAVED: 'interleaved'>), (<ZeroStage.NONE: 0>, <ZeroStage.OS: 1>))
+    >>> s.stages(megatron=True), SearchSpace().stages(megatron=True)
+    ((<ZeroStage.NONE: 0>, <ZeroStage.OS: 1>), (<ZeroStage.NONE: 0>, <ZeroStage.OS: 1>))
+    """
+
+    seq_len: int = 4096
+    global_batch: int = DEFAULT_GLOBAL_BATCH
+    profiles: tuple[str, ...] = ("megatron",)
+    precisions: tuple[str, ...] = ("megatron",)
+    recomputes: tuple[str, ...] = ("none", "selective", "full")
+    schedules: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.DUALPIPE)
+    zeros: tuple[ZeroStage, ...] | None = None
+    layout_rules: tuple[str, ...] = LAYOUT_RULES
+    fix: Mapping[str, int] = field(default_factory=dict)
+    max_micro_batch: int = 16
+    max_vpp: int = 4
+    rules: Space = PRACTICAL
+
+    def __post_init__(self):
+        # every size bounded before any work (LIMITS): each bound is searched in seconds
+        check_count("global_batch", self.global_batch, bound=LIMITS["global_batch"])
+        check_count("seq_len", self.seq_len, bound=LIMITS["seq_len"])
+        check_count("max_micro_batch", self.max_micro_batch, bound=LIMITS["micro_batch"])
+        check_count("max_vpp", self.max_vpp, minimum=2, bound=LIMITS["max_vpp"])
+        for rule in self.layout_rules:
+            if rule not in LAYOUT_RULES:
+                raise ConfigError(f"layout_rule={show(rule)} must be one of {', '.join(LAYOUT_RULES)}")
+        if not isinstance(self.rules, Space):
+            raise ConfigError("rules must be a memlib.search.plan.Space")
+        fix = dict(self.fix or {})
+        zeros = None
+        if self.zeros is not None:
+            for z in self.zeros:
+                if isinstance(z, bool) or z not in (0, 1, 2, 3):
+                    raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
+            zeros = tuple(sorted({ZeroStage(z) for z in self.zeros}))
+        for name in self.schedules:
+            if name not in {s.value for s in Schedule}:
+                raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
+        # every name of the lists is one the library knows (a family it rejects for a model is skipped by search)
+        for prof in self.profiles:
+            if prof not in ACT_PROFILES:
+                raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
+        for prec in self.precisions:
+            recipe(prec)
+        for rc in self.recomputes:
+            parse_policy(rc)
+        for key in FIXABLE:
+            if key in fix:
+                check_count(f"fix={key}", fix[key], minimum=0 if key == "zero" else 1)
+        if "zero" in fix and fix["zero"] not in (0, 1, 2, 3):
+            raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
+        schedules = tuple(Schedule(x) for x in self.schedules)
+        _check_fix(fix, zeros if zeros is not None else tuple(ZeroStage), schedules, self.max_micro_batch,
+                   self.max_vpp)
+        for name, value in (("profiles", tuple(self.profiles)), ("precisions", tuple(self.precisions)),
+                            ("recomputes", tuple(self.recomputes)), ("schedules", schedules), ("zeros", zeros),
+                            ("layout_rules", tuple(self.layout_rules)), ("fix", fix)):
+            object.__setattr__(self, name, value)
+
+    def stages(self, megatron: bool) -> tuple[ZeroStage, ...]:
+        """The ZeRO stages searched for a family (``megatron``: of the ``megatron`` profile): the pinned one, those
+        asked for, or every stage (the megatron profile's 0 and 1 under the practical rule)."""
+        if "zero" in self.fix:
+            return (ZeroStage(self.fix["zero"]),)
+        if self.zeros is not None:
+            return self.zeros
+        return tuple(z for z in ZeroStage if z <= ZeroStage.OS or not (megatron and self.rules.megatron_zero))
 
 
 @dataclass
@@ -271,8 +352,8 @@ def _axes(model: ModelConfig, train: TrainingConfig, gpus: int) -> _Axes:
     return _Axes(tp, cp, ep, etp)
 
 
-def _check_fix(fix: Mapping[str, int], zeros: Sequence[int], schedules: Sequence[str], max_micro_batch: int,
-               max_vpp: int) -> None:
+def _check_fix(fix: Mapping[str, int], zeros: Sequence[ZeroStage], schedules: Sequence[Schedule],
+               max_micro_batch: int, max_vpp: int) -> None:
     """A pinned knob outside what the other options search is an error naming both (it would otherwise
     replace the list, or leave nothing to search)."""
     if "zero" in fix and fix["zero"] not in zeros:
@@ -282,18 +363,17 @@ def _check_fix(fix: Mapping[str, int], zeros: Sequence[int], schedules: Sequence
         raise ConfigError(f"fix=b={fix['b']} exceeds max_micro_batch={max_micro_batch}")
     if "vpp" in fix:
         v = fix["vpp"]
-        if v > 1 and Schedule.INTERLEAVED.value not in schedules:
+        if v > 1 and Schedule.INTERLEAVED not in schedules:
             raise ConfigError(f"fix=vpp={v} needs the interleaved schedule, not among schedule={','.join(schedules)}")
         if v > max_vpp:
             raise ConfigError(f"fix=vpp={v} exceeds max_vpp={max_vpp}")
-        if v == 1 and all(x == Schedule.INTERLEAVED.value for x in schedules):
+        if v == 1 and all(x is Schedule.INTERLEAVED for x in schedules):
             raise ConfigError(f"fix=vpp=1 contradicts schedule={','.join(schedules)} (V >= 2 chunks per rank)")
 
 
-def _schedule_variants(schedules: Sequence[str], pp: int, layers: int, max_vpp: int, fix: Mapping) -> list:
+def _schedule_variants(schedules: Sequence[Schedule], pp: int, layers: int, max_vpp: int, fix: Mapping) -> list:
     out = []
-    for name in schedules:
-        sch = Schedule(name)
+    for sch in schedules:
         if sch is Schedule.INTERLEAVED:
             if pp < 2:
                 continue
@@ -333,61 +413,22 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="group", leave=False)
 
 
-def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
-         global_batch: int = DEFAULT_GLOBAL_BATCH, profiles: Sequence[str] = ("megatron",),
-         precisions: Sequence[str] = ("megatron",), recomputes: Sequence[str] = ("none", "selective", "full"),
-         schedules: Sequence[str] = ("1f1b", "interleaved", "dualpipe"), zeros: Sequence[int] | None = None,
-         layout_rules: Sequence[str] = LAYOUT_RULES, fix: Mapping[str, int] | None = None,
-         max_micro_batch: int = 16, max_vpp: int = 4, overhead: Overheads | None = None,
-         cost: CostModel = CostModel(), space: Space = PRACTICAL, progress: bool = False) -> "Grid":
-    """Every valid configuration of ``gpus`` GPUs in ``space`` (:class:`Space`; module docstring), each with its exact
-    peak and its cost terms (:mod:`memlib.search.cost`): a :class:`Grid`, whatever the capacity.  ``zeros``: the ZeRO
-    stages (None: 0-3, the ``megatron`` profile's by the space's rule)."""
+def search(model: ModelConfig | str, gpus: int, space: SearchSpace = SearchSpace(), *, overhead: Overheads | None = None,
+           cost: CostModel = CostModel(), progress: bool = False) -> "Grid":
+    """Every valid configuration of ``gpus`` GPUs in ``space`` (:class:`SearchSpace`; module docstring), each with its
+    exact peak and its cost terms (:mod:`memlib.search.cost`): a :class:`Grid`, whatever the capacity."""
     m = load_model(model)
-    fix = dict(fix or {})
     overhead = overhead if overhead is not None else Overheads()
-    # every size bounded before any work (LIMITS): each bound is searched in seconds
     check_count("gpus", gpus, bound=MAX_GPUS)
-    check_count("global_batch", global_batch, bound=LIMITS["global_batch"])
-    check_count("seq_len", seq_len, bound=LIMITS["seq_len"])
-    check_count("max_micro_batch", max_micro_batch, bound=LIMITS["micro_batch"])
-    check_count("max_vpp", max_vpp, minimum=2, bound=LIMITS["max_vpp"])
-    for rule in layout_rules:
-        if rule not in LAYOUT_RULES:
-            raise ConfigError(f"layout_rule={show(rule)} must be one of {', '.join(LAYOUT_RULES)}")
-    if not isinstance(space, Space) or not isinstance(cost, CostModel):
-        raise ConfigError("space must be a memlib.search.plan.Space and cost a memlib.search.cost.CostModel")
-    asked_zeros = zeros is not None or "zero" in fix
-    zeros = (0, 1, 2, 3) if zeros is None else zeros
-    for z in zeros:
-        if isinstance(z, bool) or z not in (0, 1, 2, 3):
-            raise ConfigError(f"zero={show(z)} must be one of 0, 1, 2, 3")
-    for name in schedules:
-        if name not in {s.value for s in Schedule}:
-            raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
-    # every name of the lists is one the library knows (a family it rejects for this model is skipped below)
-    for prof in profiles:
-        if prof not in ACT_PROFILES:
-            raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
-    for prec in precisions:
-        recipe(prec)
-    for rc in recomputes:
-        parse_policy(rc)
-    for key in FIXABLE:
-        if key in fix:
-            check_count(f"fix={key}", fix[key], minimum=0 if key == "zero" else 1)
-    if "zero" in fix and fix["zero"] not in (0, 1, 2, 3):
-        raise ConfigError(f"fix=zero={fix['zero']} must be one of 0, 1, 2, 3")
-    zeros = tuple(sorted(set(zeros)))
-    _check_fix(fix, zeros, schedules, max_micro_batch, max_vpp)
-    if "zero" in fix:
-        zeros = (fix["zero"],)
+    if not isinstance(space, SearchSpace) or not isinstance(cost, CostModel):
+        raise ConfigError("space must be a memlib.search.plan.SearchSpace and cost a memlib.search.cost.CostModel")
+    fix, seq_len, global_batch, rules = space.fix, space.seq_len, space.global_batch, space.rules
 
     # families: (profile, precision, recompute); the ones the library rejects are skipped
     families, first_error = [], None
-    for prof in profiles:
-        for prec in precisions:
-            for rc in recomputes:
+    for prof in space.profiles:
+        for prec in space.precisions:
+            for rc in space.recomputes:
                 try:
                     t = TrainingConfig(profile=prof, precision=prec, recompute=rc, seq_len=seq_len)
                     fam = Family.of(m, t, overhead)
@@ -400,13 +441,13 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
         raise first_error
     # the practical space's rules (Space), each bypassed by the knob's fix
     node = cost.gpu.gpus_per_node
-    tp_max = node if space.tp_in_node and "tp" not in fix else gpus
-    min_cp_tokens = space.min_cp_tokens if "cp" not in fix else 1
+    tp_max = node if rules.tp_in_node and "tp" not in fix else gpus
+    min_cp_tokens = rules.min_cp_tokens if "cp" not in fix else 1
     fine = m.has_moe and (m.moe_intermediate_size or 0) < m.hidden_size
-    etp_one = space.etp1_fine_grained and fine and "etp" not in fix
+    etp_one = rules.etp1_fine_grained and fine and "etp" not in fix
 
     # parallel rows per PP: (dp, tp, cp, ep, etp, zero, b, M)
-    def rows_for(pp: int, axes: _Axes, sp_on: bool, zeros_here: tuple[int, ...]):
+    def rows_for(pp: int, axes: _Axes, sp_on: bool, zeros_here: tuple[ZeroStage, ...]):
         zs = np.asarray(zeros_here, dtype=np.int64)
         rest = gpus // pp
         out = []            # blocks of rows: every ZeRO stage by every micro-batch size of one parallel split
@@ -422,7 +463,7 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
                 if fix.get("dp", dp) != dp or global_batch % dp:
                     continue
                 per_dp = global_batch // dp
-                bs = np.asarray([b for b in _divisors(per_dp) if b <= max_micro_batch and fix.get("b", b) == b],
+                bs = np.asarray([b for b in _divisors(per_dp) if b <= space.max_micro_batch and fix.get("b", b) == b],
                                 dtype=np.int64)
                 zb = np.stack([np.repeat(zs, len(bs)), np.tile(bs, len(zs))], axis=1)
                 tail = np.column_stack([zb, per_dp // zb[:, 1]])
@@ -438,14 +479,13 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
     groups = []
     for fam, axes in families:
-        zeros_here = zeros if asked_zeros or not (space.megatron_zero and fam.train.profile == "megatron") \
-            else tuple(z for z in zeros if z <= 1)
+        zeros_here = space.stages(fam.train.profile == "megatron")
         for pp in pps:
             rows = rows_for(pp, axes, fam.train.sp, zeros_here)
             if not len(rows):
                 continue
-            for sch, v in _schedule_variants(schedules, pp, m.num_hidden_layers, max_vpp, fix):
-                for rule, lay in _layouts(m.num_hidden_layers, pp * v, layout_rules):
+            for sch, v in _schedule_variants(space.schedules, pp, m.num_hidden_layers, space.max_vpp, fix):
+                for rule, lay in _layouts(m.num_hidden_layers, pp * v, space.layout_rules):
                     groups.append((fam, pp, sch, v, rule, lay, rows))
     # the search's work grows with the pipeline stages it evaluates (each over its rows): bounded before it starts
     stages = sum(g[1] for g in groups)
@@ -457,7 +497,7 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     bar = _progress(len(groups), progress)
     parts = []      # (rows, peak, stage, group index) of every searched row
     caches: dict[tuple, dict] = {}      # per family, PP and the schedule's rule on M: the same rows
-    for gi, (fam, pp, sch, v, rule, lay, rows) in enumerate(groups):
+    for gi, (fam, pp, sch, v, _rule, lay, rows) in enumerate(groups):
         if bar is not None:
             bar.update(1)
         M = rows[:, 7]
@@ -479,7 +519,7 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
         bar.close()
 
     names = COST_TERMS
-    grid = Grid(m, gpus, seq_len, global_batch, overhead, cost, space, [g[:6] for g in groups],
+    grid = Grid(m, gpus, seq_len, global_batch, overhead, cost, rules, [g[:6] for g in groups],
                 rows=np.zeros((0, 8), dtype=np.int64), group=np.zeros(0, dtype=np.int64),
                 peak=np.zeros(0, dtype=np.int64), stage=np.zeros(0, dtype=np.int64),
                 cost={k: np.zeros(0) for k in names})
@@ -491,8 +531,8 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     grid.stage = np.concatenate([p[2] for p in parts])
     grid.cost = {k: np.empty(len(grid.rows)) for k in names}
     start = 0
-    for r, peak, stage, gi in parts:            # each group's terms written into its slice of the columns
-        fam, pp, sch, v, rule, lay = groups[gi][:6]
+    for r, _, _, gi in parts:            # each group's terms written into its slice of the columns
+        fam, pp, sch, v, _rule, lay = groups[gi][:6]
         terms = _group_cost(fam, fam.pipeline(pp, sch, v, lay), r, seq_len, cost)
         for k in names:
             grid.cost[k][start:start + len(r)] = terms[k]
@@ -500,14 +540,16 @@ def search(model: ModelConfig | str, gpus: int, *, seq_len: int = 4096,
     return grid
 
 
-def plan(model: ModelConfig | str, gpus: int, capacity: int, *, top: int | None = 10, **options) -> PlanResult:
-    """Every valid configuration of ``gpus`` GPUs (:func:`search`, ``options`` its keywords), those whose peak
-    stage fits ``capacity`` bytes, the best ``top`` of them (None: all) by the cost model (module docstring)."""
+def plan(model: ModelConfig | str, gpus: int, capacity: int, space: SearchSpace = SearchSpace(), *,
+         top: int | None = 10, **options) -> PlanResult:
+    """Every valid configuration of ``gpus`` GPUs in ``space`` (:func:`search`, ``options`` its other keywords:
+    overhead, cost, progress), those whose peak stage fits ``capacity`` bytes, the best ``top`` of them (None: all)
+    by the cost model (module docstring)."""
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
         raise ConfigError(f"top={show(top)} must be a non-negative integer (or None: every configuration)")
     if top is not None:
         check_count("top", top, minimum=0, bound=LIMITS["top"])
-    grid = search(model, gpus, **options)
+    grid = search(model, gpus, space, **options)
     fits = grid.fits(capacity)
     result = PlanResult(grid.model.name, gpus, capacity, grid.searched, int(fits.sum()),
                         cost_model=grid.cost_model.values(), space=asdict(grid.space))

@@ -1,0 +1,40 @@
+"""Verdicts with their uncertainty: memlib's measured errors per model family, and a device read against them."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from memlib.scenarios import deepseek as ds
+from memlib.scenarios.functional import FAMILIES, cases
+from memlib.scenarios.gpu_steps import gpu_steps
+from memlib.scenarios.uncertainty import Band, judged, measured_band, verdict
+
+BAND = Band("test", Fraction(-1, 10), Fraction(1, 20), 3, (("hand", 3),))
+
+
+def test_verdict_by_hand():
+    """A prediction of 90 with 5 beside it; memlib was 10 % short to 5 % over: the truth lies in 90/1.05 = 85.7
+    to 90/0.9 = 100, the total in 90.7 to 105 (the range rounded outwards to whole bytes)."""
+    assert BAND.allocated_range(90) == (85, 100)
+    assert verdict(90, 5, 106, BAND) == "fits"           # 105 <= 106
+    assert verdict(90, 5, 100, BAND) == "marginal"       # 90.7 <= 100 < 105
+    assert verdict(90, 5, 89, BAND) == "does not fit"    # 85.7, rounded outwards to 85, + 5 > 89
+    none = Band("test", None, None, 0, ())
+    assert none.allocated_range(90) == (90, 90) and verdict(90, 5, 95, none) == "fits"
+
+
+def test_the_band_is_the_families_runs():
+    """DeepSeek-V3's band: the DeepSeek-style functional tests and the H200's DeepSeek-style steps, every one."""
+    b = measured_band("deepseek-v3")
+    errs = [c.error for c in cases() if c.family == FAMILIES[0]]
+    errs += [s.error for s in gpu_steps() if s.name.startswith("ds-")]
+    assert (b.low, b.high, b.n) == (min(errs), max(errs), len(errs)) and b.family == FAMILIES[0]
+    assert b.low < Fraction(-8, 100)        # the fine-grained offloading cases: chapter 11's largest misses
+
+
+def test_the_recipes_verdict_agrees_with_its_numbers():
+    est = ds.recipe_estimate("deepseek-v3", ds.deepseek_recipe("deepseek-v3"))
+    j = judged(est, ds.CAPACITY)
+    assert j["near"] <= est.peak.total + (j["peak_allocated"] - est.peak.allocated) <= j["far"]
+    assert (j["verdict"] == "fits") == (j["far"] <= ds.CAPACITY)
+    # at a capacity between the band's ends the same device is marginal
+    assert judged(est, (j["near"] + j["far"]) // 2)["verdict"] == "marginal"
