@@ -56,7 +56,7 @@ def _run_code(name: str, cells: list[str], model: str) -> Chapter:
     ch = Chapter(name)
     saved = (glue._myst_glue, ipd.display, book.BOOK_MODEL, os.getcwd())
 
-    def record(key, value, display):
+    def record(key, value, display, *args, **kwargs):   # the signature of memlib.report.glue._myst_glue
         ch.glued[key] = _shown(value)
 
     glue._myst_glue, ipd.display, book.BOOK_MODEL = record, (lambda *a, **k: None), model
