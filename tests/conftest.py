@@ -23,6 +23,12 @@ SLOW_MODULES = frozenset({
 #: single slow tests, ``module::function``
 SLOW_TESTS = frozenset({
     "test_notebooks.py::test_notebook_executes",
+    # every preset's book rendered (tests/book_prose.py), about 20 s a model
+    "test_book_every_model.py::test_every_chapter_computes",
+    "test_book_every_model.py::test_no_word_of_a_block_the_model_lacks",
+    "test_book_every_model.py::test_no_sentence_no_person_would_write",
+    "test_book_every_model.py::test_every_fit_verdict_agrees_with_its_peak",
+    "test_book_every_model.py::test_a_causal_sentence_only_where_its_verdict_holds",
     "test_plan.py::test_the_deepseek_v3_recipe_is_found_and_ranked",
     "test_plan.py::test_the_process_ends_after_its_whole_output",
     "test_plan.py::test_a_progress_bar_on_a_terminal_only",

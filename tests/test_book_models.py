@@ -22,9 +22,9 @@ from memlib.report.format import fmt_bytes, fmt_count
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
-MODELS = ("deepseek-v2", "deepseek-v2-lite", "mixtral-8x7b")
+MODELS = ("llama-3-8b", "mixtral-8x7b")
 #: the models of another architecture among them (no MLA, no DeepSeekMoE)
-OTHER_ARCHITECTURES = ("mixtral-8x7b",)
+OTHER_ARCHITECTURES = ("llama-3-8b", "mixtral-8x7b")
 
 
 def v3_numbers() -> set[str]:
@@ -145,6 +145,8 @@ def deepseek_sections(path: Path) -> list[str]:
 def test_the_book_tags_follow_the_architecture():
     from memlib.report.book import book_tags
 
-    assert book_tags("deepseek-v3") == {"paper_model", "deepseek_arch"}
-    assert book_tags("deepseek-v2-lite") == {"deepseek_arch"}
-    assert book_tags("mixtral-8x7b") == book_tags("llama-3-8b") == set()
+    assert book_tags("deepseek-v3") >= {"paper_model", "deepseek_arch", "has_mtp", "has_router_bias"}
+    assert book_tags("deepseek-v2-lite") == {"deepseek_arch", "has_mla", "has_rope_split", "has_moe",
+                                             "has_shared_experts", "has_dense_layers"}
+    assert book_tags("mixtral-8x7b") == {"has_gqa", "has_moe"}
+    assert book_tags("llama-3-8b") == {"has_gqa", "has_dense_layers"}

@@ -31,15 +31,31 @@ from pathlib import Path
 SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
 
 
+def _tag_of(cls: str) -> str | None:
+    """The tag a section class stands for: those of SECTION_CLASSES, and ``has-BLOCK`` (``{.has-mtp}``)
+    for the tag ``has_BLOCK`` of each optional block (memlib.model.blocks.BLOCK_NAMES)."""
+    if cls in SECTION_CLASSES:
+        return SECTION_CLASSES[cls]
+    return cls.replace("-", "_") if cls.startswith("has-") else None
+
+
 def _drop_sections(app, doctree) -> None:
     from docutils import nodes
+    from sphinx import addnodes
 
-    for cls, tag in SECTION_CLASSES.items():
-        if app.tags.has(tag):
+    # an ``{only}`` block whose condition is false goes now, not when the page is written: a reference in it
+    # to an equation of a dropped section (``{eq}`` of MLA in a GQA model's book) is then never resolved
+    for node in list(doctree.findall(addnodes.only)):
+        try:
+            keep = app.tags.eval_condition(node["expr"])
+        except Exception:                          # noqa: BLE001 - Sphinx itself reports a bad expression later
             continue
-        for section in list(doctree.findall(nodes.section)):
-            if cls in section["classes"] and section.parent is not None:
-                section.parent.remove(section)
+        if not keep and node.parent is not None:
+            node.parent.remove(node)
+    for section in list(doctree.findall(nodes.section)):
+        tags = [_tag_of(c) for c in section["classes"]]
+        if any(t is not None and not app.tags.has(t) for t in tags) and section.parent is not None:
+            section.parent.remove(section)
 
 
 #: what a chapter's outputs depend on besides its own code: memlib's sources and package data

@@ -30,7 +30,7 @@ __all__ = [
     "Tensor", "attention_name", "is_deepseek_architecture", "block_kinds", "MOE_NAMES", "attention_tensors", "block_norm_tensors", "dense_ffn_tensors", "moe_tensors",
     "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
     "tied_head_copy",
-    "model_values",
+    "model_values", "block_names",
     "MLA_EQUATIONS", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
 ]
 
@@ -48,6 +48,13 @@ BLOCKS = {
     "head": "output head",
     "mtp": "MTP module",
 }
+
+
+def block_names(m: ModelConfig) -> dict[str, str]:
+    """:data:`BLOCKS` named for ``m``: its attention by :func:`attention_name` (``GQA`` for Llama, never
+    ``MLA``), its norms as RMSNorms or LayerNorms."""
+    norm = "LayerNorm" if NORMS[m.norm] else "RMSNorm"
+    return {**BLOCKS, "attention": attention_name(m), "norms": f"block {norm}s", "final_norm": f"final {norm}"}
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,13 @@ def _margin(margin: int) -> str:
     return (f"{fmt_bytes(margin)} below the capacity" if margin >= 0 else f"{fmt_bytes(-margin)} over the capacity")
 
 
+def _up_projections(model) -> str:
+    """What the recipe recomputes besides the norms: MLA's up-projections, where the model has MLA."""
+    from ..config import load_model
+
+    return " and MLA up-projections" if load_model(model).attention == "mla" else ""
+
+
 def answer_values(model) -> dict[str, str]:
     """The book's answer for ``model`` in two sentences, from :func:`memlib.scenarios.deepseek.answer`:
     whether the paper's layout fits the H800 only with recomputation (or even without it, or not even with it),
@@ -170,7 +177,7 @@ def answer_values(model) -> dict[str, str]:
                            "runs of such models (chapter 11) would take it over",
                "does not fit": "so it does not fit"}[a["recipe_verdict"]]
     recipe = (f"DeepSeek's own recipe ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
-              f"and its norms and attention up-projections recomputed) peaks at {fmt_bytes(a['recipe_total'])} on "
+              f"and its norms{_up_projections(model)} recomputed) peaks at {fmt_bytes(a['recipe_total'])} on "
               f"rank {a['recipe_rank']}, {_margin(a['recipe_margin'])}; {verdict}.")
     return {"answer_paper": paper, "answer_recipe": recipe, "answer_gpu": a["gpu"],
             "answer_capacity": fmt_capacity(a["capacity"]), "answer_capacity_bytes": fmt_count(a["capacity"]),

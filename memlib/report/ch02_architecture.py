@@ -35,6 +35,48 @@ def _opt(x) -> str:
     return "— (null)" if x is None else fmt_count(x)
 
 
+def _topics(m) -> str:
+    """What the chapter goes on to do for ``m``: the sections its book keeps."""
+    from ..model.blocks import model_blocks
+
+    own = model_blocks(m)
+    if "mla" not in own:
+        return "draws its blocks"
+    parts = ["writes out multi-head latent attention (MLA)"]
+    if "moe" in own and "dense_layers" in own:
+        parts.append("shows how dense and mixture-of-experts (MoE) layers alternate")
+    if "mtp" in own:
+        parts.append("describes what multi-token prediction (MTP) adds")
+    return ", ".join(parts) + ", and sets the models memlib ships side by side"
+
+
+def _answer(m, s: dict) -> str:
+    """The answer box's first clause: the MoE layers and their experts, or a dense model's layers."""
+    from ..model.architecture import attention_name
+
+    if s["moe_layers"]:
+        return (f"{model_name(m)} has {fmt_count(s['moe_layers'])} MoE layers of {fmt_count(m.n_routed_experts)} routed "
+                f"experts each, {fmt_count(s['moe_layers'] * m.n_routed_experts)} routed experts in all")
+    return f"{model_name(m)} has {fmt_count(m.num_hidden_layers)} decoder layers of {attention_name(m)} and a dense FFN"
+
+
+def _layers_sentence(m, s: dict) -> str:
+    """How many decoder layers of each kind the model has, and what an MoE layer holds, in words: no kind
+    counted zero, no shared experts named where there are none."""
+    from ..model.blocks import model_blocks
+
+    own, name = model_blocks(m), model_name(m)
+    kinds = [f"{fmt_count(s['dense_layers'])} dense"] if s["dense_layers"] else []
+    kinds += [f"{fmt_count(s['moe_layers'])} MoE"] if s["moe_layers"] else []
+    text = f"{name} has {fmt_count(m.num_hidden_layers)} decoder layers" + (
+        f": {' and '.join(kinds)}" if len(kinds) > 1 else f", all {kinds[0].split(' ', 1)[1]}")
+    if "moe" in own:
+        shared = f" and {fmt_count(m.n_shared_experts)} shared" if "shared_experts" in own and m.n_shared_experts else ""
+        text += (f", each MoE layer with {fmt_count(m.n_routed_experts)} routed{shared} experts, "
+                 f"{fmt_count(m.num_experts_per_tok)} routed experts active per token")
+    return text + "."
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The numbers the chapter quotes for the book's model."""
     m = est.model
@@ -42,6 +84,7 @@ def values(est: Estimate) -> dict[str, str]:
     mtp = pp.mtp_module(m)
     return {
         "model": model_name(m), "note": architecture_note(m, "multi-head latent attention (MLA)"),
+        "layers_sentence": _layers_sentence(m, s), "answer": _answer(m, s), "topics": _topics(m),
         "h": fmt_count(m.hidden_size), "n_h": fmt_count(m.num_attention_heads), "l": fmt_count(m.num_hidden_layers),
         "k_dense": fmt_count(m.first_k_dense_replace), "dense_layers": fmt_count(s["dense_layers"]),
         "moe_layers": fmt_count(s["moe_layers"]),
@@ -84,6 +127,8 @@ def preset_values() -> dict[str, str]:
         "v2_h": fmt_count(v2["h"]), "v2_N": fmt_count(v2["N"]), "v2_N_s": fmt_count(v2["N_s"]),
         "v2_k_dense": fmt_count(v2["k_dense"]), "v2_router_bias": "has a" if v2["router_bias"] else "has no",
         "v2_mtp": fmt_count(v2["mtp"]),
+        "v2_mtp_words": ("no MTP module" if not v2["mtp"] else "one MTP module" if v2["mtp"] == 1
+                         else f"{fmt_count(v2['mtp'])} MTP modules"),
         "lite_q_lora": "null" if lite["d_cq"] is None else fmt_count(lite["d_cq"]),
         "lite_n_h": fmt_count(lite["n_h"]), "lite_l": fmt_count(lite["l"]),
         "bias_presets": _names(sm.presets_where(lambda m: m.router_bias)),
@@ -128,12 +173,13 @@ def attention_table(est: Estimate) -> str:
 
 def layer_pattern_table(est: Estimate) -> str:
     """Which decoder layers are dense and which MoE, per model."""
-    rows = []
+    rows, mtp = [], est.model.num_nextn_predict_layers > 0     # the MTP column in the book of a model with MTP
     for m, p in sm.layer_patterns(models(est)):
         pattern = ", ".join(f"{'dense' if k == 'dense' else 'MoE'} {span(a, b)}" for k, a, b in p["runs"])
-        rows.append([model_name(m), fmt_count(p["layers"]), fmt_count(p["dense"]), fmt_count(p["moe"]), pattern,
-                     fmt_count(p["mtp"])])
-    return md_table(["model", "layers $l$", "dense", "MoE", "layer indices", "MTP modules"], rows, "lrrrlr")
+        rows.append([model_name(m), fmt_count(p["layers"]), fmt_count(p["dense"]), fmt_count(p["moe"]), pattern]
+                    + ([fmt_count(p["mtp"])] if mtp else []))
+    return md_table(["model", "layers $l$", "dense", "MoE", "layer indices"] + (["MTP modules"] if mtp else []), rows,
+                    "lrrrl" + ("r" if mtp else ""))
 
 
 def _field(x) -> str:
@@ -147,9 +193,15 @@ _FIELD_LABELS = {"router_bias": ("$b^{G}$", "router bias buffer (`topk_method: n
 
 def model_fields_table(est: Estimate) -> str:
     """Every model symbol with its configuration field and its value in each model."""
-    ms = models(est)
+    from ..model.blocks import model_blocks
+    from .tables import _not_own
+
+    ms, gone = models(est), _not_own(est.model)       # the rows of blocks the book's model has
+    gone |= set() if "router_bias" in model_blocks(est.model) else {"router_bias"}
     rows = []
     for r in sm.model_fields(ms):
+        if (r["symbol"] or r["field"]) in gone:
+            continue
         sym, field = _FIELD_LABELS.get(r["field"], (math(r["symbol"]) if r["symbol"] else "", f"`{r['field']}`"))
         rows.append([sym, field] + [_field(x) for x in r["values"]])
     return md_table(["symbol", "config field"] + [model_name(m) for m in ms], rows, "ll" + "r" * len(ms))

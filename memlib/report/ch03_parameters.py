@@ -9,7 +9,8 @@ configuration cell); nothing here computes a quantity.  The paper's printed valu
 """
 from __future__ import annotations
 
-from ..model.architecture import BLOCKS
+from ..model.architecture import BLOCKS, attention_name, block_names
+from ..model.blocks import model_blocks
 from ..config import load_model
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
@@ -113,6 +114,21 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(tot["moe_layers"]),
         "bias_presets": ", ".join(model_name(x) for x in sm.presets_where(lambda c: c.router_bias)) or "none",
         "official_count": fmt_count(len(pp.official(m))),
+        "official_intro": _official_intro(m),
+        "blocks_phrase": _blocks_phrase(m),
+        "apart": _capital(_and_words((["buffers that no optimizer updates (the router's bias)"]
+                                      if m.has_moe and m.router_bias else [])
+                                     + (["the MTP modules, which the paper leaves out,"]
+                                        if m.num_nextn_predict_layers else []))) + " are counted apart."
+        if (m.has_moe and m.router_bias) or m.num_nextn_predict_layers
+        else "Every tensor of the model is trained, and all of them are counted.",
+        "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
+                             + (["the router's bias buffer"] if m.has_moe and m.router_bias else [])),
+        "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
+                                         if m.attention == "mla" else ""),
+        "norms_kind": "block and latent" if m.attention == "mla" else "block",
+        "attention": attention_name(m),
+        "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",
     }
 
 
@@ -185,10 +201,10 @@ def paper_values(est: Estimate) -> dict[str, str]:
 def matrix_table(est: Estimate) -> str:
     """The paper's Table 2, extended to every tensor: block, tensor, symbolic shape, the model's
     shape and the element count (routed experts: all N of one layer, and one expert)."""
-    rows = []
+    rows, names = [], block_names(est.model)
     for r in pp.tensor_rows(est.model):
         t = r["tensor"]
-        block = BLOCKS.get(t.block, t.block) + (" (buffer, not trained)" if r["buffer"] else "")
+        block = names.get(t.block, t.block) + (" (buffer, not trained)" if r["buffer"] else "")
         count = fmt_count(r["count"])
         if r["per_expert"] is not None:
             count += f" ({fmt_count(r['per_expert'])} per expert)"
@@ -197,8 +213,8 @@ def matrix_table(est: Estimate) -> str:
     return md_table(["block", "tensor", "shape", model_name(est.model), "parameters"], rows, "llllr")
 
 
-def _contents_layer(r: dict) -> str:
-    parts = (["embedding"] if r["embedding"] else []) + ["MLA", "dense FFN" if r["kind"] == "dense" else
+def _contents_layer(r: dict, attention: str) -> str:
+    parts = (["embedding"] if r["embedding"] else []) + [attention, "dense FFN" if r["kind"] == "dense" else
                                                          "router + experts", "norms"]
     return " + ".join(parts + (["final norm", "head"] if r["head"] else []))
 
@@ -211,7 +227,7 @@ def layer_table(est: Estimate) -> str:
     checks = pp.table3_check(m, est.train.precision)
     rows = []
     for r, c in zip(pp.layer_groups(m, est.train.precision) + [None], checks):
-        label, contents = ("all", "") if r is None else (span(r["first"], r["last"]), _contents_layer(r))
+        label, contents = ("all", "") if r is None else (span(r["first"], r["last"]), _contents_layer(r, attention_name(m)))
         row = [label, contents, fmt_count(c["params"]), _gib(c["bytes"], unit=False)]
         if paper:
             p = c["printed"]
@@ -260,21 +276,52 @@ def _stated(off: dict, key: str) -> str:
     return "— (not stated)" if x is None else x + "B"
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _and_words(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _blocks_phrase(m) -> str:
+    """The blocks of a layer besides the attention, in the order of the chapter's equations."""
+    own = model_blocks(m)
+    moe = "the MoE block (router, " + ("shared experts, " if "shared_experts" in own else "") + "routed experts)"
+    parts = ["the two block norms of every layer"] + (["the dense FFN"] if "dense_layers" in own else []) + \
+        ([moe] if "moe" in own else [])
+    return ", ".join(parts[:-1]) + (", and " if len(parts) > 2 else " and ") + parts[-1]
+
+
+def _official_intro(m) -> str:
+    """The sentence before the table of DeepSeek's statements, or that there are none to check."""
+    n = len(pp.official(m))
+    if n == 0:
+        return f"DeepSeek publishes no parameter counts for {model_name(m)}, so there is nothing to set beside these."
+    what = "one figure" if n == 1 else f"{fmt_count(n)} figures"
+    return (f"DeepSeek states {what} for {model_name(m)} (model cards, reports, weights documentation). Beside "
+            "each, the counts memlib computes for what it is about, whether a count rounds or truncates to the "
+            "printed digits, and the one closest to it:")
+
+
 def totals_table(est: Estimate) -> str:
     """Total and activated parameters of every shipped model (and the book's), in billions, beside
     what DeepSeek states (billions as printed).  Billions only: the exact counts of the book's
     model are in the prose, and a book built for one model prints no other model's exact totals."""
     ms = sm.PRESET_ORDER if est.model.name in sm.PRESET_ORDER else sm.PRESET_ORDER + (est.model,)
-    rows = []
+    rows, own = [], model_blocks(est.model)
     for r in sm.preset_totals(ms):
         off = r["official"]
         stated_act = " / ".join(x + "B" for x in (off.get("activated"), off.get("activated_weights_doc")) if x)
         name = model_name(r["model"]) + (" (this book)" if r["model"] == est.model.name else "")
         rows.append([name, fmt_billions(r["total"]), _stated(off, "total"), fmt_billions(r["activated"]),
-                     fmt_billions(r["activated_no_embedding"]), stated_act or "—",
-                     fmt_billions(r["mtp"]) if r["mtp"] else "—", fmt_count(r["buffers"]) if r["buffers"] else "—"])
+                     fmt_billions(r["activated_no_embedding"]), stated_act or "—"]
+                    + ([fmt_billions(r["mtp"]) if r["mtp"] else "—"] if "mtp" in own else [])
+                    + ([fmt_count(r["buffers"]) if r["buffers"] else "—"] if "router_bias" in own else []))
+    # the MTP and router-bias columns only in the book of a model with those blocks
+    extra = (["MTP (own)"] if "mtp" in own else []) + (["router-bias buffer"] if "router_bias" in own else [])
     return md_table(["model", "total", "DeepSeek: total", "activated, with embedding", "activated, without embedding",
-                     "DeepSeek: activated", "MTP (own)", "router-bias buffer"], rows, "lrrrrrrr")
+                     "DeepSeek: activated", *extra], rows, "lrrrrr" + "r" * len(extra))
 
 
 def official_table(est: Estimate) -> str:
@@ -285,7 +332,7 @@ def official_table(est: Estimate) -> str:
              "**closest**" if r["closest"] else ""]
             for r in pp.official_rows(est.model)]
     if not rows:
-        rows = [["DeepSeek states no figure for this model", "—", "", "", "", "", "", ""]]
+        return ""
     return md_table(["DeepSeek states", "printed", "memlib counts", "exact", "billions", "the count",
                      "printed − count", ""], rows, "lrlrrlrl")
 
@@ -294,7 +341,8 @@ def stage_figure(est: Estimate):
     """Stacked bars: the weights of each whole pipeline stage (before TP/EP), per block, in GiB."""
     part = est.partition
     per = pp.stage_block_weights(part)
-    series = [Series(FIGURE_LABELS[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
+    labels = {**FIGURE_LABELS, "attention": attention_name(est.model)}
+    series = [Series(labels[b], BLOCK_COLORS[b], [p[b] for p in per]) for b in pp.FIGURE_BLOCKS]
     fig, ax = new_figure(height=3.8)
     stacked_bars(ax, [str(st.index) for st in part.stages], series, totals=False, width=0.8)
     ax.use_sticky_edges = False          # zero-height segments would pin the top of the axis to the tallest bar

@@ -10,7 +10,7 @@ resolved even inside an ``{only} paper_model`` block that the build then drops.
 """
 from __future__ import annotations
 
-from ..model.architecture import BLOCKS
+from ..model.architecture import attention_name, block_names
 from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
@@ -25,7 +25,7 @@ from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table
 from .notation import chapter_notation
 from .tables import errata_table
 
-__all__ = ["stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
+__all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
            "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
            "errata_md", "device_figure", "device_values"]
 
@@ -133,6 +133,7 @@ def values(est: Estimate) -> dict[str, str]:
         **{k: fmt_count(v) for k, v in pstatic.table5(t).items()},
         "world": fmt_count(t.world_size), "bw": fmt_count(rec.weights),
         "weights_format": FORMATS.get(rec.weights, f"{rec.weights}-byte"),
+        "attention": attention_name(m),
         "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
         "first_stage": fmt_count(rows[0]["stage"]), "last_stage": fmt_count(rows[-1]["stage"]),
         "layout": layout_text(part.layout), "layout_rule": _LAYOUT_RULES[layout["rule"]]
@@ -140,6 +141,8 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": _plural(ex["moe_layers"], "MoE layer"),
         "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
         "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
+        "shared_clause": (f" and the {fmt_count(ex['shared'])} {shared_word}" if ex["shared"] else "")
+        + f", so {_plural(ex['per_layer'], 'expert')}",
         "experts_per_device": fmt_count(ex["per_device"]),
         **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
         **{T6_KEYS[r] + "_gib": fmt_bytes(n) for r, n in b6.items()},
@@ -158,12 +161,37 @@ def values(est: Estimate) -> dict[str, str]:
         "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (_plural(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
         "final_norm": fmt_count(pc["final_norm"]), "last_paper": fmt_count(pc["paper_last"]),
         "last_megatron": fmt_count(pc["megatron_last"]),
-        "last_change": (f"grows, although its MLA and {shared_word} shrink" if pc["last_grows"]
-                        else f"shrinks with its MLA and {shared_word}"),
+        "last_change": (f"grows, although its {attention_name(m)} and {shared_word} shrink" if pc["last_grows"]
+                        else f"shrinks with its {attention_name(m)} and {shared_word}"),
         "last_takeaway": ("and its MTP modules make the last stage heavier than the paper assumes" if pc["last_grows"]
                           else "on the last stage too, which holds no MTP module"),
     }
     return out
+
+
+def convention_differences(est: Estimate) -> str:
+    """Where the paper's and Megatron-Core's conventions store different parameters, as a counted list of
+    only the differences this model has (Markdown), or that they store the same."""
+    v, pc = values(est), pstatic.profile_comparison(est.partition, stage(est))
+    items = []
+    if pc["wqr"]:
+        items.append(f"* **Splitting $W^{{QR}}$ by TP** (Megatron-Core) stores {v['diff_wqr']} fewer parameters on a "
+                     f"device of stage {v['stage']}.")
+    if pc["shared"]:
+        items.append(f"* **Splitting the {v['shared_word']} by TP** stores {v['diff_shared']} fewer.")
+    if pc["wqr"] or pc["shared"]:
+        items.append(f"  Together the device of stage {v['stage']} drops by {v['diff_stage']} parameters "
+                     f"({v['diff_stage_gib']}), to {v['megatron_stage_gib']}.")
+    if pc["mtp"]:
+        items.append(f"* **The MTP modules**, which Megatron-Core builds on the last stage and the paper leaves out, "
+                     f"add {v['mtp']} parameters per device there ({v['mtp_note']}). The last stage's device goes from "
+                     f"{v['last_paper']} parameters to {v['last_megatron']}: it {v['last_change']}.")
+    n = sum(1 for x in (pc["wqr"], pc["shared"], pc["mtp"]) if x)
+    if n == 0:
+        return (f"The two conventions store the same parameters on every device of {model_name(est.model)}: "
+                "it has none of the tensors they place differently.")
+    where = {1: "one place", 2: "two places", 3: "three places"}[n]
+    return f"The conventions differ in {where}, all visible in the figure above:\n\n" + "\n".join(items)
 
 
 def paper_values(est: Estimate) -> dict[str, str]:
@@ -207,9 +235,9 @@ def table5(est: Estimate) -> str:
 
 def tensor_table(est: Estimate) -> str:
     """Each tensor of one MoE layer: shape, how each convention lays it out, and its per-device count."""
-    rows = []
+    rows, names = [], block_names(est.model)
     for r in pstatic.tensor_layout(est.partition):
-        row = [f"${r['latex']}$", BLOCKS[r["block"]], "$" + r" \times ".join(tex(d) for d in r["shape"]) + "$"]
+        row = [f"${r['latex']}$", names[r["block"]], "$" + r" \times ".join(tex(d) for d in r["shape"]) + "$"]
         for name in pstatic.PROFILE_NAMES:
             row += [SHARDING[r[name]["sharding"]], fmt_count(r[name]["per_device"])]
         rows.append(row)
@@ -225,7 +253,7 @@ def table6(est: Estimate) -> str:
     rows = []
     for key in pstatic.TABLE6_ROWS:
         p = printed.get(key, {})
-        row = [T6_LABELS[key], fmt_count(t6[key])]
+        row = [T6_LABELS[key].replace("MLA", attention_name(est.model)), fmt_count(t6[key])]
         if printed:
             row.append(fmt_count(p["params"]) if "params" in p else "—")
         row += [fmt_count(b6[key]), fmt_bytes(b6[key], with_unit=False)]
@@ -270,7 +298,7 @@ def stages_figure(est: Estimate):
     titles = {"paper": "the paper's convention (paper)", "megatron": "Megatron-Core's convention (megatron)"}
     for ax, name in zip(axes, pstatic.PROFILE_NAMES):
         series = [Series(label, BLOCK_COLORS[b], [r[name]["block_bytes"].get(b, 0) for r in rows])
-                  for b, label in BLOCKS.items()]
+                  for b, label in block_names(est.model).items()]
         stacked_bars(ax, [fmt_count(r["stage"]) for r in rows], series, digits=1, total_unit=False)
         ax.set_title(titles[name], fontsize=10, loc="left", pad=12)
         for h, label in zip(*ax.get_legend_handles_labels()):

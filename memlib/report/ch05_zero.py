@@ -13,6 +13,7 @@ from ..paper import zero as pzero
 from ..paper.errata import errata
 from ..data.reference import PAPER
 from ..scenarios.sweeps import ep_sweep, recipe_change
+from ..model.architecture import attention_name
 from ..model.states import RECIPES, ZeroStage
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
@@ -37,6 +38,12 @@ def notation(est: Estimate) -> str:
     return chapter_notation("ch05", est.model, est.train)
 
 
+def _router_and_shared(m) -> str:
+    """The MoE block's parameters outside the routed experts, named by the model's blocks."""
+    shared = bool(m.n_shared_experts) or m.moe == "qwen2_moe"
+    return "the router and the shared experts" if shared else "the router"
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers for its prose (every one of them, formatted)."""
     i = stage(est)
@@ -48,6 +55,11 @@ def values(est: Estimate) -> dict[str, str]:
     rules = pzero.rule_totals(part, i)
     moe = moe_stages(part)
     return {
+        "router_shared": _router_and_shared(est.model), "attention": attention_name(est.model),
+        "its": "their" if "shared" in _router_and_shared(est.model) else "its",
+        "them": "them" if "shared" in _router_and_shared(est.model) else "it",
+        "router_shared_is": _router_and_shared(est.model) + (" are" if "shared" in _router_and_shared(est.model)
+                                                             else " is"),
         "label": t.label(), "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
         "params": fmt_count(t6["total"]), "params_gib": fmt_bytes(pstatic.table6_bytes(part, i)["total"]),
         "bw": fmt_count(rec.weights), "bg": fmt_count(rec.gradients), "bo": fmt_count(rec.optimizer_bytes),
@@ -105,7 +117,7 @@ def recipes_table() -> str:
 
 def sharding_table(est: Estimate) -> str:
     v = pzero.sharding(est.partition, stage(est))
-    labels = {"paper": "paper (§4): router and shared expert with the experts",
+    labels = {"paper": f"paper (§4): {_router_and_shared(est.model)} with the experts",
               "megatron": "Megatron-Core: routed experts only"}
     rows = [[labels[n], fmt_count(r["P_ne"]), fmt_count(r["ne_div"]), fmt_count(r["shard_ne"]), fmt_count(r["P_e"]),
              fmt_count(r["e_div"]), fmt_count(r["shard_e"]), fmt_count(r["shard"])]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from ..device.estimate import Estimate
+from ..model.architecture import attention_name
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..paper.errata import errata
@@ -27,6 +28,11 @@ __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_tabl
 
 #: the blocks of a MoE layer, as the book names them
 BLOCK_LABELS = {"attention": "MLA", "moe": "MoE"}
+
+
+def _block_labels(est: Estimate) -> dict[str, str]:
+    """:data:`BLOCK_LABELS` for the chapter's model: its own attention; "FFN" for a dense model."""
+    return {"attention": attention_name(est.model), "moe": "MoE" if est.model.has_moe else "FFN"}
 
 #: the colour of a saved tensor in the data-flow figure: the weakest named policy that drops it
 CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLORS["deepseek"],
@@ -56,6 +62,24 @@ def _policy_name(p: str) -> str:
     return p if p in pact.POLICY_ORDER else "module list"
 
 
+def _block_words(m) -> dict[str, str]:
+    """The words of the chapter that name the model's own blocks."""
+    mla, shared = m.attention == "mla", bool(m.n_shared_experts) or m.moe == "qwen2_moe"
+    if m.has_moe:
+        intro = ("The MoE block: the router and the routed experts of one device with their share of the tokens"
+                 + (", and the shared experts, which see every token:" if shared else ":"))
+    else:
+        intro = "The dense FFN, which sees every token:"
+    whole = (["the key-value latent (and the query latent where the queries are compressed)"] if mla else []) \
+        + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
+    listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
+    return {"attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
+            "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
+            if whole else " The norms' weights are replicated.",
+            "deepseek_policy_rest": "and the MLA up-projections (modules layernorm and mla_up_proj" if mla
+            else "(module layernorm; the model has no up-projection to recompute"}
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and computed words for its prose, for any model."""
     t, i = est.train, stage(est)
@@ -70,6 +94,7 @@ def values(est: Estimate) -> dict[str, str]:
     pol = {r["policy"]: r for r in sact.policy_comparison(est)}
     return {
         "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i),
+        **_block_words(est.model),
         "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i), "layout": layout_text(est.partition.layout),
         "layers": fmt_count(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
@@ -175,12 +200,13 @@ def dataflow_figure(est: Estimate):
     labelled with its MiB on one device."""
     from matplotlib.patches import FancyBboxPatch, Patch
 
-    columns = [(blk, pact.ledger_rows(est, blk)) for blk in BLOCK_LABELS]
+    labels = _block_labels(est)
+    columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
     n = max(len(rows) for _, rows in columns)
     fig, ax = new_figure(TEXT_WIDTH, 0.3 * n + 1.1)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
-        ax.text(x0 + 0.47, 0.3, f"{BLOCK_LABELS[blk]} block", ha="center", va="bottom", fontsize=10,
+        ax.text(x0 + 0.47, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
                 fontweight="bold")
         for k, r in enumerate(rows):
             y = -k
@@ -221,7 +247,7 @@ def table10_formulas(est: Estimate) -> str:
     """The paper's Table 10 as formulas: the stage's MoE layers on one device, both policies."""
     f = pact.table10_formulas(est)
     # the sums without recomputation run to a dozen terms: broken into lines, they fit the column
-    rows = [[BLOCK_LABELS.get(blk, blk), wrapped_math(v["none"], 30), wrapped_math(v["full"], 30)]
+    rows = [[_block_labels(est).get(blk, blk), wrapped_math(v["none"], 30), wrapped_math(v["full"], 30)]
             for blk, v in f.items()]
     return md_table(["block", "AC = none", "AC = full"], rows, "lll")
 
@@ -234,7 +260,8 @@ def table10(est: Estimate) -> str:
         rows.append([fmt_count(bb), fmt_count(none["attention"]), fmt_count(none["moe"]), fmt_count(none["total"]),
                      fmt_bytes(none["total"], with_unit=False), fmt_count(full["total"]),
                      fmt_bytes(full["total"], digits=3, with_unit=False)])
-    return md_table(["$b$", "MLA, none (bytes)", "MoE, none (bytes)", "total, none (bytes)", "total, none (GiB)",
+    attn, ffn = _block_labels(est).values()
+    return md_table(["$b$", f"{attn}, none (bytes)", f"{ffn}, none (bytes)", "total, none (bytes)", "total, none (GiB)",
                      "total, full (bytes)", "total, full (GiB)"], rows, "rrrrrrr")
 
 

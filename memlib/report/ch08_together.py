@@ -349,6 +349,6 @@ def routed_values(eff: dict) -> dict[str, str]:
                              "and now fits" if eff["held_fits"] else "and does not fit either")}
 
 
-def switch_values(sw: dict) -> dict[str, str]:
+def switch_values(sw: dict, model=None) -> dict[str, str]:
     """The eager-to-fused switch between this chapter and the next, for the prose."""
-    return attention_switch_values(sw)
+    return attention_switch_values(sw, model)

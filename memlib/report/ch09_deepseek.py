@@ -90,6 +90,10 @@ def values(est: Estimate) -> dict[str, str]:
     kind = ds.ledger_kind(m)
     return {
         "model": model_name(m),
+        "head_clause": "the output head" + ("; the report places its MTP module there so that it shares the "
+                                            "embedding and the head with the main model"
+                                            if m.num_nextn_predict_layers else ""),
+        "recomputed": "the norms and MLA up-projections" if m.attention == "mla" else "the norms",
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
         "report_dp": fmt_count(rep["dp"]),
         "gpu": ds.GPU, "cap_mib": fmt_bytes(ds.CAPACITY, "MiB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 2),

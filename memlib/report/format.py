@@ -278,9 +278,10 @@ def architecture_note(m: ModelConfig, subject: str) -> str:
     if k["moe"]:
         ffn = (f"{k['moe']} of {fmt_count(k['N'])} routed {k['ffn']} experts, {fmt_count(k['N_r'])} per token")
     else:
-        ffn = f"a dense {k['ffn']} FFN in every layer (no experts)"
+        ffn = f"a dense {k['ffn']} FFN in every layer"
     rest = f"{k['norm']}s, {'learned positions' if k['positions'] == 'learned' else 'RoPE'}"
     rest += ", the head tied to the embedding" if k["tied"] else ""
-    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** What this chapter says of {subject} is the paper's "
-            f"model's: those parts do not apply to it and its book leaves them out; memlib counts its own blocks "
-            f"with the same code, in this chapter's tables and figures.")
+    # ``subject`` is not named: the sections on it are left out of this book, so they are not this book's to mention
+    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The parts of this chapter on the paper's model's own "
+            f"blocks do not apply to it and its book leaves them out; memlib counts its blocks with the same code, "
+            f"in this chapter's tables and figures.")

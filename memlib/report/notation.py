@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..core.symbols import REGISTRY, SYMBOLS
 from .format import md_table
-from .tables import _value, notation_recap
+from .tables import _not_own, _value, notation_recap
 
 __all__ = ["CHAPTERS", "CHAPTER_SYMBOLS", "chapter_notation", "earlier_line", "first_chapter", "new_symbols",
            "notation_page"]
@@ -68,7 +68,8 @@ def earlier_line(chapter: str, model=None, train=None) -> str:
     """One line naming the symbols ``chapter`` uses from earlier chapters, with their values here where a
     model or a training configuration is given (empty if it uses none)."""
     before = _earlier(chapter)
-    keys = [k for k in CHAPTER_SYMBOLS[chapter] if k in before]
+    gone = _not_own(model)                  # only the symbols of blocks the model has
+    keys = [k for k in CHAPTER_SYMBOLS[chapter] if k in before and k not in gone]
     if not keys:
         return ""
 

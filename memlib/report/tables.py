@@ -34,10 +34,22 @@ def _value(n, model, train) -> str:
     return "per device"
 
 
+def _not_own(model) -> set[str]:
+    """The registry symbols of the blocks ``model`` lacks (none without a model): a notation table lists only
+    the symbols of the model's own blocks."""
+    if model is None:
+        return set()
+    from ..model.blocks import SYMBOLS as OWN, lacking
+
+    return {k for b in lacking(model) for k in OWN.get(b, ())}
+
+
 def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
     """A chapter's notation: the registry entries ``keys`` with meaning and unit and, when ``model``
     or ``train`` is given, their values in the chapter's configuration."""
     with_values = model is not None or train is not None
+    gone = _not_own(model)
+    keys = [k for k in keys if k not in gone]
     rows = []
     for k in keys:
         n = SYMBOLS[k]
@@ -52,8 +64,9 @@ def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
 def notation_table(kinds=("model", "parallel", "training", "stage", "precision"), model=None) -> str:
     """The whole registry (the notation chapter), with a model's values where given."""
     rows = []
+    gone = _not_own(model)
     for n in REGISTRY:
-        if n.kind not in kinds:
+        if n.kind not in kinds or n.key in gone:
             continue
         row = [f"${n.latex}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
         if model is not None:
@@ -106,10 +119,11 @@ def errata_summary(counts: dict[str, int]) -> str:
     return join_and(parts)
 
 
-def attention_switch_values(sw: dict) -> dict[str, str]:
+def attention_switch_values(sw: dict, model=None) -> dict[str, str]:
     """Chapters 8 and 9 count the attention differently (:func:`memlib.scenarios.deepseek.attention_switch`):
     the two profiles, the attention core's bytes under each, and what the ``deepseek`` policy does under each,
-    in words the library decided."""
+    in words the library decided; with ``model``, ``paper_deepseek_sentence`` says it in one sentence whose
+    "That is why" stands only where the kept scores make the policy not fit."""
     def fit(x: bool | None) -> str:
         return "—" if x is None else "fits" if x else "does not fit"
 
@@ -119,4 +133,17 @@ def attention_switch_values(sw: dict) -> dict[str, str]:
     return {"paper_profile": sw["paper_profile"], "recipe_profile": sw["recipe_profile"] or "megatron",
             "paper_core": fmt_bytes(sw["paper_core"]), "recipe_core": size(sw["recipe_core"], "MiB"),
             "paper_deepseek": fmt_bytes(sw["paper_deepseek_total"]), "paper_deepseek_fits": fit(sw["paper_deepseek_fits"]),
-            "recipe_total": size(sw["recipe_total"]), "recipe_fits": fit(sw["recipe_fits"])}
+            "recipe_total": size(sw["recipe_total"]), "recipe_fits": fit(sw["recipe_fits"]),
+            **({} if model is None else {"paper_deepseek_sentence": _switch_sentence(sw, model)})}
+
+
+def _switch_sentence(sw: dict, model) -> str:
+    """What the ``deepseek`` policy does under the eager profile: why it does not fit, or that it fits all
+    the same; what it recomputes named by the model's blocks (the up-projections only where MLA has them)."""
+    recomputed = "the norms and the MLA up-projections" if model.attention == "mla" else "the norms"
+    peak = fmt_bytes(sw["paper_deepseek_total"])
+    if sw["paper_deepseek_fits"]:
+        return (f"The deepseek recomputation policy, which recomputes only {recomputed}, keeps them as well; it peaks at "
+                f"{peak} with ZeRO-1 and fits all the same.")
+    return (f"That is why the deepseek recomputation policy, which recomputes only {recomputed}, peaks at {peak} with "
+            f"ZeRO-1 and does not fit.")
