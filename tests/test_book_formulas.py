@@ -55,4 +55,7 @@ def test_no_display_equation_is_built_outside_the_registry():
     """A displayed equation is a registry formula glued with glue_equations; no report module builds a ``$$``
     block for glue_md (which the checks above would not see)."""
     for path in sorted((ROOT / "memlib" / "report").glob("*.py")):
-        assert "$$" not in path.read_text(encoding="utf-8"), f"{path.name} builds a display equation by hand"
+        text = path.read_text(encoding="utf-8")
+        if path.name == "format.py":      # display_math sets a registry equation (the summary's list) in $$
+            text = text.replace('f"$$\\n{latex}\\n$$"', "")
+        assert "$$" not in text, f"{path.name} builds a display equation by hand"

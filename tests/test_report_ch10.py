@@ -130,5 +130,6 @@ def test_every_glue_key_of_the_prose_is_glued():
     glued |= {f"val_p_{k}" for k in ch.problem_values(e)} | {f"val_step_{k}" for k in ch.step_values()}
     glued |= set(re.findall(r"glue_(?:md|figure)\(\"([A-Za-z0-9_]+)\"", text))
     assert used - glued == set()
-    assert "glue_values(\"val\", ch.values(EST))" in text and "glue_values(\"val_gpu\", ch.gpu_values(EST))" in text
+    assert "glue_values(\"val\", ch.values(EST))" in text
+    assert "GPU = ch.gpu_values(EST)" in text and "glue_values(\"val_gpu\", GPU)" in text
     assert "glue_values(\"val_p\", ch.problem_values(EST))" in text

@@ -250,6 +250,12 @@ def wrapped_math(expr, width: int = 40) -> str:
     return "$\\begin{aligned}&" + " \\\\ &\\quad ".join(lines) + "\\end{aligned}$"
 
 
+def display_math(latex: str) -> str:
+    """A displayed equation in Markdown, for a glued page that lists registry equations (the summary): the LaTeX
+    comes from :func:`memlib.formulas.equation`, never built here."""
+    return f"$$\n{latex}\n$$"
+
+
 def sym_tex(key: str) -> str:
     """The LaTeX of the registry symbol ``key`` (``"d_hR"`` → ``d_h^R``)."""
     return latex(SYMBOLS[key].symbol)

@@ -15,7 +15,7 @@ from ..ledgers.base import POLICIES
 from ..model.partition import PROFILES
 from ..model.states import RECIPES
 from ..scenarios import deepseek as ds
-from .format import VERDICT_CELLS, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
+from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
 
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
@@ -49,7 +49,7 @@ def equations(model, train: TrainingConfig | None = None) -> str:
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
         out.append(f"**({f.number})** {typeset(f.description)} (`{f.name}`)" + (f": **{v}**" if v else "")
-                   + f"\n\n$$\n{tex}\n$$")
+                   + "\n\n" + display_math(tex))
     return "\n\n".join(out)
 
 
