@@ -56,7 +56,7 @@ def _answer(m, s: dict) -> str:
 
     if s["moe_layers"]:
         return (f"{model_name(m)} has {fmt_count(s['moe_layers'])} MoE layers of {fmt_count(m.n_routed_experts)} routed "
-                f"experts each, {fmt_count(s['moe_layers'] * m.n_routed_experts)} routed experts in all")
+                f"experts each, {fmt_count(s['routed'])} routed experts in all")
     return f"{model_name(m)} has {fmt_count(m.num_hidden_layers)} decoder layers of {attention_name(m)} and a dense FFN"
 
 

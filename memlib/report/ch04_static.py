@@ -186,7 +186,7 @@ def convention_differences(est: Estimate) -> str:
         items.append(f"* **The MTP modules**, which Megatron-Core builds on the last stage and the paper leaves out, "
                      f"add {v['mtp']} parameters per device there ({v['mtp_note']}). The last stage's device goes from "
                      f"{v['last_paper']} parameters to {v['last_megatron']}: it {v['last_change']}.")
-    n = sum(1 for x in (pc["wqr"], pc["shared"], pc["mtp"]) if x)
+    n = len([x for x in (pc["wqr"], pc["shared"], pc["mtp"]) if x])
     if n == 0:
         return (f"The two conventions store the same parameters on every device of {model_name(est.model)}: "
                 "it has none of the tensors they place differently.")
