@@ -277,7 +277,7 @@ def _stated(off: dict, key: str) -> str:
 
 
 def _capital(text: str) -> str:
-    return text[:1].upper() + text.removeprefix(text[:1])
+    return f"{text[:1].upper()}{text[1:]}"
 
 
 def _and_words(parts: list[str]) -> str:
