@@ -187,7 +187,7 @@ class Formula:
             lines = latex_lines(terms, LINE_WIDTH, **kw)
         if lines is None:
             return f"{lhs} = {body}" if lhs else body
-        return (r"\begin{aligned}" + (f"{lhs} " if lhs else "") + "&= " * bool(lhs) + "&" * (not lhs) + lines[0]
+        return (r"\begin{aligned}" + (f"{lhs} &= " if lhs else "&") + lines[0]
                 + "".join(r" \\ &\quad " + line for line in lines[1:]) + r"\end{aligned}")
 
     def text(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None) -> str:

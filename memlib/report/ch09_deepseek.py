@@ -15,7 +15,7 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import judged
-from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_decimal, join_and, layout_text, md_table, model_name, pct, signed_bytes,
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, signed_pct,
                      span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values
@@ -242,17 +242,13 @@ _KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
 _VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
 
 
-def _signed_pct(x) -> str:
-    return ("+" if x >= 0 else "−") + fmt_decimal(abs(x) * 100, 2) + " %"
-
-
 def band_text(band) -> str:
     """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
     if band.n == 0:
         return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
                 f"prediction's alone")
     where = " and ".join(f"{fmt_count(n)} from {name}" for name, n in band.sources)
-    return (f"between {_signed_pct(band.low)} and {_signed_pct(band.high)} of the measured peaks on "
+    return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
             f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
 
 

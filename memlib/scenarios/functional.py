@@ -34,7 +34,7 @@ from ..ledgers.megatron import te_attention_backend
 from ..megatron.flags import MegatronRun, parse_megatron_config
 
 __all__ = ["model_family", "TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
-           "family_of_run", "OTHER_MODELS"]
+           "OTHER_MODELS"]
 
 #: the accuracy aimed at (|error| against the steady peak), and the share of the cases it is aimed at (issue 22)
 TARGET = Fraction(1, 100)
@@ -109,11 +109,6 @@ class Validation:
         return (self.steady - self.golden.post_step) - (self.predicted - self.persistent)
 
 
-def family_of_run(run: MegatronRun) -> str:
-    """The :data:`FAMILIES` entry of a run's model."""
-    return model_family(run.model)
-
-
 def model_family(m: ModelConfig) -> str:
     """The :data:`FAMILIES` entry of a model: MLA (DeepSeek-style), another MoE, a Llama-style dense model
     (SwiGLU, RMSNorm, RoPE) or a GPT-3 shell."""
@@ -184,7 +179,7 @@ def _case(g: Golden) -> Validation | NotExpressible:
         peak = est.peak_of(train.pp - 1)
     except ConfigError as exc:
         return NotExpressible(g, str(exc))
-    return Validation(g, run, family_of_run(run), world, how, peak)
+    return Validation(g, run, model_family(run.model), world, how, peak)
 
 
 @lru_cache(maxsize=1)
