@@ -247,7 +247,7 @@ def band_text(band) -> str:
     if band.n == 0:
         return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
                 f"prediction's alone")
-    where = " and ".join(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
     return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
             f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
 
