@@ -59,7 +59,7 @@ def builders(model: str) -> dict:
         "ds_fig_ablation": lambda: ch09_deepseek.ablation_figure(ds()),
         "val_figure": lambda: ch10_validation.hf_figure(est()),
         "val_side_figure": lambda: ch10_validation.side_figure(est()),
-        "mp_figure": lambda: ch11_measured.figure(),
+        "mp_figure": lambda: ch11_measured.measured_figure(),
         "oa_pairs_figure": lambda: ch12_architectures.pairs_figure(),
         "wf_region": lambda: ch13_fits.region_figure(model),
         "wf_pareto": lambda: ch13_fits.pareto_figure(model),

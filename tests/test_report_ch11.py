@@ -42,7 +42,10 @@ def test_family_and_not_expressible_tables_and_the_figure():
     assert sum(int(r[3].replace(",", "")) for r in fam) == fv.summary(ok)["within"]
     reasons = _rows(ch.not_expressible_table())
     assert sum(int(r[1].replace(",", "")) for r in reasons) == len(no)
-    fig = ch.figure()
+    short = _rows(ch.reasons_table())
+    assert [r[:2] for r in short] == [r[:2] for r in reasons]
+    assert [int(r[2]) for r in short] == [len(r[2].split(", ")) for r in reasons]
+    fig = ch.measured_figure()
     ax = fig.axes[0]
     assert (ax.get_legend() or fig.legends) and sum(len(c.get_offsets()) for c in ax.collections) == len(ok)
 
@@ -63,3 +66,27 @@ def test_published_tables_are_the_librarys():
     v = ch.published_values()
     assert v["n_runs"] == str(len(cases)) and v["n_within"] == str(sum(c.within_target for c in cases))
     assert all(isinstance(x, str) and x for x in v.values())
+
+
+def test_misses_table_collapses_every_missed_case_into_its_test():
+    """One row per functional test with a miss; its files add up to the misses, and its error range holds every
+    missed file's error (checked against the per-case rows, which the HTML book prints)."""
+    ok, _ = fv.validation()
+    missed = [c for c in ok if not c.within_target]
+    rows = _rows(ch.misses_table())
+    assert len(rows) == len({c.golden.test for c in missed}) == len(rows) == len({r[0] for r in rows})
+    assert sum(int(r[2].replace(",", "")) for r in rows) == len(missed) == int(ch.values()["n_missed"].replace(",", ""))
+    by_test = {r[0].replace("\u200b", ""): r for r in rows}
+    for test, row in by_test.items():
+        errors = sorted(c.error for c in missed if c.golden.test == test)
+        ends = row[3].split(" to ")
+        assert ends[0] == ch._err(errors[0]) and ends[-1] == ch._err(errors[-1])
+        assert all(ch._where(c.miss_location) in row[4] for c in missed if c.golden.test == test)
+
+
+def test_where_a_miss_lies():
+    ok, _ = fv.validation()
+    c = next(c for c in ok if not c.within_target)
+    place, short = c.miss_location
+    gap = c.post_step_gap if place == "after the step" else c.peak_gap
+    assert abs(gap) == max(abs(c.post_step_gap), abs(c.peak_gap)) and short == (gap > 0)

@@ -3,24 +3,30 @@
 measurements).  Nothing here computes a quantity."""
 from __future__ import annotations
 
-from fractions import Fraction
-
 from ..config.versions import NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE, RULES
 from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..device.megatron_buffers import torch_cublas_workspace_bytes
 from ..scenarios import functional as fv, measured as sm
 from .figures import OKABE_ITO, SMALL_FONT, in_unit, new_figure, plain_log_ticks
-from .format import fmt_bytes, fmt_count, fmt_decimal, md_table, signed_bytes
+from .format import fmt_bytes, fmt_count, fmt_percent, md_table, signed_bytes, signed_pct
 
-__all__ = ["values", "family_table", "cases_table", "not_expressible_table", "figure", "published_values",
-           "published_table", "published_stage_table", "assumptions_table", "not_used_table"]
+__all__ = ["values", "family_table", "cases_table", "misses_table", "not_expressible_table", "reasons_table",
+           "measured_figure", "published_values", "published_table", "published_stage_table", "assumptions_table",
+           "not_used_table"]
 
 UNIT = "GiB"
+#: the target as the tables' headers say it
+WITHIN = f"within {fmt_percent(fv.TARGET)}"
 
 
 def _err(x) -> str:
-    s = fmt_decimal(100 * x, 1)
-    return ("+" + s if x > 0 else s.replace("-", "−")) + " %"
+    """A signed relative error, one decimal: '+1.5 %', '−0.3 %'."""
+    return signed_pct(x, 1)
+
+
+def _abs(x) -> str:
+    """An absolute relative error (non-negative), one decimal: '1.5 %'."""
+    return signed_pct(x, 1).lstrip("+")
 
 
 def _gib(n: int, digits: int = 2) -> str:
@@ -28,36 +34,35 @@ def _gib(n: int, digits: int = 2) -> str:
     return fmt_bytes(n, UNIT, digits, with_unit=False)
 
 
-def _where(c) -> str:
-    """Where a miss lies, from the logs: after the step (what stays that the persistent account misses) or at the
-    peak (the activations and transient terms), whichever holds more of the error."""
-    err = c.predicted - c.steady
-    if abs(c.post_step_gap) >= abs(c.peak_gap):
-        return "after the step: " + ("not counted" if c.post_step_gap > 0 else "counted, not held")
-    return "at the peak: " + ("not counted" if c.peak_gap > 0 else "counted, not held") if err else "-"
+def _where(loc) -> str:
+    """Where a miss lies (Validation.miss_location): after the step (what stays that the persistent account
+    misses) or at the peak (the activations and transient terms), and whether memlib counts too little there."""
+    if loc is None:
+        return "-"
+    place, short = loc
+    return f"{place}: " + ("not counted" if short else "counted, not held")
 
 
 def values() -> dict[str, str]:
     """The chapter's numbers and words for its prose and its answer box."""
-    ok, no = fv.validation()
-    s = fv.summary(ok)
-    fam = s["families"]
-    ds = [c for c in ok if c.family == fv.FAMILIES[0]]
-    out = {
-        "commit": fv.FUNCTIONAL_TESTS_COMMIT[:10], "n_files": fmt_count(len(ok) + len(no)),
-        "n_tests": fmt_count(len({c.golden.key for c in ok} | {n.golden.key for n in no})),
-        "n_cases": fmt_count(s["n"]), "n_within": fmt_count(s["within"]), "n_missed": fmt_count(s["n"] - s["within"]),
-        "n_not_expressible": fmt_count(len(no)),
-        "target": fmt_decimal(100 * fv.TARGET, 0) + " %",
-        "target_share": fmt_decimal(100 * fv.TARGET_SHARE, 0) + " %",
-        "target_met": "is met" if s["target_met"] else "is not met",
+    k = fv.chapter_counts()
+    a, fam = k.all, k.families
+    ds, gpt = fam[fv.FAMILIES[0]], fam[fv.FAMILIES[3]]
+    return {
+        "commit": fv.FUNCTIONAL_TESTS_COMMIT[:10], "n_files": fmt_count(k.n_files), "n_tests": fmt_count(k.n_tests),
+        "n_cases": fmt_count(a.n), "n_within": fmt_count(a.within), "n_missed": fmt_count(a.missed),
+        "n_miss_tests": fmt_count(k.n_miss_tests),
+        "n_not_expressible": fmt_count(k.n_not_expressible),
+        "target": fmt_percent(fv.TARGET), "target_share": fmt_percent(fv.TARGET_SHARE),
+        "target_met": "is met" if k.target_met else "is not met",
         "te_refused": next(r.commit for r in RULES if r.key == "te_cross_entropy_refused"),
-        "share_within": fmt_decimal(100 * Fraction(s["within"], max(s["n"], 1)), 0) + " %",
-        "max_abs": _err(s["max_abs"]).lstrip("+"), "mean_abs": _err(s["mean_abs"]).lstrip("+"),
-        "n_deepseek": fmt_count(len(ds)), "n_deepseek_within": fmt_count(sum(c.within_target for c in ds)),
-        "n_gpt": fmt_count(fam[fv.FAMILIES[3]]["n"]), "n_gpt_within": fmt_count(fam[fv.FAMILIES[3]]["within"]),
-        "n_mixtral": fmt_count(fam[fv.FAMILIES[1]]["n"]), "n_llama": fmt_count(fam[fv.FAMILIES[2]]["n"]),
-        "n_derived": fmt_count(sum("derived" in c.world_size_source for c in ok)),
+        "share_within": fmt_percent(a.share_within),
+        "max_abs": _abs(a.max_abs), "mean_abs": _abs(a.mean_abs),
+        "n_deepseek": fmt_count(ds.n), "n_deepseek_within": fmt_count(ds.within),
+        "deepseek_max_abs": _abs(ds.max_abs), "deepseek_mean_abs": _abs(ds.mean_abs),
+        "n_gpt": fmt_count(gpt.n), "n_gpt_within": fmt_count(gpt.within), "gpt_mean_abs": _abs(gpt.mean_abs),
+        "n_mixtral": fmt_count(fam[fv.FAMILIES[1]].n), "n_llama": fmt_count(fam[fv.FAMILIES[2]].n),
+        "n_derived": fmt_count(k.n_derived),
         # the software of the CI images (memlib.config.versions.container_rules)
         "lts_containers": ", ".join(f"{y:02d}.{m:02d}" for y, m in sorted(NGC_TRANSFORMER_ENGINE)),
         "lts_te": ", ".join(".".join(map(str, v)) for v in sorted(set(NGC_TRANSFORMER_ENGINE.values()))),
@@ -65,23 +70,13 @@ def values() -> dict[str, str]:
         "cublas_old": fmt_bytes(torch_cublas_workspace_bytes(10, blackwell_32mib=False), "MiB", 3),
         "cublas_new": fmt_bytes(torch_cublas_workspace_bytes(10), "MiB", 0),
     }
-    return out
 
 
 def family_table() -> str:
     """Hits and misses per model family and GPU."""
-    ok, _ = fv.validation()
-    rows = []
-    for fam in fv.FAMILIES:
-        for gpu in ("A100", "H100", "GB200"):
-            cs = [c for c in ok if c.family == fam and c.golden.gpu == gpu]
-            if not cs:
-                continue
-            s = fv.summary(cs)
-            rows.append([fam, gpu, fmt_count(s["n"]), fmt_count(s["within"]), fmt_count(s["n"] - s["within"]),
-                         _err(s["mean_abs"]).lstrip("+"), _err(s["max_abs"]).lstrip("+")])
-    return md_table(["family", "GPU", "cases", f"within {fmt_decimal(100 * fv.TARGET, 0)} %", "missed",
-                     "mean |error|", "largest |error|"], rows, "llrrrrr")
+    rows = [[fam, gpu, fmt_count(t.n), fmt_count(t.within), fmt_count(t.missed), _abs(t.mean_abs), _abs(t.max_abs)]
+            for fam, gpu, t in fv.family_tallies()]
+    return md_table(["family", "GPU", "cases", WITHIN, "missed", "mean |error|", "largest |error|"], rows, "llrrrrr")
 
 
 def _breakable(name: str) -> str:
@@ -95,38 +90,48 @@ def _case_name(c) -> str:
 
 
 def cases_table() -> str:
-    """Every case memlib expresses: measured, predicted, error, and where a miss lies."""
-    ok, _ = fv.validation()
+    """Every case memlib expresses: measured, predicted, error, and where a miss lies (the HTML book's)."""
     rows = []
-    for c in sorted(ok, key=lambda c: (fv.FAMILIES.index(c.family), c.golden.test, c.golden.file)):
+    for c in sorted(fv.cases(), key=lambda c: (fv.FAMILIES.index(c.family), c.golden.test, c.golden.file)):
         gaps = " / ".join(signed_bytes(x, "MiB", 0).removesuffix(" MiB") for x in (c.post_step_gap, c.peak_gap))
         rows.append([_case_name(c), _breakable(f"{c.golden.environment} {c.golden.platform}, "
                                                f"{fmt_count(c.world_size)} GPUs"),
                      _gib(c.steady), _gib(c.predicted), _err(c.error), gaps,
-                     "yes" if c.within_target else _where(c)])
+                     "yes" if c.within_target else _where(c.miss_location)])
     return md_table(["functional test", "image, platform", f"measured ({UNIT})", f"memlib ({UNIT})", "error",
-                     "after the step / at the peak (MiB)", f"within {fmt_decimal(100 * fv.TARGET, 0)} %"],
-                    rows, "llrrrrl")
+                     "after the step / at the peak (MiB)", WITHIN], rows, "llrrrrl")
+
+
+def misses_table() -> str:
+    """The missed cases, one row per functional test: its golden files, the range of their errors, where the
+    misses lie."""
+    rows = []
+    for g in fv.miss_groups():
+        low, high = _err(g.low), _err(g.high)
+        errors = low if low == high else f"{low} to {high}"
+        rows.append([_breakable(g.test), g.family.split(" (")[0], fmt_count(g.n), errors,
+                     "; ".join(_where(loc) for loc in g.locations)])
+    return md_table(["functional test", "family", "files", "error", "where the miss lies"], rows, "llrrl")
 
 
 def not_expressible_table() -> str:
-    """The cases memlib cannot express, grouped by reason (with how many golden files each)."""
-    _, no = fv.validation()
-    groups: dict[str, list] = {}
-    for n in no:
-        groups.setdefault(n.reason, []).append(n)
+    """The cases memlib cannot express, grouped by reason, with the tests (the HTML book's)."""
     rows = []
-    for why, ns in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        tests = sorted({n.golden.test for n in ns})
-        shown = ", ".join(map(_breakable, tests[:3])) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")
-        rows.append([_breakable(why), fmt_count(len(ns)), shown])
+    for why, ns, tests in fv.reason_groups():
+        rows.append([_breakable(why), fmt_count(len(ns)), ", ".join(map(_breakable, tests))])
     return md_table(["why memlib cannot express it", "golden files", "tests"], rows, "lrl")
 
 
-def figure():
+def reasons_table() -> str:
+    """The reasons memlib cannot express a case, with how many golden files and tests each (the PDF's)."""
+    rows = [[_breakable(why), fmt_count(len(ns)), fmt_count(len(tests))] for why, ns, tests in fv.reason_groups()]
+    return md_table(["why memlib cannot express it", "golden files", "tests"], rows, "lrr")
+
+
+def measured_figure():
     """memlib against the measured steady peak, every case (log-log), the 1 % band."""
-    ok, _ = fv.validation()
-    fig, ax = new_figure(height=4.4)
+    ok = fv.cases()
+    fig, ax = new_figure(height=3.2)
     colours = {fv.FAMILIES[0]: OKABE_ITO["vermillion"], fv.FAMILIES[1]: OKABE_ITO["orange"],
                fv.FAMILIES[2]: OKABE_ITO["green"], fv.FAMILIES[3]: OKABE_ITO["blue"]}
     for fam in fv.FAMILIES:
@@ -156,18 +161,15 @@ def _parallel(c) -> str:
 def published_values() -> dict[str, str]:
     """The numbers and words of the section on the published measurements."""
     cs = sm.published_cases()
-    errs = [abs(c.error) for c in cs]
-    stage = [abs(e) for c in cs for e in c.stage_errors]
-    over = [c for c in cs for e in c.stage_errors if abs(e) > sm.TARGET]
+    p = sm.published_summary(cs)
     return {
-        "n_runs": fmt_count(len(cs)), "n_rows": fmt_count(sum(len(c.rows) for c in cs)),
-        "n_within": fmt_count(sum(c.within_target for c in cs)),
-        "max_abs": _err(max(errs)).lstrip("+"), "mean_abs": _err(sum(errs) / len(errs)).lstrip("+"),
-        "stage_max_abs": _err(max(stage)).lstrip("+"), "n_stage_over": fmt_count(len(over)),
+        "n_runs": fmt_count(p.n_runs), "n_rows": fmt_count(p.n_rows), "n_within": fmt_count(p.n_within),
+        "max_abs": _abs(p.max_abs), "mean_abs": _abs(p.mean_abs),
+        "stage_max_abs": _abs(p.stage_max_abs), "n_stage_over": fmt_count(p.n_stage_over),
         "simumax_commit": SIMUMAX_COMMIT[:10], "megatron_commit": SIMUMAX_SETUP["megatron_commit"][0][:8],
         "gpu": SIMUMAX_SETUP["gpu"][0][0], "world": fmt_count(SIMUMAX_SETUP["world_size"][0]),
         "n_not_used": fmt_count(len(sm.PUBLISHED_NOT_USED)),
-        "unfused_max_abs": _err(max(abs(c.error_unfused_ce) for c in cs)).lstrip("+"),
+        "unfused_max_abs": _abs(p.unfused_max_abs),
         "models": " and ".join(dict.fromkeys(c.label.split(" ")[0] for c in cs)),
     }
 
@@ -178,7 +180,7 @@ def published_table() -> str:
         rows.append([c.label, _parallel(c), fmt_count(c.train.seq_len), fmt_count(len(c.rows)), _gib(c.measured_max),
                      _gib(c.predicted), _err(c.error), "yes" if c.within_target else "no", _err(c.error_unfused_ce)])
     return md_table(["run", "parallel sizes", "sequence", "published rows", f"measured maximum ({UNIT})",
-                     f"memlib peak_allocated ({UNIT})", "error", f"within {fmt_decimal(100 * sm.TARGET, 0)} %",
+                     f"memlib peak_allocated ({UNIT})", "error", f"within {fmt_percent(sm.TARGET)}",
                      "error, cross-entropy not fused"], rows, "llrrrrrlr")
 
 

@@ -34,7 +34,8 @@ from ..ledgers.megatron import te_attention_backend
 from ..megatron.flags import MegatronRun, parse_megatron_config
 
 __all__ = ["model_family", "TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
-           "OTHER_MODELS"]
+           "OTHER_MODELS", "GPUS", "Tally", "tally", "family_tallies", "MissGroup", "miss_groups", "reason_groups",
+           "ChapterCounts", "chapter_counts"]
 
 #: the accuracy aimed at (|error| against the steady peak), and the share of the cases it is aimed at (issue 22)
 TARGET = Fraction(1, 100)
@@ -101,6 +102,18 @@ class Validation:
     def post_step_gap(self) -> int:
         """The logged post-step allocation minus memlib's persistent account (what stays that memlib misses)."""
         return self.golden.post_step - self.persistent
+
+    @property
+    def miss_location(self) -> tuple[str, bool] | None:
+        """Where the error lies, from the logs: ``("after the step", ...)`` when the post-step allocation differs
+        from memlib's persistent account by more than the rest, else ``("at the peak", ...)`` (the activations and
+        transient terms); the flag is True when the run holds more there than memlib counts.  None for an exact
+        prediction."""
+        if self.post_step_gap == 0 and self.peak_gap == 0:
+            return None
+        if abs(self.post_step_gap) >= abs(self.peak_gap):
+            return "after the step", self.post_step_gap > 0
+        return "at the peak", self.peak_gap > 0
 
     @property
     def peak_gap(self) -> int:
@@ -213,3 +226,110 @@ def summary(cs) -> dict:
     named = [c for c in cs if c.family in FAMILIES[:3]]
     out["target_met"] = out["within"] >= TARGET_SHARE * out["n"] and all(c.within_target for c in named)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# what chapter 11 tabulates: hits and misses per family and GPU, the misses collapsed by test, the reasons
+# ------------------------------------------------------------------------------------------------
+#: the GPU platforms of the functional tests, in the order the tables give them
+GPUS = ("A100", "H100", "GB200")
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Hits and misses of a set of cases: how many, how many within :data:`TARGET`, the mean and the largest
+    absolute error (exact fractions)."""
+
+    n: int
+    within: int
+    mean_abs: Fraction
+    max_abs: Fraction
+
+    @property
+    def missed(self) -> int:
+        return self.n - self.within
+
+    @property
+    def share_within(self) -> Fraction:
+        return Fraction(self.within, max(self.n, 1))
+
+
+def tally(cs) -> Tally:
+    s = summary(cs)
+    return Tally(s["n"], s["within"], s["mean_abs"], s["max_abs"])
+
+
+def family_tallies(cs=None) -> list[tuple[str, str, Tally]]:
+    """(family, GPU, its tally) for every family and GPU with a case, in :data:`FAMILIES` and :data:`GPUS` order."""
+    cs = cases() if cs is None else cs
+    out = []
+    for fam in FAMILIES:
+        for gpu in GPUS:
+            group = [c for c in cs if c.family == fam and c.golden.gpu == gpu]
+            if group:
+                out.append((fam, gpu, tally(group)))
+    return out
+
+
+@dataclass(frozen=True)
+class MissGroup:
+    """The golden files of one functional test whose prediction misses the target, collapsed into one row: how
+    many, on which images and platforms, the range of their errors, and where the misses lie."""
+
+    family: str
+    test: str
+    n: int
+    platforms: tuple[str, ...]                 #: "dev dgx_a100", ...
+    low: Fraction                              #: the smallest and the largest signed error
+    high: Fraction
+    locations: tuple[tuple[str, bool], ...]    #: the distinct Validation.miss_location of its files
+
+
+def miss_groups(cs=None) -> list[MissGroup]:
+    """Every missed case, one row per functional test (family, then the largest error first)."""
+    cs = cases() if cs is None else cs
+    by: dict[tuple[str, str], list[Validation]] = {}
+    for c in cs:
+        if not c.within_target:
+            by.setdefault((c.family, c.golden.test), []).append(c)
+    out = []
+    for (fam, test), group in by.items():
+        errors = [c.error for c in group]
+        out.append(MissGroup(fam, test, len(group),
+                             tuple(dict.fromkeys(f"{c.golden.environment} {c.golden.platform}" for c in group)),
+                             min(errors), max(errors),
+                             tuple(dict.fromkeys(c.miss_location for c in group if c.miss_location))))
+    return sorted(out, key=lambda g: (FAMILIES.index(g.family), -max(abs(g.low), abs(g.high)), g.test))
+
+
+def reason_groups(no=None) -> list[tuple[str, tuple[NotExpressible, ...], tuple[str, ...]]]:
+    """The cases memlib cannot express grouped by reason: (reason, its cases, its tests), the most files first."""
+    no = not_expressible() if no is None else no
+    groups: dict[str, list[NotExpressible]] = {}
+    for n in no:
+        groups.setdefault(n.reason, []).append(n)
+    return [(why, tuple(ns), tuple(sorted({n.golden.test for n in ns})))
+            for why, ns in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+@dataclass(frozen=True)
+class ChapterCounts:
+    """The counts chapter 11's prose states."""
+
+    n_files: int           #: golden files that log the allocator's peak
+    n_tests: int           #: the functional tests they belong to
+    n_not_expressible: int
+    all: Tally
+    families: dict         #: family -> Tally
+    n_derived: int         #: cases whose data-parallel size is derived from the logs
+    target_met: bool
+    n_miss_tests: int      #: functional tests with at least one missed file
+
+
+def chapter_counts() -> ChapterCounts:
+    ok, no = validation()
+    s = summary(ok)
+    fams = {f: tally([c for c in ok if c.family == f]) for f in FAMILIES}
+    return ChapterCounts(len(ok) + len(no), len({c.golden.key for c in ok} | {n.golden.key for n in no}), len(no),
+                         tally(ok), fams, sum("derived" in c.world_size_source for c in ok), s["target_met"],
+                         len(miss_groups(ok)))

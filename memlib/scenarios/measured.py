@@ -20,7 +20,8 @@ from ..device.peak import StagePeak
 from .functional import TARGET
 
 __all__ = ["TARGET", "SIMUMAX_ASSUMPTIONS", "PublishedCase", "simumax_model", "published_case", "published_cases",
-           "PUBLISHED_NOT_USED", "not_used"]
+           "PUBLISHED_NOT_USED", "not_used",
+           "PublishedSummary", "published_summary"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,3 +175,26 @@ PUBLISHED_NOT_USED: tuple[tuple[str, str, str, str], ...] = (
 def not_used() -> list[tuple[str, str, str, str]]:
     """:data:`PUBLISHED_NOT_USED` (source, rows, published values, reason)."""
     return list(PUBLISHED_NOT_USED)
+
+
+@dataclass(frozen=True)
+class PublishedSummary:
+    """What chapter 11 states of the published runs: counts and the extremes of the errors (exact fractions)."""
+
+    n_runs: int
+    n_rows: int
+    n_within: int
+    max_abs: Fraction
+    mean_abs: Fraction
+    stage_max_abs: Fraction     #: over every stage of the runs with more than one
+    n_stage_over: int           #: stages outside TARGET
+    unfused_max_abs: Fraction   #: the largest error were the cross-entropy not fused
+
+
+def published_summary(cs=None) -> PublishedSummary:
+    cs = published_cases() if cs is None else cs
+    errs = [abs(c.error) for c in cs]
+    stage = [abs(e) for c in cs for e in c.stage_errors]
+    return PublishedSummary(len(cs), sum(len(c.rows) for c in cs), sum(c.within_target for c in cs), max(errs),
+                            sum(errs, Fraction(0)) / len(errs), max(stage), sum(e > TARGET for e in stage),
+                            max(abs(c.error_unfused_ce) for c in cs))
