@@ -257,3 +257,33 @@ def test_chapters_link_the_glossary():
         used |= {re.sub(r".*<(.*)>", r"\1", t) for t in re.findall(r"\{term\}`([^`]+)`", path.read_text(encoding="utf-8"))}
     terms = set(glossary_terms((ROOT / "book" / "summary.md").read_text(encoding="utf-8")))
     assert {"SP", "1F1B", "DualPipe", "recompute policy"} <= used <= terms
+
+
+def test_an_html_only_section_is_left_out_of_the_pdf():
+    """A section marked ``{.html-only}`` (chapter 11's table of every case) is dropped where the builder's tag
+    ``html`` is not set (the LaTeX build) and kept in the HTML build; the chapter that has one says in an
+    ``{only} latex`` block where the PDF's reader finds it."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.utils import new_document
+
+    ext = _ext()
+
+    def built(tags: set[str]) -> list[str]:
+        doc = new_document("x", get_default_settings())
+        for cls in ([], ["html-only"]):
+            sec = nodes.section(classes=cls)
+            sec += nodes.title("", "every case" if cls else "the misses")
+            doc += sec
+        app = SimpleNamespace(tags=SimpleNamespace(has=lambda t: t in tags, eval_condition=lambda e: e in tags))
+        ext._drop_sections(app, doc)
+        return [s.astext() for s in doc.findall(nodes.title)]
+
+    assert built({"html"}) == ["the misses", "every case"]
+    assert built({"latex"}) == ["the misses"]
+    for path in NOTEBOOKS:
+        text = path.read_text(encoding="utf-8")
+        if "{.html-only}" in text:
+            assert re.search(r"^`{3,4}\{only\} latex\n(?:.*\n)*?.*HTML book", text, re.M), path.name

@@ -12,6 +12,11 @@ every book).  A whole section that only the paper's book has is marked on its he
 
 and removed, with everything under it, when the tag is not set.
 
+``html-only`` marks a section that only the HTML book prints: reference a reader looks up rather than reads (a
+chapter's table of every case); the PDF leaves it out (the builder's tag ``html`` is not set there), and the
+chapter says in an ``{only} latex`` block where to find it.  Like a configuration cell's input (below), it is
+what paper cannot fold away.
+
 ``deepseek_arch`` is set when the model has the blocks the paper analyses (MLA, DeepSeekMoE); a
 section on them is marked ``{.deepseek-arch}`` and dropped from the book of another architecture
 (Llama, Mixtral, Qwen, GPT), whose chapters say in a glued note what applies instead
@@ -28,7 +33,7 @@ import os
 import sys
 from pathlib import Path
 
-SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch"}
+SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch", "html-only": "html"}
 
 
 def _tag_of(cls: str) -> str | None:
