@@ -144,3 +144,55 @@ def test_every_figure_and_its_caption_fit_a_page():
     too_large = re.findall(r"Float too large for page by [\d.]+pt on input line \d+",
                            log.read_text(encoding="utf-8", errors="replace"))
     assert not too_large, too_large
+
+
+# --- the page budget (issue 24): Part I at most 60 pages, the whole PDF at most 95, at Sphinx's default page ---------
+PART_I_MAX, PDF_MAX = 60, 95
+#: the first chapter of Part I and of Part II (_toc.yml)
+PART_I_FIRST, PART_II_FIRST = 1, 10
+TOC_LINE = re.compile(r"\\contentsline\s*\{(part|chapter)\}\{(?:\\numberline\s*\{([^}]*)\})?(.*?)\}\{(\d+)\}")
+
+
+def toc_starts(toc: str) -> tuple[dict[int, int], list[int]]:
+    """The first page of each numbered chapter and of each part, from LaTeX's ``report.toc``."""
+    chapters, parts = {}, []
+    for kind, number, _title, page in TOC_LINE.findall(toc):
+        if kind == "chapter" and number.isdigit():
+            chapters[int(number)] = int(page)
+        elif kind == "part":
+            parts.append(int(page))
+    return chapters, parts
+
+
+def part_one_pages(toc: str) -> int:
+    """Pages from Part I's first chapter (or its part page) to the page before Part II's part page (or its first
+    chapter)."""
+    chapters, parts = toc_starts(toc)
+    first, nxt = chapters[PART_I_FIRST], chapters[PART_II_FIRST]
+    start = max([p for p in parts if p <= first], default=first)
+    end = max([p for p in parts if p <= nxt], default=nxt)
+    return end - start
+
+
+def test_the_page_budget_reads_the_contents():
+    toc = ("\\contentsline {part}{I\\hspace {1em}The paper}{1}{part.1}%\n"
+           "\\contentsline {chapter}{\\numberline {1}Introduction}{2}{chapter.1}%\n"
+           "\\contentsline {chapter}{\\numberline {9}DeepSeek}{50}{chapter.9}%\n"
+           "\\contentsline {part}{II\\hspace {1em}Beyond}{58}{part.2}%\n"
+           "\\contentsline {chapter}{\\numberline {10}Validation}{59}{chapter.10}%\n")
+    assert part_one_pages(toc) == 57
+    assert part_one_pages(toc.replace("{58}{part.2}", "{61}{part.2}").replace("{59}{chapter.10}", "{62}{chapter.10}")) == 60
+
+
+def test_the_book_keeps_its_page_budget():
+    """Issue 24: the argument (Part I, chapters 1-9) in at most 60 PDF pages, the whole PDF in at most 95, with the
+    body's font and margins unchanged (test_the_text_block_is_the_one_figures_are_measured_against)."""
+    toc = LATEX / "report.toc"
+    _need(PDF.is_file() and toc.is_file(), "the PDF is not built (make pdf)")
+    pdfinfo = shutil.which("pdfinfo")
+    _need(pdfinfo is not None, "pdfinfo is not installed (apt-get install poppler-utils)")
+    info = subprocess.run([pdfinfo, str(PDF)], capture_output=True, text=True, check=True).stdout
+    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1))
+    part_one = part_one_pages(toc.read_text(encoding="utf-8", errors="replace"))
+    assert part_one <= PART_I_MAX and pages <= PDF_MAX, (
+        f"Part I takes {part_one} pages (budget {PART_I_MAX}), the PDF {pages} (budget {PDF_MAX})")
