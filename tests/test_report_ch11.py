@@ -90,3 +90,15 @@ def test_where_a_miss_lies():
     place, short = c.miss_location
     gap = c.post_step_gap if place == "after the step" else c.peak_gap
     assert abs(gap) == max(abs(c.post_step_gap), abs(c.peak_gap)) and short == (gap > 0)
+
+
+def test_the_worked_problem_is_a_deepseek_style_miss_and_its_parts_add_up():
+    c = fv.worked_case()
+    missed = [m for m in fv.cases() if not m.within_target]
+    ds = [m for m in missed if m.family == fv.FAMILIES[0]]
+    assert c in (ds or missed) and abs(c.error) == max(abs(m.error) for m in (ds or missed))
+    w = ch.worked_values()
+    assert w["test"] == c.golden.test and w["place"] == c.miss_location[0]
+    assert c.post_step_gap + c.peak_gap == c.steady - c.predicted
+    counts = fv.chapter_counts()
+    assert sum(counts.miss_places.values()) == counts.all.missed

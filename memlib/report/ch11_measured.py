@@ -10,7 +10,7 @@ from ..scenarios import functional as fv, measured as sm
 from .figures import OKABE_ITO, SMALL_FONT, in_unit, new_figure, plain_log_ticks
 from .format import fmt_bytes, fmt_count, fmt_percent, md_table, signed_bytes, signed_pct
 
-__all__ = ["values", "family_table", "cases_table", "misses_table", "not_expressible_table", "reasons_table",
+__all__ = ["values", "worked_values", "family_table", "cases_table", "misses_table", "not_expressible_table", "reasons_table",
            "measured_figure", "published_values", "published_table", "published_stage_table", "assumptions_table",
            "not_used_table"]
 
@@ -52,6 +52,8 @@ def values() -> dict[str, str]:
         "commit": fv.FUNCTIONAL_TESTS_COMMIT[:10], "n_files": fmt_count(k.n_files), "n_tests": fmt_count(k.n_tests),
         "n_cases": fmt_count(a.n), "n_within": fmt_count(a.within), "n_missed": fmt_count(a.missed),
         "n_miss_tests": fmt_count(k.n_miss_tests),
+        "n_miss_step": fmt_count(k.miss_places[fv.PLACES[0]]), "n_miss_peak": fmt_count(k.miss_places[fv.PLACES[1]]),
+        "n_miss_short": fmt_count(k.n_miss_short),
         "n_not_expressible": fmt_count(k.n_not_expressible),
         "target": fmt_percent(fv.TARGET), "target_share": fmt_percent(fv.TARGET_SHARE),
         "target_met": "is met" if k.target_met else "is not met",
@@ -69,6 +71,20 @@ def values() -> dict[str, str]:
         "blackwell_container": "{:02d}.{:02d}".format(*NGC_BLACKWELL_CUBLAS_32MIB),
         "cublas_old": fmt_bytes(torch_cublas_workspace_bytes(10, blackwell_32mib=False), "MiB", 3),
         "cublas_new": fmt_bytes(torch_cublas_workspace_bytes(10), "MiB", 0),
+    }
+
+
+def worked_values() -> dict[str, str]:
+    """The worked problem's numbers: one missed case, its logs and memlib's account."""
+    c = fv.worked_case()
+    place, short = c.miss_location or (fv.PLACES[1], True)
+    return {
+        "test": c.golden.test, "platform": f"{c.golden.environment} {c.golden.platform}",
+        "gpus": fmt_count(c.world_size), "steady": fmt_bytes(c.steady, "MiB", 0),
+        "post_step": fmt_bytes(c.golden.post_step, "MiB", 0), "predicted": fmt_bytes(c.predicted, "MiB", 0),
+        "persistent": fmt_bytes(c.persistent, "MiB", 0), "error": _err(c.error),
+        "post_gap": signed_bytes(c.post_step_gap, "MiB", 0), "peak_gap": signed_bytes(c.peak_gap, "MiB", 0),
+        "place": place, "short": "holds more than memlib counts" if short else "holds less than memlib counts",
     }
 
 
