@@ -101,6 +101,15 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
     return out
 
 
+def _collapse(rows: list[list[str]]) -> list[list[str]]:
+    """Rows that print the same cells after the model's name as one row naming each model ("DeepSeek-V2-Lite,
+    Moonlight-16B-A3B"), in the order of their first appearance."""
+    merged: dict[tuple[str, ...], list[str]] = {}
+    for name, *cells in rows:
+        merged.setdefault(tuple(cells), []).append(name)
+    return [[", ".join(names), *cells] for cells, names in merged.items()]
+
+
 def attention_table(profile: str = "megatron") -> str:
     """Attention bytes per token of one layer by role, every preset, nothing recomputed."""
     roles = list(sa.ROLE_NAMES)
@@ -110,7 +119,8 @@ def attention_table(profile: str = "megatron") -> str:
         rb = sa.role_bytes(entries)
         rows.append([model_name(n), sa.attention_kind(n), _heads(n), *[_kib(rb[r]) if rb[r] else "–" for r in roles],
                      _kib(sa.token_bytes(entries))])
-    return md_table(["model", "attention", "heads (q / kv)", *sa.ROLE_NAMES.values(), f"total ({TOKEN_UNIT})"], rows,
+    return md_table(["model", "attention", "heads (q / kv)", *sa.ROLE_NAMES.values(), f"total ({TOKEN_UNIT})"],
+                    _collapse(rows),
                     "lll" + "r" * (len(roles) + 1))
 
 
@@ -127,7 +137,7 @@ def mla_table() -> str:
                          _kib(x["kv_heads"]), _kib(x["saves"]), _kib(x["recomputed"])])
     return md_table(["model", "profile", "attention, nothing recomputed", "latents (cost)", "RoPE parts (cost)",
                      "per-head keys and values", "saved by recomputing the up-projections",
-                     "attention, up-projections recomputed"], rows, "llrrrrrr")
+                     "attention, up-projections recomputed"], _collapse(rows), "llrrrrrr")
 
 
 def presets_table() -> str:
@@ -169,7 +179,7 @@ def pairs_figure():
     """The peak device of each model of the pairs, by memory category, under both profiles."""
     pairs = sa.equal_activated_pairs()
     names = [n for p in pairs for n in (p.dense, p.moe)]
-    fig, axes = new_figure(TEXT_WIDTH, 3.2, 1, len(sa.PROFILES), sharey=True)
+    fig, axes = new_figure(TEXT_WIDTH, 2.8, 1, len(sa.PROFILES), sharey=True)
     for ax, prof in zip(axes, sa.PROFILES):
         peaks = [sa.peak_device(n, prof) for n in names]
         series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
