@@ -102,3 +102,12 @@ def test_the_worked_problem_is_a_deepseek_style_miss_and_its_parts_add_up():
     assert c.post_step_gap + c.peak_gap == c.steady - c.predicted
     counts = fv.chapter_counts()
     assert sum(counts.miss_places.values()) == counts.all.missed
+
+
+def test_every_table_has_as_many_cells_as_headers():
+    """A '|' in a header or a cell ('mean |error|') splits it: Markdown then prints the table as text."""
+    for table in (ch.family_table(), ch.misses_table(), ch.reasons_table(), ch.not_expressible_table(),
+                  ch.cases_table(), ch.published_table(), ch.published_stage_table(), ch.assumptions_table(),
+                  ch.not_used_table()):
+        widths = {line.count("|") for line in table.splitlines()}
+        assert len(widths) == 1, table.splitlines()[0]

@@ -92,7 +92,7 @@ def family_table() -> str:
     """Hits and misses per model family and GPU."""
     rows = [[fam, gpu, fmt_count(t.n), fmt_count(t.within), fmt_count(t.missed), _abs(t.mean_abs), _abs(t.max_abs)]
             for fam, gpu, t in fv.family_tallies()]
-    return md_table(["family", "GPU", "cases", WITHIN, "missed", "mean |error|", "largest |error|"], rows, "llrrrrr")
+    return md_table(["family", "GPU", "cases", WITHIN, "missed", "mean absolute error", "largest absolute error"], rows, "llrrrrr")
 
 
 def _breakable(name: str) -> str:
