@@ -287,3 +287,20 @@ def test_an_html_only_section_is_left_out_of_the_pdf():
         text = path.read_text(encoding="utf-8")
         if "{.html-only}" in text:
             assert re.search(r"^`{3,4}\{only\} latex\n(?:.*\n)*?.*HTML book", text, re.M), path.name
+
+
+def test_a_long_table_may_break_across_pages_but_not_in_a_box():
+    """A table of more than LONG_ROWS rows is a longtable in the PDF (it breaks across pages instead of leaving
+    its page's end empty), except inside an admonition, whose frame cannot hold one."""
+    from docutils import nodes
+
+    ext = _ext()
+
+    def table(rows: int):
+        body = nodes.tbody("", *[nodes.row("", nodes.entry("", nodes.paragraph("", str(i)))) for i in range(rows)])
+        return nodes.table("", nodes.tgroup("", nodes.colspec(colwidth=1), body))
+
+    assert ext.breakable(table(ext.LONG_ROWS + 1)) and not ext.breakable(table(ext.LONG_ROWS))
+    boxed = table(ext.LONG_ROWS + 1)
+    nodes.note("", boxed)
+    assert not ext.breakable(boxed)

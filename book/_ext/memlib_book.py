@@ -228,6 +228,21 @@ def _column_widths(table) -> tuple[list[float], str] | None:
     return None
 
 
+#: a table of more rows than this may break across pages (a longtable): set whole, a table of 20 rows that does not
+#: fit below the text before it moves to the next page and leaves the rest of its page empty
+LONG_ROWS = 12
+
+
+def breakable(table) -> bool:
+    """Whether ``table`` is set as a longtable, which breaks across pages: more than :data:`LONG_ROWS` body rows,
+    and not inside an admonition (LaTeX's framed boxes cannot hold one)."""
+    from docutils import nodes
+
+    rows = sum(len(body.children) for body in table.findall(nodes.tbody))
+    return rows > LONG_ROWS and not any(isinstance(a, (nodes.Admonition, nodes.sidebar, nodes.topic))
+                                        for a in _ancestors(table))
+
+
 def _latex_table_widths(app, doctree, docname) -> None:
     if app.builder.format != "latex":
         return
@@ -243,6 +258,8 @@ def _latex_table_widths(app, doctree, docname) -> None:
             spec["colwidth"] = max(1, round(w * 10))
         if "colwidths-given" not in table["classes"]:
             table["classes"].append("colwidths-given")
+        if breakable(table) and "longtable" not in table["classes"]:
+            table["classes"].append("longtable")
         if size != TABLE_SIZES[0][1] and table.parent is not None:
             i = table.parent.index(table)
             table.parent.insert(i + 1, nodes.raw("", r"\renewcommand{\memlibtablefont}{\footnotesize}", format="latex"))
