@@ -495,55 +495,12 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
 
 
 def framework_memory(part: Partition, stage: int | Stage = -1, **options) -> Breakdown:
-    """Persistent buffers of one rank besides the model states, as allocated; each from source
-    (``file:line`` at MEGATRON_COMMIT, TE files at TE_COMMIT).  Options: see :func:`framework_tensors`.
-
-    ``te_cublas_workspaces``
-        with ``transformer_impl=transformer_engine``, one workspace for Transformer Engine's GEMMs and, with
-        grouped-GEMM experts, one per compute stream (4) for the grouped GEMM, 32 MiB + 1 KiB each from Hopper on; ``functools.lru_cache`` keeps
-        them (TE cpp_extensions/gemm.py:40-66, common/util/multi_stream.cpp:52-54).
-    ``torch_cublas_workspaces``
-        PyTorch's, one per (cuBLAS handle, stream): the forward pass (main thread) and the backward pass
-        (autograd's device thread) each hold a handle, ``torch_cublas_handles`` = 2, for the output
-        layer's and the router's GEMMs (aten/src/ATen/cuda/CublasHandlePool.cpp, ``setWorkspaceForHandle``).
-    ``te_dummy_wgrads``
-        with gradient-accumulation fusion the weight gradient goes straight into ``main_grad`` and the
-        backward returns a cached dummy tensor, one per distinct shape: TE's GEMM modules (TE
-        module/base.py:134-148, module/linear.py:1355-1375, module/grouped_linear.py:1230-1236) and the
-        output layer, whose ColumnParallelLinear takes TE's ``get_dummy_wgrad`` when TE is installed
-        (tensor_parallel/layers.py:733-762): [v/TP, h] bf16, the largest.
-    ``global_memory_buffer``
-        Megatron-Core's "mpu" GlobalMemoryBuffer keeps, per dtype, the largest tensor it was asked for
-        (utils.py:727-750): the output layer's all-gather of its sequence-parallel input
-        (tensor_parallel/layers.py:623-628, [s/CP, b, h]) and, with the local DotProductAttention, the input
-        ``torch.baddbmm`` is given for the scores (``beta=0``: only its shape matters,
-        transformer/dot_product_attention.py:189, [b n_h/TP, s, s]), both in the activation dtype; one
-        buffer of the larger (measured on an H200 for the attention's: memlib/data/gpu_peaks).
-    ``rope_caches``
-        each MLA module's YaRN embedding (multi_latent_attention.py:182-199): ``cos_cached`` and
-        ``sin_cached`` (yarn_rotary_pos_embedding.py:189-206), made for ``original_max_position_embeddings``
-        positions and cast to bf16 by Float16Module, re-made for the sequence length with RoPE fusion
-        (yarn_rotary_pos_embedding.py:208-237); the ``lru_cache``-d ``forward`` (line 159) keeps the fp32
-        [s, d_h^R] embedding; ``inv_freq``, ``inv_freq_extra``, ``inv_freq_inter``.
-    ``router_buffers``
-        ``expert_bias`` (fp32) and ``local_tokens_per_expert`` (bf16 after Float16Module), N each per MoE
-        layer with expert bias (moe/router.py:181-197).
-    ``token_dispatcher_state``
-        the all-to-all dispatcher keeps the last micro-batch's ``probs`` [T, N] fp32, ``routing_map``
-        [T, N] bool and its permutation map as attributes (moe/token_dispatcher.py:624-668): TE's fused
-        permute's row_id_map [T, 2N + 1] int32 (TE pytorch/triton/permutation.py:52) and the sort orders
-        on the GPU, or [T k] int64 indices unfused; T = b s / (TP CP) tokens.  Not modelled for the flex
-        (DeepEP, HybridEP) dispatcher.
-    ``fp8_weight_copies``
-        without FP8 parameters TE caches every GEMM weight's FP8 copy for the step (``_fp8_workspaces``,
-        TE module/base.py ``get_weight_workspace``): 1 byte per element and 1 for the transpose Hopper's
-        FP8 GEMMs need, and a 1-element fp32 scale-inverse.
-    ``optimizer_flags``
-        FusedAdam's ``_dummy_overflow_buf`` (TE optimizers/fused_adam.py:189).
-
-    Not counted: cuBLASLt's own workspace, NCCL's buffers, DeepEP/HybridEP buffers, CUDA graphs' pools,
-    the allocator's unsplit remainders without expandable segments, loss and logging scalars, the last
-    micro-batch's data.
+    """Persistent buffers of one rank besides the model states, as allocated, by term (:data:`FRAMEWORK_TERMS`):
+    Transformer Engine's and PyTorch's cuBLAS workspaces, TE's dummy weight gradients, the "mpu" global memory
+    buffer, the RoPE caches, the router's buffers, the token dispatcher's state, FP8 weight copies, the optimizer's
+    flags.  Options: see :func:`framework_tensors`.  Each term with its source (``file:line`` at MEGATRON_COMMIT,
+    TE files at TE_COMMIT), and what is not counted: ``docs/derivations/megatron_buffers.md`` ("The framework
+    terms one by one").
     """
     terms = dict.fromkeys(FRAMEWORK_TERMS, 0)
     for term, _, nbytes in framework_tensors(part, stage, **options):
