@@ -9,6 +9,7 @@ torch and megatron-core).  Sources: ``docs/derivations/measure_megatron.md``.
 from __future__ import annotations
 
 from ..config import ModelConfig
+from ..ledgers.base import parse_policy
 from .cpu_shims import _mla_dot_product_attention
 
 def _transformer_config(req: dict):
@@ -20,18 +21,13 @@ def _transformer_config(req: dict):
     kinds = _layer_kinds(m)
     moe = "moe" in kinds or (m["num_nextn_predict_layers"] and kinds[-1] == "moe")
     bf16 = t["precision"] != "fp32"
-    recompute = t["recompute"]
+    policy = parse_policy(t["recompute"] or "none")
     kw = {}
-    if recompute in ("none", None):
-        pass
-    elif recompute == "full" or recompute.startswith("full-block:"):
-        kw.update(recompute_granularity="full",
-                  recompute_method="uniform" if recompute == "full" else "block",
-                  recompute_num_layers=1 if recompute == "full" else int(recompute.split(":")[1]))
-    else:
-        modules = {"selective": ["core_attn"], "deepseek": ["layernorm", "mla_up_proj"]}.get(
-            recompute, recompute.split(","))
-        kw.update(recompute_granularity="selective", recompute_modules=modules)
+    if policy.full:
+        kw.update(recompute_granularity="full", recompute_method="uniform" if policy.block_layers is None else "block",
+                  recompute_num_layers=policy.block_layers or 1)
+    elif policy.modules:
+        kw.update(recompute_granularity="selective", recompute_modules=sorted(policy.modules))
     gqa = m.get("attention", "mla") == "gqa"
     if moe and gqa:
         # Mixtral and Qwen3-MoE: softmax over the top-k logits (= the renormalised top-k of the softmax,
