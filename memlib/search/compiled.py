@@ -401,7 +401,7 @@ class Family:
         self.train = train
         self.overhead = overhead if overhead is not None else Overheads()
         base = self.canonical(train)
-        if train.transformer_impl.value != "transformer_engine" and train.profile == "megatron":
+        if not train.transformer_impl.uses_te and train.profile == "megatron":
             raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
                               "(the local modules split MLA's down-projections only when TP > 1)")
         #: the estimate whose methods give every expression
