@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIB = ROOT / "book" / "references.bib"
 TEXTS = sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "book").glob("*.md"))
 #: the library's text the book shows: the report's formatting, the paper's tables and errata, the published
@@ -79,7 +79,7 @@ def test_no_citation_in_a_figure_caption():
     prose around the figure."""
     import re
     found = []
-    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")):
+    for path in sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.md")):
         for block in re.findall(r"```\{(?:glue:)?figure\}.*?```", path.read_text(encoding="utf-8"), re.S):
             if "{cite" in block:
                 found.append(path.name)

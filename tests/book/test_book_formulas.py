@@ -15,7 +15,7 @@ import yaml
 from memlib.formulas import FORMULAS, book_formulas
 from memlib.report.glue import equation_key, equation_label
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIRECTIVE = re.compile(r"```\{glue:math\} (\S+)\n:label: (\S+)")
 
 

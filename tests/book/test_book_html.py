@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

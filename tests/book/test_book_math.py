@@ -16,7 +16,7 @@ import pytest
 
 from memlib.core.symbols import REGISTRY
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
 

@@ -20,7 +20,7 @@ from memlib.paper import zero as pzero
 from memlib.model.params import activated_params, layer_params, model_params, values
 from memlib.report.format import fmt_bytes, fmt_count
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
 MODELS = ("llama-3-8b", "mixtral-8x7b")
 #: the models of another architecture among them (no MLA, no DeepSeekMoE)

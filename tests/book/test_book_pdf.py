@@ -21,7 +21,7 @@ from memlib.model.params import activated_params, model_params, values
 from memlib.report.book import BOOK_MODEL
 from memlib.report.format import fmt_count
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LATEX = ROOT / "_build" / "latex"
 PDF, TEX = LATEX / "report.pdf", LATEX / "report.tex"
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
@@ -124,7 +124,7 @@ def test_no_blank_page_and_the_references_hold_the_bibliography(pdf_text):
 
 def test_the_text_block_is_the_one_figures_are_measured_against():
     """The PDF's text block, as its build's log states it, is memlib.report.legibility's: a figure that prints
-    at its natural size there keeps its fonts' sizes (tests/test_figure_legibility.py)."""
+    at its natural size there keeps its fonts' sizes (tests/report/test_figure_legibility.py)."""
     from memlib.report.legibility import TEXT_HEIGHT_IN, TEXT_WIDTH_IN
 
     log = LATEX / "report.log"

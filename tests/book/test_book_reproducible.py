@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 CHECK = os.environ.get("MEMLIB_CHECK_REPRODUCIBLE", "")
 RUN = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1" or CHECK in ("1", "execute")

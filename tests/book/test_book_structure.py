@@ -20,7 +20,7 @@ import yaml
 from memlib.core.symbols import REGISTRY
 from memlib.report import notation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
 HTML = ROOT / "_build" / "html"
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"

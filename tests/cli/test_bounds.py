@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HUGE = "10000000000000000000"       # 10^19: past every bound, still 20 digits
 PLAN = ["plan", "--gpus", "8", "--gpu-memory", "80GB"]
 V2L = ["--model", "deepseek-v2-lite"]

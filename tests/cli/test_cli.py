@@ -22,7 +22,7 @@ from memlib.core.units import UNITS, fmt_billions, fmt_bytes, fmt_count, parse_b
 
 import tiny as T
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 from memlib.cli import doc
 from memlib.cli.parser import _parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 

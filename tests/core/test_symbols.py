@@ -135,7 +135,7 @@ def test_no_glued_equation_runs_multi_letter_names_together():
 
 def test_memlib_has_one_latex_printer():
     """Every LaTeX memlib prints goes through memlib.core.symbols.latex (no direct sympy.latex elsewhere)."""
-    root = Path(__file__).resolve().parents[1] / "memlib"
+    root = Path(__file__).resolve().parents[2] / "memlib"
     direct = [str(p.relative_to(root)) for p in root.rglob("*.py")
               if p.name != "symbols.py" and re.search(r"\b(?:sp|sympy)\.latex\(", p.read_text(encoding="utf-8"))]
     assert direct == []

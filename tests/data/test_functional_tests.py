@@ -23,7 +23,7 @@ from memlib.config import ConfigError
 from memlib.data.functional_tests import FUNCTIONAL_TESTS_COMMIT, exact, functional_tests, goldens
 from memlib.scenarios import functional as fv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PINS = json.loads((ROOT / "tests" / "data" / "functional_pins.json").read_text(encoding="utf-8"))
 MIRROR = Path(os.environ.get("MEGATRON_LM_MIRROR", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
 

@@ -21,7 +21,7 @@ from memlib.data.reference import (
 )
 from memlib.core.units import to_unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIRROR = Path(os.environ.get("MEGATRON_LM_MIRROR", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
 
 ISSUE_CASES = (

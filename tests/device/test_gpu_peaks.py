@@ -34,7 +34,7 @@ def _cli(args: list[str]) -> dict:
 def test_estimate_within_half_a_percent_of_the_gpu(case, monkeypatch):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])        # memlib_args name the model file from the root
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])        # memlib_args name the model file from the root
     got = _cli(case["memlib_args"])
     step = STEPS[case["name"]]
     # the command line and the scenario the book renders are one prediction, to the byte

@@ -33,7 +33,7 @@ from memlib.data.reference import MEGATRON_RUN_SETUPS, MEGATRON_RUNS, PYTORCH_AL
 from memlib.model.states import model_states
 
 P = MegatronParam
-WORKER = Path(__file__).with_name("megatron_buffers_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "megatron_buffers_worker.py"
 MiB = 2**20
 
 

@@ -106,7 +106,7 @@ def test_stronger_recomputation_never_needs_more_on_deepseek_v3(profile, zero):
     deepseek >= full on every stage.  Under the megatron profile (Transformer Engine, flash attention)
     selective recomputation of the attention core drops only the softmax statistic, while its
     checkpoint keeps the dataset's [b, 1, s, s] attention mask: it can hold more than none (pinned in
-    tests/test_kernels.py), so only selective >= full is asked there."""
+    tests/ledgers/test_kernels.py), so only selective >= full is asked there."""
     alloc = {pol: [s.allocated for s in estimate(
         "deepseek-v3", PAPER_TRAINING.with_(recompute=pol, profile=profile, zero=zero)).stages]
         for pol in ("none", "selective", "deepseek", "full")}

@@ -305,7 +305,7 @@ def test_gpu_sets_the_workspaces_and_is_checked(capsys):
 @given(cases(profiles=("megatron",), policies=("none",)))
 def test_a_stronger_policy_peaks_higher_only_where_it_recomputes(case):
     """Stronger recomputation (none -> selective -> full) can raise the peak, by design and measured (issue #20,
-    tests/test_peak_cpu.py's POLICY_PAIRS): the stronger policy re-runs a layer's forward (its dropped entries, the
+    tests/device/test_peak_cpu.py's POLICY_PAIRS): the stronger policy re-runs a layer's forward (its dropped entries, the
     MoE's copies of the dispatched tokens, the frames' residual-stream tensors) while the backward's gradients are
     alive, or its checkpoint keeps inputs nothing else keeps (the dataset's [b, 1, s, s] attention mask, kept for
     core_attn recomputation, one per micro-batch in flight).  So where the stronger

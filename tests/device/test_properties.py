@@ -170,7 +170,7 @@ def test_higher_zero_never_raises(case):
 @given(cases(policies=("none",)))
 def test_stronger_recomputation_never_raises(case):
     """none >= selective >= full, working sets included.  Under the megatron profile a checkpoint keeps
-    inputs nothing else keeps (the dataset's [b, 1, s, s] attention mask; tests/test_kernels.py pins
+    inputs nothing else keeps (the dataset's [b, 1, s, s] attention mask; tests/ledgers/test_kernels.py pins
     them): where there is little to drop (flash attention's statistic, one layer, one micro-batch) a
     recomputing policy can hold those bytes more than none, so there only selective >= full is asked."""
     m, t = build(case)

@@ -1,5 +1,5 @@
 """The megatron profile's kernel choices: their types, their rules, and what each one changes in the
-ledger, by hand on a tiny model (no torch needed; tests/test_measure_megatron.py holds the local path
+ledger, by hand on a tiny model (no torch needed; tests/measure/test_measure_megatron.py holds the local path
 against megatron-core itself)."""
 from __future__ import annotations
 

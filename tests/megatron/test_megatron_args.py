@@ -28,7 +28,7 @@ from memlib.model.partition import Partition
 from memlib.model.states import recipe
 from memlib.data.reference import MEGATRON_LM_COMMIT as COMMIT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "megatron"
 MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
 
@@ -939,7 +939,7 @@ def test_an_overridden_flag_may_be_a_variable():
 # TrainingConfig's carried fields
 # ---------------------------------------------------------------------------------------------
 def test_carried_fields_reach_the_json_and_leave_the_states_alone():
-    """The Megatron-LM features change the activations and the peak (tests/test_peak.py), never the model
+    """The Megatron-LM features change the activations and the peak (tests/device/test_peak.py), never the model
     states; the JSON carries them."""
     import tiny as T
     base = estimate(T.tiny(), TrainingConfig(num_microbatches=1, zero=1, profile="megatron"))

@@ -310,7 +310,7 @@ def test_tiny_mtp_modules_typed_by_their_layer_index():
     moe_block = 310 + 16 + 32 + 96 + 384
     assert total(mtp_params(m), m) == 152 + dense_block + 152 + moe_block == 1852
     # Megatron-Core builds every MTP module like the last decoder layer (get_gpt_mtp_block_spec takes
-    # spec.layer_specs[-1]; measured against megatron-core in tests/test_measure_megatron.py): layer 2 is
+    # spec.layer_specs[-1]; measured against megatron-core in tests/measure/test_measure_megatron.py): layer 2 is
     # MoE, so the megatron profile's last stage holds two MoE blocks
     from memlib.config import TrainingConfig
     from memlib.model.partition import Partition

@@ -22,7 +22,7 @@ def test_categories_have_distinct_colours():
 
 @pytest.fixture(scope="module")
 def figures():
-    """Every matplotlib figure the book glues (the diagrams, drawn by Graphviz, are tests/test_diagrams.py's),
+    """Every matplotlib figure the book glues (the diagrams, drawn by Graphviz, are tests/report/test_diagrams.py's),
     by glue key."""
     return {k: f for k, f in book_figures.figures(MODEL).items() if hasattr(f, "axes")}
 

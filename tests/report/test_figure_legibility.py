@@ -21,7 +21,7 @@ from memlib.report.legibility import MIN_PT, MIN_PX, TEXT_HEIGHT_IN, TEXT_WIDTH_
 
 from book_figures import NOTEBOOKS, builders, figures, glued_keys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = os.environ.get("MEMLIB_REQUIRE_BOOK") == "1"
 
 #: figures measured and reported but not yet held to the floor, by glue key -> why (none: every figure is held)

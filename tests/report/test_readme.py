@@ -6,7 +6,7 @@ from pathlib import Path
 
 from memlib.report import readme
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 #: a duration typed into prose: "0.7-1.0 s", "about 6 s", "45 s", "13.3 s wall", "0.96 ms", "2 minutes"

@@ -12,7 +12,7 @@ from memlib import estimate
 from memlib.paper import paper_training
 from memlib.report import ch04_static as ch
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_static_memory.md"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "04_static_memory.md"
 MODELS = ["deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "mixtral-8x7b", "llama-3-8b"]
 
 #: DeepSeek-V3's numbers in this chapter (Table 6, §3, the stages, the conventions, the problems)

@@ -16,7 +16,7 @@ from memlib import estimate, load_model
 from memlib.paper import paper_training
 from memlib.report import ch10_validation as ch
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "10_validation.md"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "10_validation.md"
 MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
 
 #: DeepSeek-V3's results in its chapter (one layer, its parameters, its miniature's measurements),

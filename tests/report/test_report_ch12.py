@@ -72,7 +72,7 @@ def test_glue_keys_are_distinct():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "notebooks" / "12_other_architectures.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "notebooks" / "12_other_architectures.md").read_text()
     others = re.findall(r'glue_(?:md|figure)\("(\w+)"', text)
     keys = [f"oa_{k}" for k in ch.values()] + others
     assert len(keys) == len(set(keys)) and "oa_pairs_table" in others

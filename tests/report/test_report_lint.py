@@ -1,4 +1,4 @@
-"""memlib/report/ computes nothing: an AST lint over its modules, like the notebooks' (tests/test_notebooks.py).
+"""memlib/report/ computes nothing: an AST lint over its modules, like the notebooks' (tests/book/test_notebooks.py).
 
 A report module formats, tabulates and draws what memlib.paper and memlib.scenarios computed.  In it:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPORT = Path(__file__).resolve().parents[1] / "memlib" / "report"
+REPORT = Path(__file__).resolve().parents[2] / "memlib" / "report"
 #: the formatting and drawing helpers (not linted), and the module another branch is rewriting
 HELPERS = {"format.py", "figures.py", "diagrams.py", "legibility.py"}
 ELSEWHERE = {"ch11_measured.py"}     # issue 22

@@ -77,7 +77,7 @@ def _prose_lines(text: str):
 def test_number_formats_are_spelled_in_capitals_in_prose():
     """BF16, FP8, FP32 in the prose of every chapter (code, options and glue keys keep their spelling)."""
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     found = [(p.name, line.strip()) for p in sorted((root / "notebooks").glob("*.md")) + sorted((root / "book").glob("*.md"))
              for line in _prose_lines(p.read_text(encoding="utf-8"))
              if re.search(r"(?<![\w\-./=])(bf16|fp8|fp32)(?![\w\-/]|\.\w)", line)]

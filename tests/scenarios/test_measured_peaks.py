@@ -1,7 +1,7 @@
 """memlib.scenarios.measured: published measurements of Megatron-LM runs (SimuMax's B200 Llama-3 runs), each
 prediction pinned to the byte with its error stated; the published rows not used, with their reasons.
 
-Megatron-LM's own functional tests, the validation set, are tests/test_functional_tests.py.
+Megatron-LM's own functional tests, the validation set, are tests/data/test_functional_tests.py.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from memlib.scenarios import validation as sv
 
 import tiny as T
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

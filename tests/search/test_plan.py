@@ -17,7 +17,7 @@ from memlib.device.estimate import estimate
 from memlib.device.overhead import Overheads
 from memlib.search.plan import FULL, PRACTICAL, SearchSpace, parse_fix, plan, search
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GB = 10**9
 DS_OPTIONS = dict(profiles=("megatron",), precisions=("deepseek-v3",), recomputes=("deepseek",),
                   schedules=("dualpipe",))
