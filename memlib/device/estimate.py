@@ -662,7 +662,11 @@ class Estimate:
 
     def _stage_peak(self, st: Stage, ex: StageExpressions, states: Mapping[str, int]) -> StagePeak:
         part, rec = self.partition, self.recipe
-        grad_bytes = dict(rec.optimizer).get("main_grad", rec.gradients)
+        # the DDP buffer holds gradients in the parameters' dtype unless accumulate_allreduce_grads_in_fp32, which
+        # Megatron-LM sets for bf16 only (megatron/training/arguments.py, ``if args.bf16``; the buffer's dtype:
+        # megatron/core/distributed/distributed_data_parallel.py ``grad_reduce_in_fp32 else param.dtype``): a
+        # recipe's ``main_grad`` is the optimizer's fp32 copy (``.float()``), not the buffer
+        grad_bytes = rec.gradients
         loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
                  for i, c in enumerate(st.chunks)]
         held = {k: states[k] for k in ("parameters", "gradients", "optimizer_states")}

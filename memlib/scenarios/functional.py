@@ -32,6 +32,7 @@ from ..device.overhead import Overheads
 from ..device.peak import StagePeak
 from ..ledgers.megatron import te_attention_backend
 from ..megatron.flags import MegatronRun, parse_megatron_config
+from ..model.states import recipe
 
 __all__ = ["model_family", "TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
            "OTHER_MODELS"]
@@ -98,9 +99,22 @@ class Validation:
         return sum(self.peak.persistent.values())
 
     @property
+    def step_grad_copies(self) -> int:
+        """The optimizer's fp32 copies of 16-bit gradients, logged after the step but freed before the next
+        forward: a mixed-precision optimizer whose recipe has a ``main_grad`` state makes them for its step
+        (``main_param.grad = model_param.main_grad.float()``, megatron/core/optimizer/optimizer.py
+        ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``; the shard's
+        ``shard_model_grad.float()`` in distrib_optimizer.py) and keeps them until ``zero_grad(set_to_none=True)``
+        at the start of the next step: one per main parameter, so ``main_params`` scaled by the dtypes."""
+        opt = dict(recipe(self.run.train.precision).optimizer)
+        master = opt.get("master_weights", 0)
+        return self.peak.persistent.get("main_params", 0) * opt.get("main_grad", 0) // master if master else 0
+
+    @property
     def post_step_gap(self) -> int:
-        """The logged post-step allocation minus memlib's persistent account (what stays that memlib misses)."""
-        return self.golden.post_step - self.persistent
+        """The logged post-step allocation minus memlib's persistent account and the step's gradient copies
+        (what stays that memlib misses)."""
+        return self.golden.post_step - self.persistent - self.step_grad_copies
 
     @property
     def peak_gap(self) -> int:
