@@ -631,6 +631,12 @@ class Estimate:
                 extra["embedding_backward"] = embedding_backward_bytes(
                     tokens=full, hidden=m.hidden_size, vocab=-(-vocab // t.tp), weight_bytes=self.recipe.weights,
                     act_bytes=act, deterministic=fw.deterministic)
+        # the batch's attention mask get_batch_on_this_tp_rank allocates on the first and last stages
+        # (megatron/training/utils.py: torch.empty((micro_batch_size, 1, seq_length, seq_length), dtype=torch.bool)
+        # under create_attention_mask_in_dataloader; get_batch_on_this_cp_rank keeps s/CP of its rows)
+        extra["batch_mask"] = (t.micro_batch * -(-t.seq_len // t.cp) * t.seq_len
+                               if t.profile == "megatron" and fw.attention_mask_in_batch
+                               and (chunk.first or chunk.last) else 0)
         # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
         # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
         compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA

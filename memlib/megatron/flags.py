@@ -168,7 +168,7 @@ NO_EFFECT = {
     "--no-ckpt-fully-parallel-save", "--async-strategy", "--async-ckpt-use-cpu-shm", "--verify-integrity",
     "--fim-data", "--fim-rate", "--fim-spm-rate", "--decoupled-lr", "--decoupled-min-lr",
     "--ddp-average-in-collective", "--disable-gloo-process-groups", "--te-rng-tracker",
-    "--overlap-param-gather-with-optimizer-step", "--no-create-attention-mask-in-dataloader", "--enable-experimental",
+    "--overlap-param-gather-with-optimizer-step", "--enable-experimental",
 }
 #: torchrun's own flags: the launcher, not the model
 LAUNCHER = {
@@ -400,6 +400,7 @@ class _Mapper:
                        rope_fusion=not f.has("--no-rope-fusion"), moe_grouped_gemm=f.has("--moe-grouped-gemm"),
                        token_dispatcher=" ".join(f.values.get("--moe-token-dispatcher-type", ("allgather",))),
                        permute_fusion=f.switch("--moe-permute-fusion"), deterministic=self.deterministic,
+                       attention_mask_in_batch=not f.switch("--no-create-attention-mask-in-dataloader"),
                        cublas_workspace_config=self.env.get("CUBLAS_WORKSPACE_CONFIG"),
                        expandable_segments="expandable_segments:true" in self.env.get(
                            "PYTORCH_CUDA_ALLOC_CONF", "").lower().replace(" ", ""))
