@@ -120,7 +120,7 @@ class Validation:
     def peak_gap(self) -> int:
         """What the run holds above its post-step allocation at the steady peak minus what memlib holds above its
         persistent account: the error that lies in the activations and transient terms."""
-        return (self.steady - self.golden.post_step) - (self.predicted - self.persistent)
+        return (self.steady - (self.golden.post_step - self.step_grad_copies)) - (self.predicted - self.persistent)
 
 
 def model_family(m: ModelConfig) -> str:
