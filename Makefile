@@ -55,11 +55,11 @@ rerun: $(STAMP)
 	@echo "executed: _build/rerun/$(CHAPTER).ipynb"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # the inner loop: every test but those marked slow (measurements with torch and megatron-core, book builds)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # ruff's rule set (pyproject.toml [tool.ruff]); CI runs it
 lint: $(STAMP)

@@ -27,7 +27,7 @@ def _build(req: dict, world: int, rank: int):
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
     from memlib.measure.cpu_shims import _mla_dot_product_attention
-    from memlib.measure.megatron import _transformer_config
+    from memlib.measure.megatron_model import _transformer_config
 
     t, d = req["train"], req["ddp"]
     destroy_moe_metrics_tracker()

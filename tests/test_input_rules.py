@@ -226,7 +226,7 @@ def test_the_known_moe_flags_are_megatron_lms():
     import ast
     import importlib.util
 
-    from memlib.megatron.flags import MOE_FLAGS
+    from memlib.megatron.tables import MOE_FLAGS
 
     spec = importlib.util.find_spec("megatron.core")
     if spec is None:

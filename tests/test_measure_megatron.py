@@ -107,7 +107,8 @@ def test_random_configs_exact(random_batch):
     predicted), and the first mismatch is reported as a warning naming the seed and the config."""
     import warnings
 
-    from memlib.measure.megatron import compare_result, measure_many
+    from memlib.measure.megatron import measure_many
+    from memlib.measure.megatron_compare import compare_result
 
     seed, reqs, results = random_batch
     first = [(i, req, compare_result(req, meas)) for i, (req, meas) in enumerate(zip(reqs, results))]
@@ -165,7 +166,7 @@ def test_estimate_gives_the_measured_bytes(random_batch, tmp_path, capsys):
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["config"]["transformer_impl"] == "local"
-        from memlib.measure.megatron import compare_result
+        from memlib.measure.megatron_compare import compare_result
         r = compare_result(req, meas)
         # the CLI gives the ledger's bytes, which test_random_configs_exact holds equal to the measured ones
         # (measuring a config twice where the first measurement was not exact)
@@ -190,7 +191,7 @@ def test_family_random_configs_exact(family_batch):
     biases, SwiGLU or GeLU, dense or Mixtral/Qwen-style MoE with Qwen2-MoE's gated shared expert: the local
     megatron ledger equals what megatron-core saves, per region and block, with the parameters and main_grad
     buffers, under every recompute policy megatron-core runs on the CPU."""
-    from memlib.measure.megatron import compare_result
+    from memlib.measure.megatron_compare import compare_result
 
     seed, reqs, results = family_batch
     failures = [f"config {i}: {req.label()} -> {_differences(r)}"
@@ -216,7 +217,7 @@ def test_family_random_configs_cover_what_they_must(family_batch):
 def test_family_tp2_without_sequence_parallelism(mcore):
     """TP 2 on Llama (n_kv = 2: one key-value group per rank, so q reaches the attention as a view and its
     reshape copies it with b = 2) and on the GPT (LayerNorm, biases, learned positions): each rank exact."""
-    from memlib.measure.megatron import compare_many
+    from memlib.measure.megatron_compare import compare_many
 
     llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
                              "num_key_value_heads": 2, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32,
@@ -238,7 +239,7 @@ def test_family_local_ledger_by_hand():
     400.  GPT layer: LayerNorm input, mean, 1/std 320 + 20 + 20 twice, the qkv output kept whole by the views
     of q, k, v 960, probabilities 400, linear_proj's input 320, fc1's input 320, GeLU input and output 400 +
     400; ids and position ids 80 + 80, the bool mask 50."""
-    from memlib.measure.megatron import predicted
+    from memlib.measure.megatron_compare import predicted
 
     llama = model_from_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
                              "num_key_value_heads": 2, "head_dim": 6, "num_hidden_layers": 1, "vocab_size": 32,
@@ -281,7 +282,7 @@ def test_parameters_and_main_grad_buffers(mcore):
     """Megatron-Core's parameters and DistributedDataParallel's main_grad buffers are the megatron
     profile's per-device parameters times the recipe's bytes: bf16 weights and fp32 main grads
     (precision megatron), fp32 both (fp32)."""
-    from memlib.measure.megatron import compare_many
+    from memlib.measure.megatron_compare import compare_many
     from memlib.model.partition import Partition
     from memlib.model.params import by_block
 
@@ -299,7 +300,7 @@ def test_parameters_and_main_grad_buffers(mcore):
 def test_mtp_module_is_typed_like_the_last_layer(mcore):
     """moe_layer_freq 2 with 1 layer: decoder layer 0 is MoE, layer l = 1 would be dense by the Hugging
     Face rule; Megatron-Core builds the MTP block like the last decoder layer (MoE)."""
-    from memlib.measure.megatron import compare
+    from memlib.measure.megatron_compare import compare
 
     r = compare(small(num_hidden_layers=1, first_k_dense_replace=0, moe_layer_freq=2), local())
     assert r["exact"], _differences(r)
@@ -329,7 +330,7 @@ def test_tp2_without_sequence_parallelism_dense(mcore):
     """TP 2 on a dense model: every rank saves the ledger's bytes (q, k, v, the probabilities and the
     context split over TP; the vocabulary mask of the vocab-parallel embedding) and holds its share
     of the parameters (the local spec splits W^DQ and [W^DKV; W^KR] too)."""
-    from memlib.measure.megatron import compare_many
+    from memlib.measure.megatron_compare import compare_many
 
     m, t = small(first_k_dense_replace=2), local(tp=2, sp=False, recompute="core_attn")
     ranks = compare_many([(m, t)], world=2)[0]
@@ -343,7 +344,7 @@ def test_ep2_sums_over_the_expert_group(mcore):
     """EP 2 (DP 2): everything outside the routed experts is exact on each rank; how many tokens each
     rank's experts receive follows the routing, and the two ranks together hold twice the ledger's
     (balanced) share."""
-    from memlib.measure.megatron import compare_many
+    from memlib.measure.megatron_compare import compare_many
 
     m, t = small(), local(dp=2, ep=2)
     ranks = compare_many([(m, t)], world=2)[0]

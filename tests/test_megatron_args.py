@@ -20,7 +20,8 @@ from memlib.config import ConfigError, TrainingConfig
 from memlib.config.strategies import AttnBackend, LoadBalancing
 from memlib.megatron.layout import MegatronLayout, layout_stages, megatron_layout, parse_layout
 from memlib.megatron.listexpr import moe_layer_pattern, pattern_to_hf
-from memlib.megatron.flags import pad_vocab, parse_megatron_args, precision_spec
+from memlib.megatron.flags import parse_megatron_args
+from memlib.megatron.rules import pad_vocab, precision_spec
 from memlib.megatron.reader import read_flags
 from memlib.device.estimate import estimate
 from memlib.model.partition import Partition

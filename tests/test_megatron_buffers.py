@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from memlib.device import megatron_buffers as mb
+from memlib.device.megatron_params import MegatronParam, rank_params
 from memlib.device.allocator import BLOCK, allocation
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
 from memlib.measure.megatron import Request
@@ -31,7 +32,7 @@ from memlib.model.partition import Partition
 from memlib.data.reference import MEGATRON_RUN_SETUPS, MEGATRON_RUNS, PYTORCH_ALLOCATOR
 from memlib.model.states import model_states
 
-P = mb.MegatronParam
+P = MegatronParam
 WORKER = Path(__file__).with_name("megatron_buffers_worker.py")
 MiB = 2**20
 
@@ -146,7 +147,7 @@ def test_workspace_sizes():
 # ------------------------------------------------------------------------------------------------
 def test_memory_speed_last_rank_parameters_by_hand():
     part = setup("gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed")
-    chunks = mb.rank_params(part, -1)
+    chunks = rank_params(part, -1)
     # a MoE layer: 8 attention tensors (norms included), pre-MLP norm, router, 8 x 2 experts, 2 shared
     assert [len(c) for c in chunks] == [2 * 28, 2 * 28, 2 * 28, 1 + 2 * 28 + 1 + 3 + 28 + 1 + 1]
     shapes = {p.name.split(".", 3)[-1]: p.shape for p in chunks[0] if p.name.startswith("decoder.layers.0.")}
@@ -166,7 +167,7 @@ def test_memory_speed_last_rank_parameters_by_hand():
     assert last["output_layer.weight"].dummy_wgrad and not last["output_layer.weight"].te_gemm
     assert last["mtp.layers.0.eh_proj.weight"].shape == (512, 2048)
     assert sum(p.expert for p in chunks[0]) == 2 * 16
-    first = mb.rank_params(part, 0)[0]
+    first = rank_params(part, 0)[0]
     assert first[0].name == "embedding.word_embeddings.weight" and first[0].shared_embedding   # a copy is elsewhere
 
 
@@ -201,7 +202,7 @@ def test_framework_tensors_of_memory_speed():
     assert fw["token_dispatcher_state"] == 9 * (4 * 8192 * 32 + 8192 * 32 + 4 * 8192 * 65 + 2 * 512)
     assert fw["fp8_weight_copies"] == 0
     fp8 = mb.framework_memory(part, -1, fp8="hybrid", fp8_recipe="tensorwise").evaluate()["fp8_weight_copies"]
-    te = [p for c in mb.rank_params(part, -1) for p in c if p.te_gemm]
+    te = [p for c in rank_params(part, -1) for p in c if p.te_gemm]
     assert len(te) == 9 * 23 + 1                        # 7 GEMM weights + 2 x 8 experts a layer, eh_proj
     assert fp8 == sum(2 * p.numel + 512 for p in te) == 2 * 341_377_024 + 208 * 512
 

@@ -479,7 +479,7 @@ class Estimate:
         """:meth:`stage_expressions` of ``st`` with every symbol given, evaluated by the kept programs of its
         terms (each distinct chunk once per estimate)."""
         skey, _, ckey = self._keys()
-        z = int(self.train.zero)
+        z = self.train.zero
         sig = _signature(self.model, st.chunks)
         key = ("states", skey, sig, z)
         if key not in memo:
@@ -524,7 +524,7 @@ class Estimate:
         for st in part.stages:
             ex = self._evaluated_stages[st.index] = self._evaluated_stage(st, memo)
             params, parameters, components = self._stage_params(st)
-            b = dict(memo[("states_int", self._keys()[0], _signature(self.model, st.chunks), int(self.train.zero))])
+            b = dict(memo[("states_int", self._keys()[0], _signature(self.model, st.chunks), self.train.zero)])
             act = self._activations(ex)
             b["activations"] = act.pop("total")
             allocated = sum(b[k] for k in ALLOCATED)
@@ -664,7 +664,7 @@ class Estimate:
         memo: dict = {}
         ex = self._evaluated_stage(st, memo)
         return self._stage_peak(st, ex, memo[("states_int", self._keys()[0], _signature(self.model, st.chunks),
-                                             int(self.train.zero))])
+                                             self.train.zero)])
 
     def _stage_peak(self, st: Stage, ex: StageExpressions, states: Mapping[str, int]) -> StagePeak:
         part, rec = self.partition, self.recipe

@@ -23,7 +23,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Optional
 
-from ..config import ConfigError, ModelConfig
+from ..config import ConfigError, ModelConfig, ZeroStage
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl
 from ..core.units import fmt_bytes
 from ..config.versions import container_rules
@@ -192,7 +192,7 @@ def _world(g: Golden) -> tuple[int, str]:
     opts = fw.buffer_options(run.train, 4, 2)
     for k in ("distributed_optimizer", "grad_dtype_bytes", "param_dtype_bytes"):
         opts.pop(k, None)
-    d = derive_data_parallel_size(run.model, run.train, g.post_step, distributed_optimizer=int(run.train.zero) >= 1,
+    d = derive_data_parallel_size(run.model, run.train, g.post_step, distributed_optimizer=run.train.zero >= ZeroStage.OS,
                                   **opts)
     return d.world_size, (f"no recipe gives it: derived from the logged post-step allocation "
                           f"(memlib.device.megatron_buffers.derive_data_parallel_size), DP = {d.dp}")

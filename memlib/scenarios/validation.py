@@ -210,9 +210,9 @@ def megatron_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, Tra
 
 @lru_cache(maxsize=None)
 def megatron_comparisons(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure.megatron.compare` of each case of :func:`megatron_cases`, in one worker
+    """:func:`memlib.measure.megatron_compare.compare` of each case of :func:`megatron_cases`, in one worker
     process, with its ``label``, ``config``, ``train`` and ``kinds``."""
-    from ..measure.megatron import compare_many
+    from ..measure.megatron_compare import compare_many
 
     cases = megatron_cases(model)
     results = compare_many([(m, t) for _, m, t in cases], step=True)

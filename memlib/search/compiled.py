@@ -45,7 +45,7 @@ import copy
 import numpy as np
 import sympy as sp
 
-from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model
+from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
 from ..config.strategies import CP_A2A
 from ..ledgers import act_profile
 from ..device.estimate import Estimate, estimate
@@ -402,7 +402,7 @@ class Family:
         self.train = train
         self.overhead = overhead if overhead is not None else Overheads()
         base = self.canonical(train)
-        if train.transformer_impl.value != "transformer_engine" and train.profile == "megatron":
+        if not train.transformer_impl.uses_te and train.profile == "megatron":
             raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
                               "(the local modules split MLA's down-projections only when TP > 1)")
         #: the estimate whose methods give every expression
@@ -467,21 +467,20 @@ class Family:
             self._parts[key] = tuple(ExactFunction(x) for x in est.part_expressions(name, policy))
         return self._parts[key]
 
-    def states_program(self, stage: Stage, zero: int) -> dict[str, ExactFunction]:
+    def states_program(self, stage: Stage, zero: ZeroStage) -> dict[str, ExactFunction]:
         """The terms of :meth:`~memlib.device.estimate.Estimate.stage_states`: :func:`memlib.model.states.states_formula`
         compiled once per ZeRO stage, its counts P_ne and P_e (:meth:`~memlib.device.estimate.Estimate.stage_counts`)
         once per stage signature, and the one fed into the other (no SymPy ceilings over each stage's sums)."""
         sig = stage_signature(self.model, stage)
-        key = (sig, int(zero))
+        key = (sig, zero)
         if key not in self._states:
             counts = self.base.stage_counts(stage)
             self.counts_program(stage)
-            z = int(zero)
-            if z not in self._formulas:
+            if zero not in self._formulas:
                 edp = {sym("EDP"): counts[sym("EDP")]}
-                terms = states_formula(z, self.base.recipe).map(lambda e: e.xreplace(edp))
-                self._formulas[z] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
-            self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[z].items()}
+                terms = states_formula(zero, self.base.recipe).map(lambda e: e.xreplace(edp))
+                self._formulas[zero] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
+            self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[zero].items()}
         return self._states[key]
 
     def counts_program(self, stage: Stage) -> dict[sp.Symbol, ExactFunction]:
@@ -615,7 +614,7 @@ class Pipeline:
         # rows keyed by the replay their M gives (a longer M only repeats moments): one M of each stands for it
         reps = self.replay(ms)
         # (the counts are not used: np.unique without them imports numpy.ma, about 12 ms in a fresh process)
-        zs = tuple(int(z) for z in np.unique(zero, return_counts=True)[0])
+        zs = tuple(ZeroStage(z) for z in np.unique(zero, return_counts=True)[0])
 
         # the model states depend on the knobs of their programs and on ZeRO only: evaluated once per distinct
         # row of those (a search's rows differ mostly in b and M, which they do not depend on)
@@ -691,7 +690,7 @@ class Pipeline:
     def evaluate_configs(self, trains: Sequence[TrainingConfig]) -> Totals:
         """:meth:`evaluate` on training configurations (their knobs; each must match this pipeline)."""
         knobs = {k: [getattr(t, k) for t in trains] for k in KNOBS}
-        return self.evaluate(zero=[int(t.zero) for t in trains],
+        return self.evaluate(zero=[t.zero for t in trains],
                              num_microbatches=[t.num_microbatches for t in trains], **knobs)
 
 

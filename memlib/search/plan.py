@@ -578,7 +578,7 @@ def step_cost(model: ModelConfig | str, train: TrainingConfig, cost: CostModel =
     pipe = fam.pipeline(train.pp, train.schedule, train.vpp, train.layout)
     if train.num_microbatches is None:
         raise ConfigError("num_microbatches=None: the step time needs the micro-batches per step")
-    row = np.array([[train.dp, train.tp, train.cp, train.ep, train.etp, int(train.zero), train.micro_batch,
+    row = np.array([[train.dp, train.tp, train.cp, train.ep, train.etp, train.zero, train.micro_batch,
                      train.num_microbatches]], dtype=np.int64)
     return {k: float(v[0]) for k, v in _group_cost(fam, pipe, row, train.seq_len, cost).items()}
 
