@@ -62,7 +62,7 @@ NO_EFFECT = {
     "--no-ckpt-fully-parallel-save", "--async-strategy", "--async-ckpt-use-cpu-shm", "--verify-integrity",
     "--fim-data", "--fim-rate", "--fim-spm-rate", "--decoupled-lr", "--decoupled-min-lr",
     "--ddp-average-in-collective", "--disable-gloo-process-groups", "--te-rng-tracker",
-    "--overlap-param-gather-with-optimizer-step", "--no-create-attention-mask-in-dataloader", "--enable-experimental",
+    "--overlap-param-gather-with-optimizer-step", "--enable-experimental",
 }
 #: torchrun's own flags: the launcher, not the model
 LAUNCHER = {

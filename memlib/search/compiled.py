@@ -46,6 +46,7 @@ import numpy as np
 import sympy as sp
 
 from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
+from ..config.strategies import CP_A2A
 from ..ledgers import act_profile
 from ..device.estimate import Estimate, estimate
 from ..device.overhead import Overheads
@@ -423,9 +424,12 @@ class Family:
 
     @staticmethod
     def canonical(train: TrainingConfig) -> TrainingConfig:
-        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on."""
-        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, layout=None, vpp=1, schedule="1f1b",
-                           num_microbatches=None, seq_len=1, micro_batch=1)
+        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on.  With the
+        all-to-all CP communication whether CP > 1 is part of it (the ledgers' ``cp_a2a`` output exists only then,
+        memlib.ledgers.megatron_blocks): CP 2 stands for every CP > 1."""
+        cp = 2 if train.cp > 1 and train.cp_comm_type in CP_A2A else 1
+        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=cp, layout=None, vpp=1, schedule="1f1b",
+                           num_microbatches=None, seq_len=cp, micro_batch=1)
 
     _CACHE: dict = {}
 

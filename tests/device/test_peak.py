@@ -51,14 +51,14 @@ def test_the_worst_moment_by_hand():
     assert p.moment == moments[0] and p.activations == {"chunk0": 300}
     assert p.transient == {"recompute_working_set": 7, "backward_gradients": 30, "cross_entropy_logits": 0,
                            "cross_entropy_workspace": 0, "offload_reload": 0, "forward_transients": 0,
-                           "backward_released": 0}
+                           "batch_attention_mask": 0, "backward_released": 0}
     assert p.peak_allocated == 1337 and p.peak_reserved == 1337
     # the logits and the gradients are never alive together: the larger counts
     assert load(0, gradients=5, logits=9).transient()["backward_gradients"] == 0
     assert load(0, gradients=9, logits=9).transient() == {"recompute_working_set": 0, "backward_gradients": 9,
                                                           "cross_entropy_logits": 0, "cross_entropy_workspace": 0,
                                                           "offload_reload": 0, "forward_transients": 0,
-                                                          "backward_released": 0}
+                                                          "batch_attention_mask": 0, "backward_released": 0}
 
 
 def test_fragmentation_is_rounded_up_on_the_peak():

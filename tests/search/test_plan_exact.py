@@ -136,3 +136,25 @@ def test_every_listed_peak_equals_estimate_over_option_lists(model, gpus, search
         grid = search(model, gpus, space)
         assert grid.searched == r.searched
         _check_groups(grid, rng, per_group=2, groups=25)
+
+
+def test_the_all_to_all_cp_is_searched_with_its_memory():
+    """``plan --cp-comm a2a`` prices the all-to-all and its rows hold its memory: TE's AttnFuncWithCPAndQKVOA2A keeps
+    one more attention output per layer when CP > 1 (ledgers/megatron_blocks.py cp_a2a).  The search's families
+    were built at CP 1, where that output does not exist, so its CP > 1 rows read p2p's bytes; rows of both kinds
+    must equal estimate() of the row's configuration, CP > 1 rows above p2p's."""
+    from memlib.search.cost import CostModel
+
+    space = SearchSpace(seq_len=16384, recomputes=("none",), schedules=("1f1b",))
+    p2p = search("llama-3-8b", 16, space, cost=CostModel.of("H100", cp_comm="p2p"))
+    a2a = search("llama-3-8b", 16, space, cost=CostModel.of("H100", cp_comm="a2a"))
+    key = lambda g, i: (tuple(int(x) for x in g.rows[i]), g.groups[int(g.group[i])][1:6])
+    ref = {key(p2p, i): int(p2p.peak[i]) for i in range(len(p2p.peak))}
+    rng = random.Random(7)
+    wide = [i for i in range(len(a2a.peak)) if a2a.train(i).cp > 1]
+    narrow = [i for i in range(len(a2a.peak)) if a2a.train(i).cp == 1]
+    assert wide and narrow
+    for i in rng.sample(wide, 6) + rng.sample(narrow, 3):
+        assert a2a.train(i).cp_comm_type == "a2a"
+        _check_row(a2a, i)
+        assert (int(a2a.peak[i]) > ref[key(a2a, i)]) == (a2a.train(i).cp > 1)
