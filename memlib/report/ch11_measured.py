@@ -54,6 +54,7 @@ def values() -> dict[str, str]:
         "n_miss_tests": fmt_count(k.n_miss_tests),
         "n_miss_step": fmt_count(k.miss_places[fv.PLACES[0]]), "n_miss_peak": fmt_count(k.miss_places[fv.PLACES[1]]),
         "n_miss_short": fmt_count(k.n_miss_short),
+        **_miss_most(k.miss_places),
         "n_not_expressible": fmt_count(k.n_not_expressible),
         "target": fmt_percent(fv.TARGET), "target_share": fmt_percent(fv.TARGET_SHARE),
         "target_met": "is met" if k.target_met else "is not met",
@@ -72,6 +73,15 @@ def values() -> dict[str, str]:
         "cublas_old": fmt_bytes(torch_cublas_workspace_bytes(10, blackwell_32mib=False), "MiB", 3),
         "cublas_new": fmt_bytes(torch_cublas_workspace_bytes(10), "MiB", 0),
     }
+
+
+def _miss_most(places: dict) -> dict[str, str]:
+    """Where most misses lie, and what that place holds, for the takeaway."""
+    step, peak = fv.PLACES
+    most = peak if places[peak] >= places[step] else step
+    what = ("in the activations and transient buffers, not in the persistent states" if most == peak
+            else "in what stays after the optimizer step, not in the activations")
+    return {"miss_most": most, "n_miss_most": fmt_count(places[most]), "miss_most_what": what}
 
 
 def worked_values() -> dict[str, str]:

@@ -111,3 +111,9 @@ def test_every_table_has_as_many_cells_as_headers():
                   ch.not_used_table()):
         widths = {line.count("|") for line in table.splitlines()}
         assert len(widths) == 1, table.splitlines()[0]
+
+
+def test_the_takeaway_names_where_most_misses_lie():
+    counts = fv.chapter_counts().miss_places
+    v = ch.values()
+    assert counts[v["miss_most"]] == max(counts.values()) and v["n_miss_most"] == f"{counts[v['miss_most']]:,}"
