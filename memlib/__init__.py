@@ -11,7 +11,8 @@ from .core.breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model
 from .device.estimate import Estimate, estimate
 from .model.partition import Partition
-from .model.states import RECIPES, ZeroStage
+from .config import ZeroStage
+from .config.precision import RECIPES
 
 __all__ = ["Breakdown", "ConfigError", "ModelConfig", "TrainingConfig", "PAPER_TRAINING",
            "load_model", "Partition", "RECIPES", "ZeroStage", "Estimate", "estimate"]

@@ -45,7 +45,9 @@ from .model.params import (
     readable, tensor_counts, total_formula,
 )
 from .model.partition import PROFILES, shard_divisor
-from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
+from .config import ZeroStage
+from .config.precision import RECIPES
+from .model.states import sharded_count, states_formula
 from .paper import device_group
 from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width, s, sym
 
@@ -364,7 +366,7 @@ def _act(block: str, where: str, policy: str = "none"):
         if where == "unsplit":
             expr = ledger_bytes(entries, TrainingConfig(sp=False), RECIPES["paper"], pol).total
             return sp.factor_terms(sp.expand(expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})))
-        expr = ledger_bytes(entries, t, recipe(t.precision), pol).total
+        expr = ledger_bytes(entries, t, t.recipe, pol).total
         if where == "device":
             return sp.collect(sp.expand(expr), [b * s], evaluate=True)
         subs = {TP: t.tp, CP: t.cp, EP: t.ep, ETP: t.etp}
@@ -418,7 +420,7 @@ def attention_token_formula(model: ModelConfig | str, profile: str = "paper") ->
     train = token_training(profile)
     pol = parse_policy("none")
     entries = [e for e in act_profile(profile, train).layer(m, m.layer_kinds[-1]) if not pol.drops(e)]
-    total = sp.Add(*(entry_bytes(e, train, recipe(train.precision)) for e in entries if e.block == "attention"))
+    total = sp.Add(*(entry_bytes(e, train, train.recipe) for e in entries if e.block == "attention"))
     return sp.expand(sp.sympify(total.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})) / (b * s))
 
 
@@ -588,7 +590,7 @@ def value(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingCo
     est = Estimate(m, t)
     part = est.partition
     st = part.stages[analysed_stage(part)]
-    rec = recipe(t.precision)
+    rec = t.recipe
     counts = est.stage_counts(st)
     rep = {**part.values, sym("b"): t.micro_batch, sym("s"): t.seq_len, sym("EDP"): t.edp,
            sym("B_w"): rec.weights, sym("B_g"): rec.gradients, sym("B_o"): rec.optimizer_bytes,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memlib.ledgers.base import POLICIES
 from memlib.ledgers import ACT_PROFILES
-from memlib.model.states import RECIPES
+from memlib.config.precision import RECIPES
 
 PROFILES = sorted(ACT_PROFILES)
 RECIPE_NAMES = sorted(RECIPES)

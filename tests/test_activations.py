@@ -20,7 +20,7 @@ from memlib.ledgers import ACT_PROFILES, act_profile
 from memlib.ledgers.paper import paper_layer
 from memlib.device.estimate import estimate
 from memlib.model.params import values as model_values
-from memlib.model.states import recipe
+from memlib.config.precision import recipe
 from memlib.core.symbols import sym
 
 import tiny as T

@@ -17,7 +17,7 @@ from memlib.config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBa
 from memlib.ledgers import act_profile
 from memlib.device.estimate import estimate
 from memlib.model.params import values
-from memlib.model.states import recipe
+from memlib.config.precision import recipe
 
 import tiny as T
 

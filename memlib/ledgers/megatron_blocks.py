@@ -18,7 +18,6 @@ from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.blocks import model_blocks
-from ..model.states import recipe
 from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
 
 
@@ -92,7 +91,7 @@ class Kernels:
 
     @classmethod
     def of(cls, train: TrainingConfig) -> "Kernels":
-        rec = recipe(train.precision)
+        rec = train.recipe
         impl = train.transformer_impl
         policy = parse_policy(train.recompute)
         if not impl.uses_te:

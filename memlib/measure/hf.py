@@ -492,14 +492,13 @@ def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile:
     from ..config import TrainingConfig
     from ..ledgers import act_profile
     from ..model.params import values
-    from ..model.states import recipe
 
     m = load_model(model)
     _check_hf_compatible(m)
     ap = act_profile(profile)
     t = TrainingConfig(micro_batch=micro_batch, seq_len=seq_len, profile=profile, precision="paper")
     vals = {**values(m), **training_values(t)}
-    rec = recipe(t.precision)
+    rec = t.recipe
     regions: dict[str, int] = {}
     entries: dict[str, dict[str, int]] = {}
 

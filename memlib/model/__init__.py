@@ -4,5 +4,5 @@
 :mod:`~memlib.model.architecture` (parameter tensors with symbolic shapes) →
 :mod:`~memlib.model.params` (counts per tensor, layer and model) →
 :mod:`~memlib.model.partition` (layout, stages and what each device stores) →
-:mod:`~memlib.model.states` (precision recipes, the ZeRO formula).
+:mod:`~memlib.model.states` (the model states under a precision recipe and a ZeRO stage).
 """

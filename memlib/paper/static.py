@@ -21,7 +21,7 @@ from ..model.architecture import decoder_layer_tensors
 from ..config import ConfigError, TrainingConfig
 from ..model.partition import PROFILES, Partition, balanced_layout, default_layout, shard_divisor
 from ..data.reference import PAPER
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.units import fmt_decimal, to_unit
 from . import device_group, is_paper_model
 

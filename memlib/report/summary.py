@@ -13,7 +13,7 @@ from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
 from ..ledgers.base import POLICIES
 from ..model.partition import PROFILES
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
 from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
 

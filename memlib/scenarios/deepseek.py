@@ -30,7 +30,8 @@ from ..device.estimate import Estimate, StageMemory, estimate
 from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
 from ..model.partition import balanced_layout
-from ..model.states import RECIPES, ZeroStage
+from ..config import ZeroStage
+from ..config.precision import RECIPES
 from .together import grid
 from .uncertainty import judged
 

@@ -30,7 +30,7 @@ from ..device.overhead import Overheads
 from ..model.partition import balanced_layout, default_layout
 from ..device.peak import COMPUTE_CAPABILITY, Framework
 from ..device.schedule import replay_size
-from ..model.states import recipe
+from ..config.precision import recipe
 from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
