@@ -41,8 +41,7 @@ def notation(est: Estimate) -> str:
 
 def _router_and_shared(m) -> str:
     """The MoE block's parameters outside the routed experts, named by the model's blocks."""
-    shared = bool(m.n_shared_experts) or m.moe == "qwen2_moe"
-    return "the router and the shared experts" if shared else "the router"
+    return "the router and the shared experts" if m.has_shared_experts else "the router"
 
 
 def values(est: Estimate) -> dict[str, str]:
