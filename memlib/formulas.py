@@ -34,7 +34,7 @@ from typing import Callable, Union
 
 import sympy as sp
 
-from .ledgers import act_profile
+from .model.profiles import PROFILES, act_profile
 from .ledgers.base import entry_bytes, ledger_bytes, parse_policy
 from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .core.breakdown import Breakdown
@@ -44,7 +44,7 @@ from .model.params import (
     by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
 )
-from .model.partition import PROFILES, shard_divisor
+from .model.partition import shard_divisor
 from .config import ZeroStage
 from .config.precision import RECIPES
 from .model.states import sharded_count, states_formula
@@ -299,7 +299,7 @@ def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]
     """Per-device parameters of one MoE layer, grouped as the paper's Table 6 (symbolic)."""
     from .model.architecture import decoder_layer_tensors
 
-    prof = PROFILES[profile]
+    prof = PROFILES[profile].partition
     groups: dict[str, list] = {"mla_split": [], "mla_replicated": [], "rmsnorm": [], "moe": []}
     # a dense model's stage is of dense layers: its FFN stands in the MoE group's place
     for x in decoder_layer_tensors(m, "moe" if m.has_moe else "dense"):

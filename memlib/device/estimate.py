@@ -34,7 +34,7 @@ from typing import Mapping
 import sympy as sp
 
 from ..ledgers.base import Policy, Saved, element_bytes, entry_bytes, parse_policy, training_values
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..core.breakdown import Breakdown, exact_int
 from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show

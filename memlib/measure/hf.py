@@ -490,7 +490,7 @@ def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile:
     gradient and AdamW-state bytes of the bf16 model (DeepSeek's router weight is kept in fp32)."""
     from ..ledgers.base import ledger_bytes, training_values
     from ..config import TrainingConfig
-    from ..ledgers import act_profile
+    from ..model.profiles import act_profile
     from ..model.params import values
 
     m = load_model(model)

@@ -30,7 +30,7 @@ def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
 
     from ..config.strategies import Runtime
     from ..ledgers.base import ledger_bytes, parse_policy, training_values
-    from ..ledgers import act_profile
+    from ..model.profiles import act_profile
     from ..model.partition import Partition
 
     train = replace(train, runtime=Runtime.CPU)

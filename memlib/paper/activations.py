@@ -22,7 +22,7 @@ import sympy as sp
 from ..ledgers.base import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
 from ..config import TrainingConfig
 from ..ledgers.paper import MULTI_HEAD, gpt_structure
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..data.reference import (
     KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,

@@ -36,7 +36,7 @@ import sympy as sp
 from ..ledgers.base import Saved, entry_bytes, parse_policy
 from ..core.breakdown import exact_int
 from ..config import PAPER_TRAINING, PRESETS, ConfigError, ModelConfig, TrainingConfig, load_model, show
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import estimate
 from ..formulas import attention_token_formula, token_training
 from ..paper import paper_training

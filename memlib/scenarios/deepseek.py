@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..ledgers.base import entry_bytes, fp8_cached
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, StageMemory, estimate
 from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..ledgers.base import entry_bytes, ledger_bytes, training_values
 from ..config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, model_from_dict
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..model.params import values as param_values
 from ..model.partition import parallel_values
 

@@ -46,7 +46,7 @@ import numpy as np
 import sympy as sp
 
 from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..device.overhead import Overheads
 from ..model.partition import Stage, build_stages, resolve_layout

@@ -23,7 +23,7 @@ import numpy as np
 from .compiled import Family, stage_signature
 from ..config import (LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, check_count, load_model,
                       parse_count, show)
-from ..ledgers import ACT_PROFILES
+from ..model.profiles import profile
 from ..ledgers.base import parse_policy
 from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
@@ -140,8 +140,7 @@ class SearchSpace:
                 raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
         # every name of the lists is one the library knows (a family it rejects for a model is skipped by search)
         for prof in self.profiles:
-            if prof not in ACT_PROFILES:
-                raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
+            profile(prof)
         for prec in self.precisions:
             recipe(prec)
         for rc in self.recomputes:
