@@ -81,7 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/book_build.py
 
-# the README's figure (tests/test_readme.py checks that the committed one is current)
+# the README's figure (tests/report/test_readme.py checks that the committed one is current)
 readme-figure: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m memlib.report.readme
 

@@ -53,7 +53,7 @@ from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width,
 
 #: a displayed equation whose right-hand side prints wider than this many characters is broken into lines of
 #: about LINE_WIDTH: at 1,300 px the HTML's text column holds about 70 printed characters of an equation, the
-#: PDF's about 75 (tests/test_book_html.py measures the HTML)
+#: PDF's about 75 (tests/book/test_book_html.py measures the HTML)
 DISPLAY_WIDTH, LINE_WIDTH = 60, 45
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol",

@@ -1,4 +1,4 @@
-"""Worker for tests/test_megatron_buffers.py: Megatron-Core's DDP buffers and retained state on the CPU.
+"""Worker for tests/device/test_megatron_buffers.py: Megatron-Core's DDP buffers and retained state on the CPU.
 
 ``python tests/megatron_buffers_worker.py REQUESTS OUT [WORLD RANK STORE]`` builds, per request, the
 rank's GPTModel chunk (local spec, bf16, megatron-core 0.19.2, with memlib.measure.megatron's CPU

@@ -33,7 +33,7 @@ transient
     reloaded, in backward moments), ``forward_transients`` and ``backward_released`` (negative: what the
     backward freed by then).  The optimizer step allocates nothing that outlives an op at these sizes
     (fused Adam works in place).  Checked against a measured Megatron-Core step on the CPU
-    (:mod:`memlib.measure.step`, tests/test_peak_cpu.py).
+    (:mod:`memlib.measure.step`, tests/device/test_peak_cpu.py).
 
 ``peak_reserved`` adds the allocator's caching to the peak: the overhead preset's fragmentation
 fraction of it (PyTorch's ``max_memory_reserved`` minus ``max_memory_allocated``).

@@ -256,7 +256,7 @@ def parameter_checks(model: ModelConfig) -> tuple[dict, ...]:
     size on the meta device, with ``difference`` (transformers − memlib), ``tensors_differing``,
     ``is_model`` and ``block_rows`` (per memlib block: memlib, transformers, difference)."""
     from ..measure.hf import param_check
-    from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/test_architectures.py)
+    from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/model/test_architectures.py)
 
     names = [model] + [p for p in PRESET_ORDER if p != model.name]
     out = []

@@ -17,7 +17,7 @@ very same expressions, once:
 * every expression is compiled by :class:`ExactFunction` into NumPy operations on exact rationals (numerator and
   denominator int64 arrays): ceilings, maxima, piecewise cases and the final truncation ``int()`` are those of
   the exact evaluation, so a vectorised result equals :func:`~memlib.device.estimate.estimate`'s to the byte
-  (tests/test_compiled.py checks it on random configurations of every kind).  The same compiled expression
+  (tests/search/test_compiled.py checks it on random configurations of every kind).  The same compiled expression
   runs three ways: a *bound* run on the rows' largest knob values (Python integers) finds whether any
   intermediate integer could reach 2^62; if none can, the *fast* run uses plain int64 operations and
   reduces nothing; else the *checked* run looks at each product's magnitude, reduces denominators by their

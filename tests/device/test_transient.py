@@ -1,5 +1,5 @@
 """memlib.device.transient: the candidate moments of a micro-batch, hand-worked on made-up chunks (whole
-numbers of bytes per entry), for the cases tests/test_peak_cpu.py's measured steps do not reach: the ledger
+numbers of bytes per entry), for the cases tests/device/test_peak_cpu.py's measured steps do not reach: the ledger
 walk itself, a chunk without layers, MTP on the last chunk, a chunk that is not the last, the experts' copies."""
 import pytest
 import sympy as sp
