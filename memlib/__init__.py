@@ -11,15 +11,16 @@ from .core.breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model
 from .device.estimate import Estimate, estimate
 from .model.partition import Partition
-from .model.states import RECIPES, ZeroStage
+from .config import ZeroStage
+from .config.precision import RECIPES
 
 __all__ = ["Breakdown", "ConfigError", "ModelConfig", "TrainingConfig", "PAPER_TRAINING",
            "load_model", "Partition", "RECIPES", "ZeroStage", "Estimate", "estimate"]
 __version__ = "0.1.0"
 
 #: memlib's packages (and its one top-level module, ``formulas``) in the order data flows: from the leaves
-#: (units, symbols, the Breakdown type) through configuration, model, activation ledgers, one device, the
+#: (units, symbols, the Breakdown type) through configuration, activation ledgers, model, one device, the
 #: search, Megatron-LM's flags and the published data, to the paper's views, the formula registry, the
 #: optional measurements, the book's scenarios and report, and the command line
-PACKAGES = ("core", "config", "model", "ledgers", "device", "search", "megatron", "data", "paper", "formulas",
+PACKAGES = ("core", "config", "ledgers", "model", "device", "search", "megatron", "data", "paper", "formulas",
             "measure", "scenarios", "report", "cli")

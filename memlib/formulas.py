@@ -34,7 +34,7 @@ from typing import Callable, Union
 
 import sympy as sp
 
-from .ledgers import act_profile
+from .model.profiles import PROFILES, act_profile
 from .ledgers.base import entry_bytes, ledger_bytes, parse_policy
 from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
 from .core.breakdown import Breakdown
@@ -44,8 +44,10 @@ from .model.params import (
     by_block, expert_params, layer_counts, layer_params, mtp_params,
     readable, tensor_counts, total_formula,
 )
-from .model.partition import PROFILES, shard_divisor
-from .model.states import RECIPES, ZeroStage, recipe, sharded_count, states_formula
+from .model.partition import shard_divisor
+from .config import ZeroStage
+from .config.precision import RECIPES
+from .model.states import sharded_count, states_formula
 from .paper import device_group
 from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width, s, sym
 
@@ -297,7 +299,7 @@ def _device_groups(m: ModelConfig, profile: str = "paper") -> dict[str, sp.Expr]
     """Per-device parameters of one MoE layer, grouped as the paper's Table 6 (symbolic)."""
     from .model.architecture import decoder_layer_tensors
 
-    prof = PROFILES[profile]
+    prof = PROFILES[profile].partition
     groups: dict[str, list] = {"mla_split": [], "mla_replicated": [], "rmsnorm": [], "moe": []}
     # a dense model's stage is of dense layers: its FFN stands in the MoE group's place
     for x in decoder_layer_tensors(m, "moe" if m.has_moe else "dense"):
@@ -364,7 +366,7 @@ def _act(block: str, where: str, policy: str = "none"):
         if where == "unsplit":
             expr = ledger_bytes(entries, TrainingConfig(sp=False), RECIPES["paper"], pol).total
             return sp.factor_terms(sp.expand(expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})))
-        expr = ledger_bytes(entries, t, recipe(t.precision), pol).total
+        expr = ledger_bytes(entries, t, t.recipe, pol).total
         if where == "device":
             return sp.collect(sp.expand(expr), [b * s], evaluate=True)
         subs = {TP: t.tp, CP: t.cp, EP: t.ep, ETP: t.etp}
@@ -418,7 +420,7 @@ def attention_token_formula(model: ModelConfig | str, profile: str = "paper") ->
     train = token_training(profile)
     pol = parse_policy("none")
     entries = [e for e in act_profile(profile, train).layer(m, m.layer_kinds[-1]) if not pol.drops(e)]
-    total = sp.Add(*(entry_bytes(e, train, recipe(train.precision)) for e in entries if e.block == "attention"))
+    total = sp.Add(*(entry_bytes(e, train, train.recipe) for e in entries if e.block == "attention"))
     return sp.expand(sp.sympify(total.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})) / (b * s))
 
 
@@ -588,7 +590,7 @@ def value(name: str, model: str | ModelConfig = "deepseek-v3", train: TrainingCo
     est = Estimate(m, t)
     part = est.partition
     st = part.stages[analysed_stage(part)]
-    rec = recipe(t.precision)
+    rec = t.recipe
     counts = est.stage_counts(st)
     rep = {**part.values, sym("b"): t.micro_batch, sym("s"): t.seq_len, sym("EDP"): t.edp,
            sym("B_w"): rec.weights, sym("B_g"): rec.gradients, sym("B_o"): rec.optimizer_bytes,

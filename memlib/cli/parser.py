@@ -8,7 +8,7 @@ from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_T
                       parse_count, show)
 from ..config.strategies import (CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime,
                                  TransformerImpl)
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.units import parse_number
 
 

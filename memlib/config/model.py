@@ -116,6 +116,12 @@ class ModelConfig:
         """Whether the model has MoE layers (a routed-expert kind)."""
         return self.moe is not None
 
+    @property
+    def has_shared_experts(self) -> bool:
+        """Whether its MoE layers have shared experts beside the routed ones (``n_shared_experts``, or
+        Qwen2-MoE's one gated shared expert)."""
+        return self.has_moe and (bool(self.n_shared_experts) or self.moe == "qwen2_moe")
+
     def values(self) -> dict:
         """Field name -> value, for the JSON output (DeepSeek's fields only for a DeepSeek model, as before)."""
         skip = {"source", "weight_block_size"} | (set(_FAMILY_FIELDS) if self.family == "deepseek" else set())

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Optional
 
 from .checks import LIMITS, ConfigError, _bound_text, check_count, show
+from .precision import Recipe, recipe
 from .strategies import (CP_COMM_TYPES, FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, AttnBackend, CrossEntropyFusionImpl,
                          LoadBalancing, Runtime, Schedule, TransformerImpl, ZeroStage, parse_choice)
 
@@ -34,7 +35,7 @@ class TrainingConfig:
     sp: bool = True                  #: sequence parallelism (with TP > 1)
     layout: Optional[tuple[int, ...]] = None  #: decoder layers per stage; None: the default rule
     zero: ZeroStage = ZeroStage.NONE  #: ZeRO stage 0..3 (1: optimizer states, 2: +gradients, 3: +parameters)
-    precision: str = "paper"         #: precision recipe name (see memlib.model.states.RECIPES)
+    precision: str = "paper"         #: precision recipe name or spec (memlib.config.precision; parsed: recipe)
     profile: str = "paper"           #: implementation convention: "paper", "megatron", ...
     micro_batch: int = 1             #: b, sequences per micro-batch
     seq_len: int = 4096              #: s, tokens per sequence
@@ -190,6 +191,12 @@ class TrainingConfig:
         """The data-parallel group of the non-expert parameters, DP CP (Megatron-Core's data-parallel group with
         context parallelism): their gradients are reduced, and ZeRO shards their states, over it."""
         return self.dp * self.cp
+
+    @property
+    def recipe(self) -> Recipe:
+        """The precision recipe ``precision`` names, parsed by :func:`memlib.config.precision.recipe` (a preset
+        is looked up, a spec parsed once and cached); a bad ``precision`` raises :class:`ConfigError` here."""
+        return recipe(self.precision)
 
     @property
     def world_size(self) -> int:

@@ -34,7 +34,7 @@ from typing import Mapping
 import sympy as sp
 
 from ..ledgers.base import Policy, Saved, element_bytes, entry_bytes, parse_policy, training_values
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..core.breakdown import Breakdown, exact_int
 from ..core.exact import NotCompilable, exact_function
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
@@ -47,7 +47,8 @@ from ..model.params import by_block, values as model_values
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from .schedule import Moment, check_schedule, moments
 from .transient import Segment, candidates, embedding_backward_bytes, loss_kind, moe_copies, te_fused_softmax
-from ..model.states import P_e, P_ne, Recipe, recipe, states_formula
+from ..config.precision import Recipe
+from ..model.states import P_e, P_ne, states_formula
 from ..core.symbols import sym
 
 __all__ = ["StageMemory", "Estimate", "estimate", "ALLOCATED", "stage_formula", "StageExpressions", "config_values"]
@@ -279,7 +280,7 @@ class Estimate:
         self.partition = Partition(model, train)
         self.model = self.partition.model
         self.train = train
-        self.recipe = recipe(train.precision)
+        self.recipe = train.recipe
         #: the recipe the saved activations follow: Megatron-LM's FP8 compute (``fp8``) caches Linear inputs
         #: in FP8 whatever the weights' precision
         self.act_recipe = self.recipe if train.fp8 is None or self.recipe.fp8_activations else \

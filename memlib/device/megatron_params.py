@@ -144,8 +144,8 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
     Their element counts are memlib's (:meth:`Partition.tensors`); the total is checked against
     :meth:`Partition.params` for the chunk."""
     m, t = part.model, part.train
-    if part.profile.name != "megatron":
-        raise ConfigError(f"profile={part.profile.name}: Megatron-Core's buffers need the megatron profile")
+    if t.profile != "megatron":
+        raise ConfigError(f"profile={t.profile}: Megatron-Core's buffers need the megatron profile")
     vals = part.values
     experts = _expert_buffer(t)
     hidden, vocab_local = m.hidden_size, int((sym("v") / TP).xreplace(vals))

@@ -1,23 +1,17 @@
-"""Activation ledgers: the tensors each layer saves for backward, one ledger per implementation, and their registry.
+"""Activation ledgers: the tensors each layer saves for backward, one ledger per implementation.
 
 :mod:`~memlib.ledgers.base` holds the ledger type (``Saved``, ``Policy``, ``ActProfile``);
 :mod:`~memlib.ledgers.paper` the paper's and Korthikanti's ledgers, :mod:`~memlib.ledgers.hf` what the
 pinned ``transformers`` saves, :mod:`~memlib.ledgers.megatron` what Megatron-Core saves per kernel choice
-(its blocks in :mod:`~memlib.ledgers.megatron_blocks`).  The registry here names every profile
-(:data:`ACT_PROFILES`) and binds one to a training configuration's kernel choices (:func:`act_profile`).
+(its blocks in :mod:`~memlib.ledgers.megatron_blocks`).  :func:`bind_kernels` binds an activation profile to a
+training configuration's kernel choices; the registry that names the profiles is :mod:`memlib.model.profiles`.
 """
 from __future__ import annotations
 
-from ..config import ConfigError, TrainingConfig, show
+from ..config import ConfigError, TrainingConfig
 from .base import ActProfile
-from .hf import HF_EAGER_PROFILE
-from .megatron import MEGATRON_PROFILE
-from .paper import PAPER_PROFILE
 
-__all__ = ["ACT_PROFILES", "KERNEL_FIELDS", "act_profile"]
-
-#: every activation profile, by name
-ACT_PROFILES: dict[str, ActProfile] = {p.name: p for p in (PAPER_PROFILE, MEGATRON_PROFILE, HF_EAGER_PROFILE)}
+__all__ = ["KERNEL_FIELDS", "bind_kernels"]
 
 
 #: TrainingConfig fields that choose kernels; only a profile with ``bind`` reads them
@@ -25,19 +19,14 @@ KERNEL_FIELDS = ("transformer_impl", "attention_backend", "attention_softmax_in_
                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_aux_loss")
 
 
-def act_profile(name: str, train: TrainingConfig | None = None) -> ActProfile:
-    """The activation profile called ``name``, bound to ``train``'s kernel choices if it has any."""
-    try:
-        p = ACT_PROFILES[name]
-    except KeyError:
-        raise ConfigError(f"profile={show(name)} has no activation ledger; known: {', '.join(ACT_PROFILES)}") from None
-    if train is None:
-        return p
+def bind_kernels(p: ActProfile, train: TrainingConfig) -> ActProfile:
+    """The activation profile ``p`` bound to ``train``'s kernel choices if it has any; a kernel choice other than
+    the default under a profile without any raises :class:`ConfigError`."""
     if p.bind is not None:
         return p.bind(train)
     default = TrainingConfig()
     for f in KERNEL_FIELDS:
         if getattr(train, f) != getattr(default, f):
             raise ConfigError(f"{f}={getattr(train, f)} is a kernel choice of profile=megatron "
-                              f"(profile={name} has none)")
+                              f"(profile={p.name} has none)")
     return p

@@ -41,7 +41,7 @@ import sympy as sp
 
 from ..core.breakdown import Breakdown
 from ..config import LIMITS, ConfigError, ModelConfig, TrainingConfig, parse_count, show
-from ..model.states import Recipe
+from ..config.precision import Recipe
 from ..core.symbols import CP, EP, ETP, TP, b, s
 
 __all__ = [

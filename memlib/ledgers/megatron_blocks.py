@@ -17,8 +17,6 @@ import sympy as sp
 from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
 from ..config.strategies import CP_A2A, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
-from ..model.blocks import model_blocks
-from ..model.states import recipe
 from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
 
 
@@ -92,7 +90,7 @@ class Kernels:
 
     @classmethod
     def of(cls, train: TrainingConfig) -> "Kernels":
-        rec = recipe(train.precision)
+        rec = train.recipe
         impl = train.transformer_impl
         policy = parse_policy(train.recompute)
         if not impl.uses_te:
@@ -496,7 +494,7 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
     out = _norm("moe", "the MoE block input (residual stream after attention)", h, k, modules={"layernorm"},
                 checkpoint_module="layernorm", output_linear=False,
                 output_name="pre-MLP RMSNorm output, input of the router" + (
-                    " and the shared experts" if "shared_experts" in model_blocks(m) else ""),
+                    " and the shared experts" if m.has_shared_experts else ""),
                 output_note=("kept in bf16: the router's GEMM needs it in high precision, and under FP8 Megatron has "
                              "the shared experts' fc1 keep this original (set_save_original_input); the dispatched "
                              "tokens are a separate copy") if not k.local_norm

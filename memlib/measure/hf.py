@@ -490,16 +490,15 @@ def predicted(model: ModelConfig | str, micro_batch: int, seq_len: int, profile:
     gradient and AdamW-state bytes of the bf16 model (DeepSeek's router weight is kept in fp32)."""
     from ..ledgers.base import ledger_bytes, training_values
     from ..config import TrainingConfig
-    from ..ledgers import act_profile
+    from ..model.profiles import act_profile
     from ..model.params import values
-    from ..model.states import recipe
 
     m = load_model(model)
     _check_hf_compatible(m)
     ap = act_profile(profile)
     t = TrainingConfig(micro_batch=micro_batch, seq_len=seq_len, profile=profile, precision="paper")
     vals = {**values(m), **training_values(t)}
-    rec = recipe(t.precision)
+    rec = t.recipe
     regions: dict[str, int] = {}
     entries: dict[str, dict[str, int]] = {}
 

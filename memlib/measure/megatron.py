@@ -399,7 +399,7 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
                           "needs the bias (--no-bias-swiglu-fusion)")
     if t.cross_entropy_loss_fusion and not t.cross_entropy_fusion_impl.keeps_fp32_softmax(True):
         raise ConfigError("cross_entropy_fusion_impl=te needs Transformer Engine (a GPU)")
-    from ..ledgers import act_profile
+    from ..model.profiles import act_profile
     from ..model.partition import Partition
 
     act_profile("megatron", t)          # the kernel rules (moe_act needs TE, FP8 needs TE, ...)

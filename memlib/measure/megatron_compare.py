@@ -30,7 +30,7 @@ def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
 
     from ..config.strategies import Runtime
     from ..ledgers.base import ledger_bytes, parse_policy, training_values
-    from ..ledgers import act_profile
+    from ..model.profiles import act_profile
     from ..model.partition import Partition
 
     train = replace(train, runtime=Runtime.CPU)
@@ -46,7 +46,7 @@ def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
     entries: dict[str, dict[str, int]] = {}
 
     def add(region, ledger, pol):
-        for key, x in ledger_bytes(ledger, train, _recipe(train), pol).evaluate(vals).items():
+        for key, x in ledger_bytes(ledger, train, train.recipe, pol).evaluate(vals).items():
             entries.setdefault(region, {})[key] = entries.get(region, {}).get(key, 0) + x
             blk = blocks.setdefault(region, {})
             blk[entry_block(key)] = blk.get(entry_block(key), 0) + x
@@ -63,17 +63,11 @@ def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
     return {"regions": regions, "blocks": blocks, "entries": entries, "states": _predicted_states(part, train)}
 
 
-def _recipe(train: TrainingConfig):
-    from ..model.states import recipe
-
-    return recipe(train.precision)
-
-
 def _predicted_states(part, train: TrainingConfig) -> dict:
     """Parameters and main_grad bytes on one device per memlib block (ZeRO 0)."""
     from ..model.params import by_block
 
-    rec = _recipe(train)
+    rec = train.recipe
     st = part.stages[0]
     counts = by_block(part.params(st)).evaluate(part.values)
     return {"blocks": {k: int(x) for k, x in counts.items()}, "parameters": rec.weights * sum(counts.values()),

@@ -1,7 +1,7 @@
 """Two of Megatron-LM's rules on flag values: the vocabulary padding and the precision of the mixed-precision flags.
 
 :func:`pad_vocab` pads a tokenizer's vocabulary as Megatron-LM does; :func:`precision_spec` names the memlib
-precision recipe (:data:`memlib.model.states.RECIPES`) that ``--bf16``, ``--fp16``, ``--fp8-param-gather``,
+precision recipe (:data:`memlib.config.precision.RECIPES`) that ``--bf16``, ``--fp16``, ``--fp8-param-gather``,
 ``--grad-reduce-in-bf16``, the precision-aware optimizer and its dtype flags amount to.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..config import ConfigError
-from ..model.states import DTYPE_BYTES, RECIPES, recipe
+from ..config.precision import DTYPE_BYTES, RECIPES, recipe
 
 __all__ = ["pad_vocab", "precision_spec", "DTYPE_FLAGS"]
 

@@ -2,7 +2,8 @@
 
 :mod:`~memlib.model.blocks` (which optional blocks a model has, and the words for each) and
 :mod:`~memlib.model.architecture` (parameter tensors with symbolic shapes) →
-:mod:`~memlib.model.params` (counts per tensor, layer and model) →
+:mod:`~memlib.model.params` (counts per tensor, layer and model) and
+:mod:`~memlib.model.profiles` (the profiles: each one's partition rules and activation profile) →
 :mod:`~memlib.model.partition` (layout, stages and what each device stores) →
-:mod:`~memlib.model.states` (precision recipes, the ZeRO formula).
+:mod:`~memlib.model.states` (the model states under a precision recipe and a ZeRO stage).
 """

@@ -107,7 +107,7 @@ def block_kinds(m: ModelConfig) -> dict:
             "n_kv": m.num_key_value_heads if gqa else None, "d_head": m.head_dim if gqa else None,
             "qk_norm": m.qk_norm, "ffn": {"swiglu": "SwiGLU", "gelu": "GeLU"}[m.mlp],
             "moe": MOE_NAMES[m.moe] if m.moe else None, "N": m.n_routed_experts, "N_r": m.num_experts_per_tok,
-            "shared": bool(m.n_shared_experts) or m.moe == "qwen2_moe",
+            "shared": m.has_shared_experts,
             "norm": "LayerNorm" if NORMS[m.norm] else "RMSNorm", "positions": "learned" if m.positions == "learned" else "RoPE",
             "tied": m.tie_word_embeddings, "deepseek": is_deepseek_architecture(m)}
 

@@ -70,7 +70,7 @@ def model_blocks(m: ModelConfig, paper: bool = False) -> frozenset[str]:
         "rope_split": m.attention == "mla" and bool(m.qk_rope_head_dim),
         "gqa": m.attention != "mla",
         "moe": m.has_moe,
-        "shared_experts": m.has_moe and (bool(m.n_shared_experts) or m.moe == "qwen2_moe"),
+        "shared_experts": m.has_shared_experts,
         "router_bias": m.has_moe and m.router_bias,
         "mtp": m.num_nextn_predict_layers > 0,
         "dense_layers": "dense" in m.layer_kinds,

@@ -9,7 +9,8 @@ splits each tensor by how it shards:
 * **expert-split**: the N routed experts are divided over EP ranks and each expert's width h_E
   over ETP ranks.
 
-Two conventions (*profiles*) say which tensors are TP-split:
+The profiles (:mod:`memlib.model.profiles`, their :class:`~memlib.model.profiles.PartitionRules`) say which
+tensors are TP-split:
 
 ``paper``
     arXiv 2502.07846 §3: W^UQ, W^UK, W^UV, W^O split; W^DQ, W^DKV, W^QR, W^KR, all RMSNorms, the
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Callable
 from math import ceil
 
 import sympy as sp
@@ -46,11 +46,12 @@ from .architecture import (
     tied_head_copy,
 )
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, ModelConfig, TrainingConfig, load_model, show
+from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
 from .params import values as model_values
+from .profiles import profile
 from ..core.symbols import SYMBOLS, sym
 
-__all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
+__all__ = ["Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
            "parallel_values", "shard_divisor", "SHARDING", "Chunk", "build_stages"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
@@ -58,67 +59,10 @@ TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 #: how a tensor is laid over the ranks of a stage, with the divisor of its element count
 SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by EP and ETP"}
 
-_PAPER_TP = {"attention.W_UQ", "attention.W_Q", "attention.W_UK", "attention.W_UV", "attention.W_O",
-             # grouped-query attention: the query heads and the key-value groups, with their biases
-             "attention.W_K", "attention.W_V", "attention.b_Q", "attention.b_K", "attention.b_V"}
-
 #: Megatron-Core's local spec (transformer_impl=local) builds MLA's down-projections as ColumnParallelLinear
 #: (then gathers their outputs): W^DQ split over d_c', the fused [W^DKV; W^KR] over d_c + d_h^R
 _LOCAL_TP = {"attention.W_DQ": sym("d_cq"), "attention.W_DKV": sym("d_c") + sym("d_hR"),
              "attention.W_KR": sym("d_c") + sym("d_hR")}
-
-
-def _paper_splits(t: Tensor) -> bool:
-    """The paper's §3: W^UQ (or W^Q), W^UK, W^UV and W^O split by TP, the dense FFN and the
-    vocab-parallel embedding and head too; W^QR, the down-projections and the shared experts not."""
-    key = t.key.removeprefix("mtp.")
-    return key in _PAPER_TP or t.block == "dense_ffn" or t.kind == "embedding"
-
-
-def _every_splittable(t: Tensor) -> bool:
-    """Megatron-Core: every tensor with a TP dimension is split (W^QR with W^UQ, the shared experts
-    like the dense FFN)."""
-    return True
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A partition convention: which tensors TP splits, which states shard over EDP, where MTP sits."""
-
-    name: str
-    description: str
-    include_mtp: bool
-    #: whether a tensor that has a TP dimension (``tp_dim``) is split by TP under this convention
-    tp_splits: Callable[[Tensor], bool] = _every_splittable
-    #: blocks whose model states shard over EDP (the others over DP CP)
-    edp_blocks: frozenset = frozenset({"routed_experts"})
-    #: the MTP block is typed like the last decoder layer (Megatron-Core's get_gpt_mtp_block_spec), not
-    #: like decoder layer l + j (Hugging Face's rule)
-    mtp_like_last_layer: bool = False
-    #: Megatron-Core's kernel choices apply (``--transformer-impl local`` with TP > 1 also splits MLA's
-    #: down-projections, :data:`_LOCAL_TP`)
-    megatron_kernels: bool = False
-
-    def sharding(self, t: Tensor) -> str:
-        """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
-        if t.expert:
-            return "expert"
-        if t.kind == "buffer" or t.tp_dim is None:
-            return "replicated"
-        return "tp" if self.tp_splits(t) else "replicated"
-
-
-PROFILES = {
-    "paper": Profile("paper", "the paper's convention (arXiv 2502.07846 §3): W^UQ, W^UK, W^UV, W^O "
-                     "TP-split; down-projections, W^QR, norms, router, shared experts replicated; no MTP",
-                     include_mtp=False, tp_splits=_paper_splits,
-                     edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
-    "megatron": Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
-                        "the vocab-parallel embedding/head TP-split; MTP on the last stage",
-                        include_mtp=True, mtp_like_last_layer=True, megatron_kernels=True),
-    "hf-eager": Profile("hf-eager", "transformers' ...ForCausalLM classes (eager attention): tensors split as "
-                        "megatron would; no MTP (transformers builds none)", include_mtp=False),
-}
 
 
 def shard_divisor(kind: str) -> sp.Expr:
@@ -267,9 +211,8 @@ class Partition:
     def __init__(self, model: ModelConfig | str, train: TrainingConfig):
         self.model = load_model(model)
         self.train = train
-        if train.profile not in PROFILES:
-            raise ConfigError(f"profile={show(train.profile)} must be one of {', '.join(PROFILES)}")
-        self.profile = PROFILES[train.profile]
+        #: the profile's partition rules (:class:`memlib.model.profiles.PartitionRules`)
+        self.profile = profile(train.profile).partition
         m = self.model
         self.layout = resolve_layout(m, train)
         self.stages = build_stages(self.layout, train)
@@ -296,7 +239,7 @@ class Partition:
             raise ConfigError(f"tp={t.tp} must divide num_attention_heads={m.num_attention_heads}")
         if m.attention == "gqa" and m.num_key_value_heads % t.tp:
             kv = m.num_key_value_heads
-            if self.profile.name != "megatron":
+            if t.profile != "megatron":
                 raise ConfigError(f"tp={t.tp} must divide num_key_value_heads={kv} under the {t.profile} profile "
                                   f"(each rank holds whole key-value groups; the megatron profile replicates a group "
                                   f"over tp/num_key_value_heads ranks, as Megatron-Core does)")

@@ -22,12 +22,12 @@ import sympy as sp
 from ..ledgers.base import MODULES, POLICIES, Saved, element_bytes, entry_bytes, ledger_bytes, parse_policy
 from ..config import TrainingConfig
 from ..ledgers.paper import MULTI_HEAD, gpt_structure
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..data.reference import (
     KORTHIKANTI_MODELS, KORTHIKANTI_SYMBOLS, KORTHIKANTI_TABLE2, PAPER_ACTIVATION_FORMULAS, PAPER_TABLE9,
 )
-from ..model.states import recipe
+from ..config.precision import recipe
 from ..core.symbols import sym
 from . import analysed_stage
 
@@ -148,7 +148,7 @@ def routed_count_comparison(est: Estimate, index: int | None = None) -> dict:
     i = _index(est, index)
     tok = routed_tokens(est)
     other = estimate(est.model, held_count_training(est), est.overhead, est.capacity)
-    rec = recipe(est.train.precision)
+    rec = est.train.recipe
     routed = [e for e in layer_ledger(est) if e.mean_rows and e.key.startswith("moe.routed.")]
     layer = sum(int(entry_bytes(e, est.train, rec).xreplace(est.values)) for e in routed)
     out = {}
@@ -213,7 +213,7 @@ def layer_formula(est: Estimate, block: str, policy: str = "none", parallel: str
     entries = layer_ledger(est, block, kind)
     pol = parse_policy(policy)
     if parallel == "none":
-        expr = ledger_bytes(entries, TrainingConfig(sp=False), recipe(est.train.precision), pol).total
+        expr = ledger_bytes(entries, TrainingConfig(sp=False), est.train.recipe, pol).total
         expr = expr.xreplace({TP: 1, CP: 1, EP: 1, ETP: 1})
     else:
         t = est.train

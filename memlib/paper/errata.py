@@ -25,7 +25,8 @@ from ..device.estimate import Estimate
 from ..model.params import activated_params, layer_params, mtp_params, per_layer_totals, values
 from ..model.partition import parallel_values
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
-from ..model.states import RECIPES, ZeroStage
+from ..config import ZeroStage
+from ..config.precision import RECIPES
 from . import analysed_stage, is_paper_model
 from . import static as pstatic
 from . import zero as pzero

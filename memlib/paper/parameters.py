@@ -34,7 +34,7 @@ from ..model.params import (
 from ..model.params import values as model_values
 from ..model.partition import Partition, Stage, balanced_layout, default_layout
 from ..data.reference import DEEPSEEK_OFFICIAL, PAPER
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.units import UNITS, fmt_decimal
 from . import PAPER_MODEL, is_paper_model, moe_stages
 

@@ -19,9 +19,10 @@ from fractions import Fraction
 
 from ..model.architecture import decoder_layer_tensors
 from ..config import ConfigError, TrainingConfig
-from ..model.partition import PROFILES, Partition, balanced_layout, default_layout, shard_divisor
+from ..model.partition import Partition, balanced_layout, default_layout, shard_divisor
+from ..model.profiles import profile
 from ..data.reference import PAPER
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.units import fmt_decimal, to_unit
 from . import device_group, is_paper_model
 
@@ -205,7 +206,7 @@ def tensor_layout(part: Partition) -> list[dict[str, object]]:
             continue
         row: dict[str, object] = {"key": t.key, "latex": t.latex, "block": t.block, "shape": t.shape}
         for name in PROFILE_NAMES:
-            kind = PROFILES[name].sharding(t)
+            kind = profile(name).partition.sharding(t)
             row[name] = {"sharding": kind, "per_device": int((t.numel / shard_divisor(kind)).xreplace(part.values))}
         rows.append(row)
     return rows

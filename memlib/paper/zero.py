@@ -14,7 +14,9 @@ import sympy as sp
 from ..device.estimate import Estimate, estimate
 from ..model.partition import Partition
 from ..data.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
-from ..model.states import RECIPES, Recipe, ZeroStage, states_formula
+from ..config import ZeroStage
+from ..config.precision import RECIPES, Recipe
+from ..model.states import states_formula
 from ..core.symbols import sym
 
 __all__ = ["TERMS", "table7", "sharding", "table8", "printed_sum", "rule_totals", "prose_swap",

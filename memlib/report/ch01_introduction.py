@@ -19,7 +19,7 @@ from ..paper import parameters as pp
 from ..data.reference import PAPER
 from ..scenarios import deepseek as ds
 from ..device.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODUCT_GB, allocatable
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.units import to_unit
 from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
                      span)

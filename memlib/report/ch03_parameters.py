@@ -18,7 +18,7 @@ from ..paper import parameters as pp
 from ..paper.errata import errata
 from ..data.reference import PAPER
 from ..scenarios import models as sm
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
     fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, span, tex,

@@ -17,7 +17,7 @@ from ..paper import static as pstatic
 from ..paper.errata import errata
 from ..model.partition import SHARDING
 from ..scenarios import static as sstatic
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..core.symbols import SYMBOLS
 from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars

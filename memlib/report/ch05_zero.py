@@ -14,7 +14,8 @@ from ..paper.errata import errata
 from ..data.reference import PAPER
 from ..scenarios.sweeps import ep_sweep, recipe_change
 from ..model.architecture import attention_name
-from ..model.states import RECIPES, ZeroStage
+from ..config import ZeroStage
+from ..config.precision import RECIPES
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
 from .notation import chapter_notation
@@ -40,8 +41,7 @@ def notation(est: Estimate) -> str:
 
 def _router_and_shared(m) -> str:
     """The MoE block's parameters outside the routed experts, named by the model's blocks."""
-    shared = bool(m.n_shared_experts) or m.moe == "qwen2_moe"
-    return "the router and the shared experts" if shared else "the router"
+    return "the router and the shared experts" if m.has_shared_experts else "the router"
 
 
 def values(est: Estimate) -> dict[str, str]:

@@ -13,7 +13,7 @@ from ..device.estimate import Estimate
 from ..scenarios import overheads as so
 from ..scenarios import together as st
 from ..config import Schedule
-from ..model.states import ZeroStage
+from ..config import ZeroStage
 from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,

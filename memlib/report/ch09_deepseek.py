@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..device.estimate import Estimate
 from ..scenarios import deepseek as ds
-from ..model.states import RECIPES
+from ..config.precision import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)

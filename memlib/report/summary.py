@@ -12,8 +12,8 @@ from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
 from ..ledgers.base import POLICIES
-from ..model.partition import PROFILES
-from ..model.states import RECIPES
+from ..model.profiles import PROFILES
+from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
 from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
 

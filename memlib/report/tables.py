@@ -13,7 +13,6 @@ from typing import Sequence
 
 
 from ..paper.errata import KINDS, Erratum, Q
-from ..model.states import recipe
 from ..core.symbols import REGISTRY, SYMBOLS
 from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct
 
@@ -29,7 +28,7 @@ def _value(n, model, train) -> str:
         x = train.edp if n.key == "EDP" else getattr(train, n.field)
         return "— (schedule default)" if x is None else fmt_count(x)
     if n.kind == "precision" and train is not None:
-        rec = recipe(train.precision)
+        rec = train.recipe
         return fmt_count({"B_w": rec.weights, "B_g": rec.gradients, "B_o": rec.optimizer_bytes}[n.key])
     return "per device"
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 import sympy as sp
 
 from ..ledgers.base import entry_bytes, ledger_bytes, parse_policy
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..paper import analysed_stage
 from ..core.symbols import sym

@@ -36,12 +36,11 @@ import sympy as sp
 from ..ledgers.base import Saved, entry_bytes, parse_policy
 from ..core.breakdown import exact_int
 from ..config import PAPER_TRAINING, PRESETS, ConfigError, ModelConfig, TrainingConfig, load_model, show
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import estimate
 from ..formulas import attention_token_formula, token_training
 from ..paper import paper_training
 from ..model.params import activated_params, model_params, values as model_values
-from ..model.states import recipe
 from ..core.symbols import sym
 
 __all__ = ["PROFILES", "SEQ_LEN", "ROLES", "ROLE_NAMES", "PAIR_RATIO", "CHAPTER_PRESETS", "TokenEntry",
@@ -127,7 +126,7 @@ def _check_profile(profile: str) -> None:
 
 
 def _per_token(m: ModelConfig, e: Saved, train: TrainingConfig, subs: dict | None = None) -> Fraction:
-    x = entry_bytes(e, train, recipe(train.precision)).xreplace(subs or {}).xreplace(model_values(m))
+    x = entry_bytes(e, train, train.recipe).xreplace(subs or {}).xreplace(model_values(m))
     x = sp.sympify(x.xreplace({**_PARALLEL, b: train.micro_batch, s: train.seq_len}))
     return Fraction(exact_int(x), train.micro_batch * train.seq_len)
 

@@ -8,7 +8,7 @@ multi-head attention; ``moe``: router, dispatch, routed experts beside the share
 
 - every weight (and bias, norm weight, router buffer) of the block is one of the
   :mod:`memlib.model.architecture` tensors, drawn on the edge it transforms, with the slicing the partition
-  profile gives it (:data:`memlib.model.partition.PROFILES`);
+  profile gives it (:data:`memlib.model.profiles.PROFILES`);
 - every value the paper's ledger (:func:`memlib.ledgers.paper.paper_layer`) saves for backward is placed
   on exactly one value node, with the ledger's shape; masks and dropout outputs are left out (they sit
   beside the value they mask);
@@ -36,7 +36,7 @@ from ..core.symbols import sym
 from ..ledgers.paper import paper_layer
 from ..model.architecture import (Tensor, attention_tensors, block_kinds, block_norm_tensors, dense_ffn_tensors,
                                   moe_tensors)
-from ..model.partition import PROFILES
+from ..model.profiles import profile as parse_profile
 
 __all__ = ["BLOCKS", "FlowNode", "FlowEdge", "FlowGraph", "block_flow", "ffn_block", "skipped"]
 
@@ -134,7 +134,7 @@ class _Builder:
 
     def __init__(self, m: ModelConfig, block: str, profile: str, ledger, tensors):
         self.m, self.block = m, block
-        self.prof = PROFILES[profile]
+        self.prof = parse_profile(profile).partition
         self.ledger = {e.key: e for e in ledger if e.key.startswith(block + ".") and not skipped(e)}
         self.tensors = {t.key: t for t in tensors}
         self.nodes: dict[str, FlowNode] = {}

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 
 from ..ledgers.base import entry_bytes, fp8_cached
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, StageMemory, estimate
 from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS
 from ..paper import is_paper_model, paper_training
 from ..model.partition import balanced_layout
-from ..model.states import RECIPES, ZeroStage
+from ..config import ZeroStage
+from ..config.precision import RECIPES
 from .together import grid
 from .uncertainty import judged
 

@@ -34,7 +34,6 @@ from ..device.overhead import Overheads
 from ..device.peak import StagePeak
 from ..ledgers.megatron import te_attention_backend
 from ..megatron.flags import MegatronRun, parse_megatron_config
-from ..model.states import recipe
 
 __all__ = ["model_family", "TARGET", "TARGET_SHARE", "FAMILIES", "APPROXIMATIONS", "Validation", "NotExpressible", "validation", "cases", "not_expressible", "summary",
            "OTHER_MODELS", "GPUS", "Tally", "tally", "family_tallies", "MissGroup", "miss_groups", "reason_groups",
@@ -109,7 +108,7 @@ class Validation:
         ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``; the shard's
         ``shard_model_grad.float()`` in distrib_optimizer.py) and keeps them until ``zero_grad(set_to_none=True)``
         at the start of the next step: one per main parameter, so ``main_params`` scaled by the dtypes."""
-        opt = dict(recipe(self.run.train.precision).optimizer)
+        opt = dict(self.run.train.recipe.optimizer)
         master = opt.get("master_weights", 0)
         return self.peak.persistent.get("main_params", 0) * opt.get("main_grad", 0) // master if master else 0
 

@@ -21,7 +21,7 @@ from ..config import ModelConfig, TrainingConfig, load_model
 from ..device.estimate import StageMemory
 from ..device.overhead import DEVICE_MEMORY, OVERHEAD_PRESETS, overheads
 from ..data.reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
-from ..model.states import ZeroStage
+from ..config import ZeroStage
 
 __all__ = ["CAPACITY_GPU", "CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
            "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",

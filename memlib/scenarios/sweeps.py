@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ..device.estimate import Estimate, estimate
-from ..model.states import ZeroStage
+from ..config import ZeroStage
 from ..paper import zero as pzero
 
 __all__ = ["ep_sweep", "recipe_change"]

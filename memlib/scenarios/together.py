@@ -23,7 +23,7 @@ from ..device.estimate import Estimate, StageMemory, estimate
 from ..device.overhead import OVERHEAD_PRESETS, Overheads
 from ..paper.activations import held_count_training
 from ..model.partition import Partition
-from ..model.states import ZeroStage
+from ..config import ZeroStage
 from ..device.timeline import OverTime, over_time
 from .overheads import CAPACITY_80GB, base_training
 

@@ -39,10 +39,9 @@ from pathlib import Path
 
 from ..ledgers.base import entry_bytes, ledger_bytes, training_values
 from ..config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, model_from_dict
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..model.params import values as param_values
 from ..model.partition import parallel_values
-from ..model.states import recipe
 
 __all__ = ["MINIATURE", "miniature", "HF_CASES", "hf_cases", "hf_comparisons", "hf_summary", "MEGATRON_CASES",
            "megatron_cases", "megatron_comparisons", "megatron_summary", "measure_all", "COLUMNS", "by_group",
@@ -332,7 +331,7 @@ def layer_entries(model: ModelConfig | str, kind: str = "moe", profile: str = "h
     m = load_model(model)
     b, s = _bs(b, s)
     t = TrainingConfig(micro_batch=b, seq_len=s, profile=profile)
-    rec = recipe(t.precision)
+    rec = t.recipe
     par = parallel_values(t)
     vals = {**param_values(m), **par, **training_values(t)}
     out = []
@@ -423,7 +422,7 @@ COLUMNS = ("hf-eager", "megatron-local", "megatron-te")
 
 def _one_layer(model: ModelConfig, kind: str, profile: str, train: TrainingConfig) -> dict[str, int]:
     vals = {**param_values(model), **parallel_values(train), **training_values(train)}
-    return ledger_bytes(act_profile(profile, train).layer(model, kind), train, recipe(train.precision)).evaluate(vals)
+    return ledger_bytes(act_profile(profile, train).layer(model, kind), train, train.recipe).evaluate(vals)
 
 
 def ground_truths(model: ModelConfig | str = "deepseek-v3", kind: str = "moe", b: int | None = None,

@@ -47,7 +47,7 @@ import sympy as sp
 
 from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
 from ..config.strategies import CP_A2A
-from ..ledgers import act_profile
+from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..device.overhead import Overheads
 from ..model.partition import Stage, build_stages, resolve_layout

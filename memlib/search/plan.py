@@ -24,14 +24,14 @@ from .compiled import Family, stage_signature
 from ..config.strategies import CP_A2A
 from ..config import (LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, check_count, load_model,
                       parse_count, show)
-from ..ledgers import ACT_PROFILES
+from ..model.profiles import profile
 from ..ledgers.base import parse_policy
 from ..device.estimate import config_values, estimate, ledger_entries
 from ..device.overhead import Overheads
 from ..model.partition import balanced_layout, default_layout
 from ..device.peak import COMPUTE_CAPABILITY, Framework
 from ..device.schedule import replay_size
-from ..model.states import recipe
+from ..config.precision import recipe
 from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
@@ -141,8 +141,7 @@ class SearchSpace:
                 raise ConfigError(f"schedule={show(name)} must be one of {', '.join(s.value for s in Schedule)}")
         # every name of the lists is one the library knows (a family it rejects for a model is skipped by search)
         for prof in self.profiles:
-            if prof not in ACT_PROFILES:
-                raise ConfigError(f"profile={show(prof)} must be one of {', '.join(sorted(ACT_PROFILES))}")
+            profile(prof)
         for prec in self.precisions:
             recipe(prec)
         for rc in self.recomputes:

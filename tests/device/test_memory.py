@@ -316,10 +316,11 @@ def test_fast_counts_and_ledgers_are_the_symbolic_expressions():
     ledger entry's bytes with the model's sizes put in first (against ``entry_bytes`` then substituting)."""
     import sympy as sp
     from memlib.ledgers.base import entry_bytes
-    from memlib.ledgers import act_profile
+    from memlib.model.profiles import act_profile
     from memlib.device.estimate import _ledger_bytes, _stage_counts, ledger_entries
     from memlib.model.partition import Partition
-    from memlib.model.states import RECIPES, P_e, P_ne
+    from memlib.config.precision import RECIPES
+    from memlib.model.states import P_e, P_ne
 
     for name, train in [("deepseek-v3", TrainingConfig(pp=4, tp=2, profile="megatron")),
                         ("mixtral-8x7b", TrainingConfig(pp=2, tp=4, profile="paper")),

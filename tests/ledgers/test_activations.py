@@ -16,14 +16,16 @@ from memlib.ledgers.base import (
     DTYPE_BYTES, MODULES, POLICIES, Policy, entry_bytes, ledger_bytes, parse_policy, saved, training_values,
 )
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
-from memlib.ledgers import ACT_PROFILES, act_profile
+from memlib.model.profiles import PROFILES, act_profile
 from memlib.ledgers.paper import paper_layer
 from memlib.device.estimate import estimate
 from memlib.model.params import values as model_values
-from memlib.model.states import recipe
+from memlib.config.precision import recipe
 from memlib.core.symbols import sym
 
 import tiny as T
+
+ACT_PROFILES = {name: p.activations for name, p in PROFILES.items()}   # the registry's activation profiles
 
 b, s = sym("b"), sym("s")
 h, h_F, h_E = sym("h"), sym("h_F"), sym("h_E")
@@ -343,9 +345,9 @@ def test_selective_drops_exactly_the_attention_core(v3):
 def test_module_unknown_to_the_profile_is_an_error(monkeypatch):
     from dataclasses import replace
 
-    import memlib.ledgers as L
-
-    monkeypatch.setitem(L.ACT_PROFILES, "paper", replace(L.ACT_PROFILES["paper"], modules=frozenset({"core_attn"})))
+    paper = PROFILES["paper"]
+    monkeypatch.setitem(PROFILES, "paper", replace(paper, activations=replace(paper.activations,
+                                                                             modules=frozenset({"core_attn"}))))
     with pytest.raises(ConfigError, match="module layernorm is not known to the paper profile"):
         estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="core_attn,layernorm"))
     estimate("deepseek-v3", PAPER_TRAINING.with_(recompute="core_attn"))      # known: fine

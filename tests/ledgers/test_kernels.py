@@ -14,10 +14,10 @@ from memlib.ledgers.base import Policy, ledger_bytes, parse_policy, saved
 from memlib.cli import main
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig
 from memlib.config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, TransformerImpl
-from memlib.ledgers import act_profile
+from memlib.model.profiles import act_profile
 from memlib.device.estimate import estimate
 from memlib.model.params import values
-from memlib.model.states import recipe
+from memlib.config.precision import recipe
 
 import tiny as T
 

@@ -11,7 +11,7 @@ import sympy as sp
 from memlib.config import ConfigError, TrainingConfig
 from memlib.core.symbols import CP, EP, ETP, TP, b, s
 from memlib.ledgers.base import POLICIES, entry_bytes, ledger_bytes, parse_policy, saved, training_values
-from memlib.model.states import RECIPES
+from memlib.config.precision import RECIPES
 
 #: b = 2 sequences of s = 6 tokens: 12 rows per micro-batch
 T = TrainingConfig(micro_batch=2, seq_len=6)

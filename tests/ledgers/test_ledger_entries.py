@@ -11,7 +11,7 @@ from memlib.ledgers.base import POLICIES, ledger_bytes, training_values
 from memlib.ledgers.megatron import megatron_layer
 from memlib.ledgers.paper import paper_layer
 from memlib.model.params import values
-from memlib.model.states import RECIPES
+from memlib.config.precision import RECIPES
 from tiny import tiny
 
 M = tiny()

@@ -14,7 +14,7 @@ from memlib.core.symbols import CP, EP, ETP, TP
 from memlib.ledgers.base import ledger_bytes, training_values
 from memlib.ledgers.hf import hf_eager_layer, hf_embedding, hf_head
 from memlib.model.params import values
-from memlib.model.states import RECIPES
+from memlib.config.precision import RECIPES
 
 #: MLA: h 8, n_h 2, d_h 3, d_h^R 2, d_v 4, d_c' 5, d_c 6; a dense FFN of width 10; vocabulary 20
 DEEPSEEK = {"hidden_size": 8, "intermediate_size": 10, "moe_intermediate_size": 4, "num_attention_heads": 2,

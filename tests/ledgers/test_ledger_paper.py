@@ -9,7 +9,7 @@ from memlib.core.symbols import CP, EP, ETP, TP
 from memlib.ledgers.base import ledger_bytes, training_values
 from memlib.ledgers.paper import PAPER_PROFILE, paper_layer
 from memlib.model.params import values
-from memlib.model.states import RECIPES
+from memlib.config.precision import RECIPES
 from tiny import tiny
 
 T = TrainingConfig(seq_len=4)

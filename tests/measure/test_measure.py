@@ -81,7 +81,7 @@ def test_hf_eager_profile_is_registered_without_torch():
 def test_hf_eager_b1_view_cases():
     """b = 1 keeps the whole kv_b_proj output (V is a view) and the padded labels (s + 1)."""
     from memlib.ledgers.base import ledger_bytes
-    from memlib.ledgers import act_profile
+    from memlib.model.profiles import act_profile
     from memlib.model.params import values
     from memlib.core.symbols import sym
 

@@ -25,7 +25,7 @@ from memlib.megatron.rules import pad_vocab, precision_spec
 from memlib.megatron.reader import read_flags
 from memlib.device.estimate import estimate
 from memlib.model.partition import Partition
-from memlib.model.states import recipe
+from memlib.config.precision import recipe
 from memlib.data.reference import MEGATRON_LM_COMMIT as COMMIT
 
 ROOT = Path(__file__).resolve().parents[2]

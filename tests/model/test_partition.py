@@ -10,7 +10,8 @@ import pytest
 
 from memlib.config import PAPER_TRAINING, ConfigError, TrainingConfig, load_model
 from memlib.model.params import by_block, layer_params, model_params, mtp_params, values
-from memlib.model.partition import PROFILES, Partition, default_layout, resolve_layout
+from memlib.model.partition import Partition, default_layout, resolve_layout
+from memlib.model.profiles import PROFILES
 
 import tiny as T
 
@@ -94,7 +95,7 @@ def test_other_stages_per_device(paper):
 
 
 def test_paper_profile_has_no_mtp(paper):
-    assert not PROFILES["paper"].include_mtp
+    assert not PROFILES["paper"].partition.include_mtp
     assert not any(k.startswith("mtp.") for k in paper.params(paper.stages[15]))
 
 

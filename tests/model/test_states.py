@@ -14,9 +14,9 @@ from memlib.device.estimate import estimate
 from memlib.model.params import model_params, values
 from memlib.model.partition import Partition
 from memlib.data.reference import MEGATRON_BYTES_PER_PARAM, PAPER, ZERO_PAPER
-from memlib.model.states import (
-    ZeroStage, model_states, optimizer_states, recipe, sharded_count, states_formula,
-)
+from memlib.config import ZeroStage
+from memlib.config.precision import recipe
+from memlib.model.states import model_states, optimizer_states, sharded_count, states_formula
 from memlib.core.symbols import sym
 from memlib.core.units import fmt_bytes
 

@@ -11,7 +11,7 @@ from memlib.paper import zero as pzero
 from memlib.model.partition import Partition
 from memlib.data.reference import PAPER
 from memlib.scenarios.sweeps import ep_sweep, recipe_change
-from memlib.model.states import ZeroStage
+from memlib.config import ZeroStage
 
 import tiny as T
 

@@ -28,7 +28,8 @@ from memlib.report import diagrams as dg
 from memlib.report.format import span
 from memlib.scenarios import dataflow as df
 from memlib.scenarios.static import device_coords, device_slices, stage_groups
-from memlib.model.states import optimizer_states, recipe
+from memlib.config.precision import recipe
+from memlib.model.states import optimizer_states
 from memlib.core.symbols import sym
 
 from test_architectures import _random

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from memlib import PAPER_TRAINING, estimate
-from memlib.ledgers import act_profile
+from memlib.model.profiles import act_profile
 from memlib.paper.errata import errata
 from memlib.report.format import ascii_symbols, md_table, typeset
 from memlib.report.tables import errata_table

@@ -14,7 +14,7 @@ from memlib.device.overhead import OVERHEAD_PRESETS, overheads
 from memlib.paper import analysed_stage, paper_training
 from memlib.data.reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
 from memlib.scenarios import overheads as so
-from memlib.model.states import ZeroStage
+from memlib.config import ZeroStage
 
 MIB, GIB = 2**20, 2**30
 CTX_LOW, COMM_LOW = 300 * MIB, ceil(Fraction(8, 10) * GIB)        # 314,572,800 and 858,993,460

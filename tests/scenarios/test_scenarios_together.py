@@ -11,7 +11,7 @@ from memlib import TrainingConfig, estimate
 from memlib.device.overhead import OVERHEAD_PRESETS
 from memlib.paper import paper_training
 from memlib.scenarios import together as S
-from memlib.model.states import ZeroStage
+from memlib.config import ZeroStage
 
 import tiny as T
 

@@ -148,7 +148,9 @@ def test_the_all_to_all_cp_is_searched_with_its_memory():
     space = SearchSpace(seq_len=16384, recomputes=("none",), schedules=("1f1b",))
     p2p = search("llama-3-8b", 16, space, cost=CostModel.of("H100", cp_comm="p2p"))
     a2a = search("llama-3-8b", 16, space, cost=CostModel.of("H100", cp_comm="a2a"))
-    key = lambda g, i: (tuple(int(x) for x in g.rows[i]), g.groups[int(g.group[i])][1:6])
+    def key(g, i):
+        return (tuple(int(x) for x in g.rows[i]), g.groups[int(g.group[i])][1:6])
+
     ref = {key(p2p, i): int(p2p.peak[i]) for i in range(len(p2p.peak))}
     rng = random.Random(7)
     wide = [i for i in range(len(a2a.peak)) if a2a.train(i).cp > 1]
