@@ -15,10 +15,10 @@ from typing import Sequence
 from ..paper.errata import KINDS, Erratum, Q
 from ..model.states import recipe
 from ..core.symbols import REGISTRY, SYMBOLS
-from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct
+from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct, signed_pct
 
 __all__ = ["attention_switch_values", "notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
-           "errata_summary"]
+           "errata_summary", "band_text"]
 
 
 def _value(n, model, train) -> str:
@@ -147,3 +147,13 @@ def _switch_sentence(sw: dict, model) -> str:
                 f"{peak} with ZeRO-1 and fits all the same.")
     return (f"That is why the deepseek recomputation policy, which recomputes only {recomputed}, peaks at {peak} with "
             f"ZeRO-1 and does not fit.")
+
+
+def band_text(band) -> str:
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    if band.n == 0:
+        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
+                f"prediction's alone")
+    where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
+            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
