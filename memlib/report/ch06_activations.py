@@ -13,15 +13,15 @@ from ..model.architecture import attention_name
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
 from ..scenarios import activations as sact
-from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, Series, in_unit, new_figure,
-                      plain_log_ticks, stacked_bars)
+from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, in_unit, new_figure,
+                      plain_log_ticks)
 from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math)
 from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
            "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
-           "microbatch", "seqlen_figure", "policy_table", "policy_figure", "problem_values",
+           "microbatch", "seqlen_figure", "policy_table", "problem_values",
            "BLOCK_LABELS", "CLASS_COLORS", "CLASS_LABELS", "routed_count_table", "routed_count_values"]
 
 #: the blocks of a MoE layer, as the book names them
@@ -51,9 +51,6 @@ CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLO
 CLASS_LABELS = {"selective": "attention core (selective)", "deepseek": "norm outputs, up-projections (deepseek)",
                 "moe": "MoE internals (module lists)", "full": "dropped by full recomputation only",
                 "kept": "kept by every policy (checkpointed inputs)"}
-
-#: the recompute working set, drawn beside the micro-batches held (both activations)
-WORKING_COLOR = OKABE_ITO["vermillion"]
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 DTYPE_NAMES = {"mask": "mask", "fp32": "fp32", "int64": "int64", "int32": "int32"}
@@ -389,22 +386,6 @@ def policy_table(est: Estimate) -> str:
     return md_table(["policy", "recomputes", f"one {layer} (bytes)", f"one {layer} (GiB)",
                      "stage, one micro-batch (GiB)", "micro-batches in flight", "in flight (GiB)",
                      "recompute working set (GiB)", "stage total (GiB)"], rows, "llrrrrrrr")
-
-
-def policy_figure(est: Estimate):
-    """Stacked bars per policy: the micro-batches held and the working set of a recomputed layer,
-    GiB per device of the analysed stage at the schedule's peak."""
-    rows = sact.policy_comparison(est)
-    fig, ax = new_figure(height=3.4)
-    stacked_bars(ax, [_policy_name(r["policy"]) for r in rows],
-                 [Series("micro-batches in flight", CATEGORY_COLORS["activations"], [r["held"] for r in rows]),
-                  Series("recompute working set", WORKING_COLOR, [r["working"] for r in rows])],
-                 digits=2)
-    ax.margins(y=0.12)
-    ax.set_ylabel("activations, GiB per device")
-    ax.set_xlabel("recompute policy")
-    ax.legend()
-    return fig
 
 
 def problem_values(est: Estimate) -> dict[str, str]:

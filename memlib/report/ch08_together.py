@@ -19,13 +19,12 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
 from .notation import chapter_notation
-from .tables import attention_switch_values, band_text
+from .tables import band_text
 from ..scenarios.uncertainty import measured_band
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "SCHEDULE_NAMES",
-           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
-           "switch_values"]
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values"]
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], "interleaved": OKABE_ITO["sky"],
@@ -371,7 +370,3 @@ def routed_values(eff: dict) -> dict[str, str]:
                              "and no longer fits" if eff["paper_fits"] else
                              "and now fits" if eff["held_fits"] else "and does not fit either")}
 
-
-def switch_values(sw: dict, model=None) -> dict[str, str]:
-    """The eager-to-fused switch between this chapter and the next, for the prose."""
-    return attention_switch_values(sw, model)

@@ -18,7 +18,7 @@ from ..scenarios.uncertainty import judged
 from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, signed_pct,
                      span, yes_no)
 from .notation import chapter_notation
-from .tables import attention_switch_values, band_text
+from .tables import attention_switch_values, band_text, collapse_runs
 
 __all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
@@ -236,6 +236,7 @@ def rank_table(est: Estimate) -> str:
                      fmt_bytes(r["states"], with_unit=False), fmt_bytes(r["activations"], with_unit=False),
                      fmt_bytes(r["overhead"], with_unit=False), f"**{fmt_bytes(r['total'], with_unit=False)}**",
                      yes_no(r["fits"])])
+    rows = collapse_runs(rows, 3)
     return md_table(["rank", "model stages (layers)", "micro-batches in flight", "parameters", "model states (GiB)",
                      "activations (GiB)", "overheads (GiB)", "total (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
@@ -342,6 +343,7 @@ def memory_time_figure(ot: OverTime):
                                   f"an overlapped pair both)")
 
 
-def switch_values(sw: dict) -> dict[str, str]:
-    """The eager-to-fused switch between the previous chapter and this one, for the prose."""
-    return attention_switch_values(sw)
+def switch_values(sw: dict, model=None) -> dict[str, str]:
+    """The eager-to-fused switch between the previous chapter and this one, for the prose (with ``model``, the
+    sentence that says why the ``deepseek`` policy does or does not fit under eager attention)."""
+    return attention_switch_values(sw, model)
