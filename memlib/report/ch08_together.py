@@ -122,7 +122,7 @@ def grid_figure(grid: dict):
 
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    fig, axes = new_figure(TEXT_WIDTH, 1.4 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
+    fig, axes = new_figure(TEXT_WIDTH, 1.05 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
         for j, z in enumerate(zs):
@@ -320,7 +320,7 @@ def schedule_diagram(configs: dict):
     (:func:`memlib.device.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
     from matplotlib.patches import Patch
 
-    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.6, nrows=len(configs))
+    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.15, nrows=len(configs))
     for ax, (name, t) in zip(axes, configs.items()):
         schedule_boxes(ax, clock(t), lambda op, t=t: microbatch(t, op), lambda op, t=t: op_duration(t, op))
         ax.set_title(_config_text(name, t, math=False), fontsize=10, loc="left")

@@ -251,7 +251,7 @@ def memory_time_panels(ot, xlabel: str):
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 5.6, nrows=2, sharex=True)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 4.6, nrows=2, sharex=True)
     memory_lines(ax1, ot.rows, ot.peak_rank)
     sm = ScalarMappable(norm=Normalize(0, len(ot.rows) - 1), cmap=matplotlib.colormaps["cividis"])
     fig.colorbar(sm, ax=[ax1, ax2], label="rank", pad=0.01, shrink=0.5, anchor=(0.0, 1.0))
