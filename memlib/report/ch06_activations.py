@@ -82,7 +82,7 @@ def _block_words(m) -> dict[str, str]:
         + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
     listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
     layer = _layer_name(m)
-    return {"layer_name": layer, "layer_name_cap": layer[:1].upper() + layer[1:],
+    return {"layer_name": layer, "layer_name_cap": f"{layer[:1].upper()}{layer[1:]}",
             "full_keeps": "each block's input (split by sequence parallelism) and, in the MoE block, the routing "
             "map, so that the recomputed forward routes every token as before" if m.has_moe
             else "each block's input (split by sequence parallelism)",

@@ -138,9 +138,10 @@ def grid_figure(grid: dict):
                 ax.set_title(zero_name(z).replace(" (", "\n("), fontsize=10)
             if j == 0:
                 name = p if p in POLICY_COLORS else "modules"
-                ax.set_ylabel(f"{_policy_label(p)}\nGiB per device", color=POLICY_COLORS[name])
+                ax.set_ylabel(_policy_label(p), color=POLICY_COLORS[name])
             if i == len(policies) - 1:
                 ax.set_xlabel("stage")
+    fig.supylabel("GiB per device")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(Line2D([], [], color=OKABE_ITO["black"], lw=1.1, ls="--"))
     labels.append(capacity_label())

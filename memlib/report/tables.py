@@ -177,7 +177,7 @@ def collapse_runs(rows: list[list[str]], first_same: int) -> list[list[str]]:
             for k in range(1, first_same):
                 seen = list(dict.fromkeys(r[k] for r in run))
                 head.append(seen[0] if len(seen) == 1 else f"{seen[0]} … {seen[-1]}")
-            out.append(head + run[0][first_same:])
+            out.append([*head, *run[0][first_same:]])
         run.clear()
 
     for r in rows:
