@@ -48,7 +48,6 @@ def builders(model: str) -> dict:
         "act_fig_flow": lambda: ch06_activations.dataflow_figure(est()),
         "act_fig_microbatch": lambda: ch06_activations.microbatch(est())[1],
         "act_fig_seqlen": lambda: ch06_activations.seqlen_figure(est()),
-        "act_fig_policies": lambda: ch06_activations.policy_figure(est()),
         "ovh_fig_presets": lambda: ch07_overheads.preset_figure(estimate(model, base_training(paper_training(model)))),
         "tog_fig_grid": lambda: ch08_together.grid_figure(grid(est())),
         "tog_fig_sched": lambda: ch08_together.schedule_figure(runs()),

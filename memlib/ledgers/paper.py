@@ -130,7 +130,7 @@ def _paper_dense(m: ModelConfig) -> list[Saved]:
             for e in _paper_ffn("ffn", h_F, bs, shard_w={"TP", "CP"}, shard_in={"SP", "CP"}, module="mlp",
                                 label="dense FFN", input_mask=False)]
     out.append(_S("dense_ffn.out_dropout_mask", "dropout mask after the FFN", bs * h, "mask", shard={"SP", "CP"},
-                  note="beyond the paper (it analyses MoE stages only); as Korthikanti's MLP dropout mask"))
+                  note="not in the paper, whose ledger has no dense FFN; as Korthikanti's MLP dropout mask"))
     return out
 
 

@@ -31,7 +31,8 @@ from ..config.precision import recipe
 from ..core.symbols import sym
 from . import analysed_stage
 
-__all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORMULA_SPECS", "moe_layers",
+__all__ = ["BLOCKS", "layer_kind", "ffn_block", "layer_blocks", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES",
+           "FORMULA_SPECS", "moe_layers",
            "held_count_training", "routed_count_comparison",
            "layer_ledger", "recompute_class", "ledger_rows", "routed_tokens", "table9", "table10", "table10_facts",
            "layer_formula", "table10_formulas", "formula_checks", "formula_summary",
@@ -40,6 +41,23 @@ __all__ = ["BLOCKS", "POLICY_ORDER", "DIVISOR_ORDER", "RECOMPUTE_CLASSES", "FORM
 
 #: the blocks of a MoE layer the paper analyses, in its order
 BLOCKS = ("attention", "moe")
+
+
+def layer_kind(m) -> str:
+    """The kind of decoder layer the analysis follows: ``moe`` for a model with MoE layers (the paper's),
+    ``dense`` for a dense model (its every layer)."""
+    return "moe" if m.has_moe else "dense"
+
+
+def ffn_block(m) -> str:
+    """The ledger block after the attention in :func:`layer_kind`'s layer: ``moe``, or a dense model's
+    ``dense_ffn``."""
+    return "moe" if m.has_moe else "dense_ffn"
+
+
+def layer_blocks(m) -> tuple[str, str]:
+    """The two blocks of the analysed layer, in the paper's order: the attention and :func:`ffn_block`."""
+    return ("attention", ffn_block(m))
 
 #: the named recompute policies, weakest first
 POLICY_ORDER = ("none", "selective", "deepseek", "full")
@@ -61,14 +79,17 @@ def _index(est: Estimate, index: int | None) -> int:
 
 
 def moe_layers(est: Estimate, index: int | None = None) -> int:
-    """MoE decoder layers on stage ``index`` (the analysed stage by default)."""
+    """The analysed layers (:func:`layer_kind`) on stage ``index`` (the analysed stage by default): its MoE
+    decoder layers, or a dense model's decoder layers."""
     m = est.model
-    return sum(1 for i in est.partition.stages[_index(est, index)].layers if m.is_moe_layer(i))
+    layers = est.partition.stages[_index(est, index)].layers
+    return sum(1 for i in layers if m.is_moe_layer(i)) if m.has_moe else len(layers)
 
 
-def layer_ledger(est: Estimate, block: str | None = None, kind: str = "moe") -> list[Saved]:
-    """The saved tensors of one decoder layer of ``kind`` in the estimate's profile (of one block)."""
-    entries = act_profile(est.train.profile).layer(est.model, kind)
+def layer_ledger(est: Estimate, block: str | None = None, kind: str | None = None) -> list[Saved]:
+    """The saved tensors of one decoder layer of ``kind`` (:func:`layer_kind` by default) in the estimate's
+    profile (of one block)."""
+    entries = act_profile(est.train.profile).layer(est.model, kind or layer_kind(est.model))
     return [e for e in entries if block is None or e.block == block]
 
 
@@ -88,7 +109,7 @@ def recompute_class(e: Saved) -> str:
     return "full"
 
 
-def ledger_rows(est: Estimate, block: str, kind: str = "moe") -> list[dict]:
+def ledger_rows(est: Estimate, block: str, kind: str | None = None) -> list[dict]:
     """The saved tensors of one block with their bytes on one device of ``est`` (its b and s): key,
     name, elements (symbolic, before any split), bytes per element, dtype, divisors, whether the
     rows are a mean rounded up, exact bytes, the recompute modules and named policies that drop it,
@@ -188,7 +209,7 @@ def table10(est: Estimate, micro_batches: tuple[int, ...] = PAPER_TABLE9["micro_
         for p in policies:
             c = est.train.with_(micro_batch=bb, recompute=p)
             act = (est if c == est.train else estimate(est.model, c)).stages[i].activations
-            blocks: dict[str, int] = {blk: 0 for blk in BLOCKS}
+            blocks: dict[str, int] = {blk: 0 for blk in layer_blocks(est.model)}
             for k, x in act["by_entry"].items():
                 blocks[k.split(".")[0]] = blocks.get(k.split(".")[0], 0) + x
             out[bb][p] = {**blocks, "total": act["per_microbatch"]}
@@ -200,13 +221,13 @@ def table10_facts(est: Estimate, index: int | None = None) -> dict:
     whether they are most of it, and how many times less full recomputation keeps."""
     first = PAPER_TABLE9["micro_batch"][0]
     t = table10(est, (first,), ("none", "full"), index)[first]
-    share = Fraction(t["none"]["attention"], t["none"]["total"])
+    share = Fraction(t["none"]["attention"], t["none"]["total"])   # the attention blocks' share
     return {"micro_batch": first, "mla_share": share, "mla_most": share > Fraction(1, 2),
             "none_over_full": Fraction(t["none"]["total"], t["full"]["total"])}
 
 
 def layer_formula(est: Estimate, block: str, policy: str = "none", parallel: str = "config", layers: int = 1,
-                  kind: str = "moe") -> sp.Expr:
+                  kind: str | None = None) -> sp.Expr:
     """Bytes of one block's kept tensors per micro-batch on one device, symbolic in the model's sizes,
     b and s: ``parallel="none"`` without any parallelism (TP = CP = EP = ETP = 1, SP off),
     ``"config"`` with ``est``'s parallel sizes substituted; times ``layers``."""
@@ -225,8 +246,9 @@ def table10_formulas(est: Estimate, index: int | None = None) -> dict[str, dict[
     """The paper's Table 10 as formulas: the MoE layers of stage ``index`` on one device, per block
     and their ``total``, without recomputation and with full recomputation."""
     n = moe_layers(est, index)
-    out = {blk: {p: layer_formula(est, blk, p, layers=n) for p in PAPER_TABLE9["recompute"]} for blk in BLOCKS}
-    out["total"] = {p: sp.factor_terms(sp.expand(sum(out[blk][p] for blk in BLOCKS)))
+    blocks = layer_blocks(est.model)
+    out = {blk: {p: layer_formula(est, blk, p, layers=n) for p in PAPER_TABLE9["recompute"]} for blk in blocks}
+    out["total"] = {p: sp.factor_terms(sp.expand(sum(out[blk][p] for blk in blocks)))
                     for p in PAPER_TABLE9["recompute"]}
     return out
 

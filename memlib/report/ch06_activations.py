@@ -12,18 +12,16 @@ from ..device.estimate import Estimate
 from ..model.architecture import attention_name
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import activations as pact
-from ..paper.errata import errata
 from ..scenarios import activations as sact
-from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, Series, in_unit, new_figure,
-                      plain_log_ticks, stacked_bars)
+from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, in_unit, new_figure,
+                      plain_log_ticks)
 from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math, zero_name)
 from .notation import chapter_notation
-from .tables import errata_table
 
 __all__ = ["stage", "notation", "values", "paper_values", "table9", "ledger_table", "dataflow_figure",
            "formula_check_table", "table10_formulas", "table10", "korthikanti_table", "korthikanti_values",
-           "microbatch", "seqlen_figure", "policy_table", "policy_figure", "problem_values", "errata_md",
+           "microbatch", "seqlen_figure", "policy_table", "problem_values",
            "BLOCK_LABELS", "CLASS_COLORS", "CLASS_LABELS", "routed_count_table", "routed_count_values"]
 
 #: the blocks of a MoE layer, as the book names them
@@ -31,8 +29,21 @@ BLOCK_LABELS = {"attention": "MLA", "moe": "MoE"}
 
 
 def _block_labels(est: Estimate) -> dict[str, str]:
-    """:data:`BLOCK_LABELS` for the chapter's model: its own attention; "FFN" for a dense model."""
-    return {"attention": attention_name(est.model), "moe": "MoE" if est.model.has_moe else "FFN"}
+    """The analysed layer's blocks (:func:`memlib.paper.activations.layer_blocks`) as the book names them: the
+    model's own attention, then "MoE", or "FFN" for a dense model."""
+    attention, ffn = pact.layer_blocks(est.model)
+    return {attention: attention_name(est.model), ffn: "MoE" if est.model.has_moe else "FFN"}
+
+
+def _layer_name(m) -> str:
+    """The layer the chapter follows, in words: a MoE layer, or a dense model's decoder layer."""
+    return "MoE layer" if m.has_moe else "decoder layer"
+
+
+def _class_labels(m) -> dict[str, str]:
+    """:data:`CLASS_LABELS` in the model's own blocks (the up-projections only with MLA)."""
+    return {**CLASS_LABELS, "deepseek": "norm outputs, up-projections (deepseek)" if m.attention == "mla"
+            else "norm outputs (deepseek)"}
 
 #: the colour of a saved tensor in the data-flow figure: the weakest named policy that drops it
 CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLORS["deepseek"],
@@ -40,9 +51,6 @@ CLASS_COLORS = {"selective": POLICY_COLORS["selective"], "deepseek": POLICY_COLO
 CLASS_LABELS = {"selective": "attention core (selective)", "deepseek": "norm outputs, up-projections (deepseek)",
                 "moe": "MoE internals (module lists)", "full": "dropped by full recomputation only",
                 "kept": "kept by every policy (checkpointed inputs)"}
-
-#: the recompute working set, drawn beside the micro-batches held (both activations)
-WORKING_COLOR = OKABE_ITO["vermillion"]
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 DTYPE_NAMES = {"mask": "mask", "fp32": "fp32", "int64": "int64", "int32": "int32"}
@@ -73,7 +81,14 @@ def _block_words(m) -> dict[str, str]:
     whole = (["the key-value latent (and the query latent where the queries are compressed)"] if mla else []) \
         + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
     listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
-    return {"attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
+    layer = _layer_name(m)
+    return {"layer_name": layer, "layer_name_cap": f"{layer[:1].upper()}{layer[1:]}",
+            "full_keeps": "each block's input (split by sequence parallelism) and, in the MoE block, the routing "
+            "map, so that the recomputed forward routes every token as before" if m.has_moe
+            else "each block's input (split by sequence parallelism)",
+            "balanced": ", perfectly balanced experts," if m.has_moe else ",",
+            "full_policy": "everything but each layer's input and the routing map" if m.has_moe
+            else "everything but each layer's input","attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
             "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
             if whole else " The norms' weights are replicated.",
             "deepseek_policy_rest": "and the MLA up-projections (modules layernorm and mla_up_proj" if mla
@@ -92,8 +107,14 @@ def values(est: Estimate) -> dict[str, str]:
     split = sact.layer_split(est)
     cross = sact.crossover(est)
     pol = {r["policy"]: r for r in sact.policy_comparison(est)}
+    n_layers = pact.moe_layers(est)
+    device = (f"one of stage {fmt_count(i)}, the first of the stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} "
+              f"that hold MoE layers only: it holds {fmt_count(n_layers)} of them" if est.model.has_moe else
+              f"one of stage {fmt_count(i)}, which holds {fmt_count(n_layers)} decoder layers"
+              + (" after the embedding" if est.partition.stages[i].first else ""))
     return {
-        "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i),
+        "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i), "device": device,
+        "stage_layers": f"{fmt_count(n_layers)} {_layer_name(est.model)}s",
         **_block_words(est.model),
         "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i), "layout": layout_text(est.partition.layout),
         "layers": fmt_count(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
@@ -117,7 +138,7 @@ def values(est: Estimate) -> dict[str, str]:
         "crossover": fmt_count(cross["s"]) if cross else "no",
         # policies
         **{f"{p}_total": fmt_bytes(pol[p]["total"]) for p in pact.POLICY_ORDER},
-        "list_total": fmt_bytes(pol[sact.MODULE_LIST]["total"]), "module_list": sact.MODULE_LIST,
+        "list_total": fmt_bytes(pol[sact.module_list(est.model)]["total"]), "module_list": sact.module_list(est.model),
         "full_held": fmt_bytes(pol["full"]["held"]), "full_working": fmt_bytes(pol["full"]["working"]),
     }
 
@@ -148,15 +169,18 @@ def paper_values(est: Estimate) -> dict[str, str]:
 def table9(est: Estimate) -> str:
     """The paper's Table 9 (the configuration of its activation analysis) for the chapter's model."""
     v = pact.table9(est)
-    rows = [
-        ["$b$", "micro-batch size", " / ".join(fmt_count(x) for x in v["micro_batches"])],
-        ["$s$", "sequence length", fmt_count(v["seq_len"])],
+    routed = [
         ["$N_r$", "routed experts per token", fmt_count(v["N_r"])],
         ["$N$", "routed experts per layer", fmt_count(v["N"])],
         ["$E_{token} = b s N_r / N$", "tokens per expert (balanced routing)",
          " / ".join(fmt_number(x) for x in v["e_token"])],
         [r"$\lceil b s N_r / (\mathrm{EP}\,\mathrm{CP}) \rceil$", "the paper's routed token copies on one device",
          " / ".join(fmt_count(x) for x in v["paper_tokens"])],
+    ] if est.model.has_moe else []       # a dense model routes no token
+    rows = [
+        ["$b$", "micro-batch size", " / ".join(fmt_count(x) for x in v["micro_batches"])],
+        ["$s$", "sequence length", fmt_count(v["seq_len"])],
+        *routed,
         ["$SP$", "sequence parallelism",
          f"on, over the $\\mathrm{{TP}}$ = {fmt_count(v['sp_degree'])} ranks" if v["sp"] else "off"],
         [r"$\mathrm{CP}$", "context parallelism", fmt_count(v["cp"])],
@@ -171,10 +195,11 @@ def _dtype(r: dict) -> str:
 
 
 def ledger_table(est: Estimate, block: str) -> str:
-    """The saved tensors of one block: elements, bytes per element, divisors, exact bytes on one
-    device of the configuration, what drops it, and notes."""
+    """The saved tensors of one block (``attention``, or ``ffn``: the model's :func:`memlib.paper.activations.
+    ffn_block`): elements, bytes per element, divisors, exact bytes on one device of the configuration, what
+    drops it, and notes."""
     rows = []
-    for r in pact.ledger_rows(est, block):
+    for r in pact.ledger_rows(est, pact.ffn_block(est.model) if block == "ffn" else block):
         div = ", ".join(f"${d}$" for d in r["divisors"]) or "—"
         if r["mean_rows"]:
             div += " (tokens rounded up)"
@@ -202,6 +227,7 @@ def dataflow_figure(est: Estimate):
 
     labels = _block_labels(est)
     columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
+    classes = _class_labels(est.model)
     n = max(len(rows) for _, rows in columns)
     fig, ax = new_figure(TEXT_WIDTH, 0.3 * n + 1.1)
     for col, (blk, rows) in enumerate(columns):
@@ -223,7 +249,8 @@ def dataflow_figure(est: Estimate):
     ax.set_ylim(-n + 0.3, 0.9)
     ax.axis("off")
     ax.grid(False)
-    handles = [Patch(color=CLASS_COLORS[c], label=CLASS_LABELS[c]) for c in pact.RECOMPUTE_CLASSES]
+    present = {r["class"] for _, rows in columns for r in rows}
+    handles = [Patch(color=CLASS_COLORS[c], label=classes[c]) for c in pact.RECOMPUTE_CLASSES if c in present]
     fig.legend(handles=handles, ncol=2, loc="outside lower center")
     return fig
 
@@ -255,9 +282,10 @@ def table10_formulas(est: Estimate) -> str:
 def table10(est: Estimate) -> str:
     """Table 10 in numbers: one micro-batch through the analysed stage, exact bytes and GiB."""
     rows = []
+    attn_block, ffn_block = pact.layer_blocks(est.model)
     for bb, row in pact.table10(est).items():
         none, full = row["none"], row["full"]
-        rows.append([fmt_count(bb), fmt_count(none["attention"]), fmt_count(none["moe"]), fmt_count(none["total"]),
+        rows.append([fmt_count(bb), fmt_count(none[attn_block]), fmt_count(none[ffn_block]), fmt_count(none["total"]),
                      fmt_bytes(none["total"], with_unit=False), fmt_count(full["total"]),
                      fmt_bytes(full["total"], digits=3, with_unit=False)])
     attn, ffn = _block_labels(est).values()
@@ -337,7 +365,7 @@ def seqlen_figure(est: Estimate):
     plain_log_ticks(ax, "x")
     plain_log_ticks(ax)
     ax.set_xlabel("sequence length s (tokens)")
-    ax.set_ylabel("one MoE layer, GiB per device")
+    ax.set_ylabel(f"one {_layer_name(est.model)}, GiB per device")
     ax.legend(loc="lower right")
     return fig
 
@@ -354,25 +382,10 @@ def policy_table(est: Estimate) -> str:
              fmt_bytes(r["per_microbatch"], digits=3, with_unit=False), fmt_count(r["in_flight"]),
              fmt_bytes(r["held"], with_unit=False), fmt_bytes(r["working"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**"] for r in sact.policy_comparison(est)]
-    return md_table(["policy", "recomputes", "one MoE layer (bytes)", "one MoE layer (GiB)",
+    layer = _layer_name(est.model)
+    return md_table(["policy", "recomputes", f"one {layer} (bytes)", f"one {layer} (GiB)",
                      "stage, one micro-batch (GiB)", "micro-batches in flight", "in flight (GiB)",
                      "recompute working set (GiB)", "stage total (GiB)"], rows, "llrrrrrrr")
-
-
-def policy_figure(est: Estimate):
-    """Stacked bars per policy: the micro-batches held and the working set of a recomputed layer,
-    GiB per device of the analysed stage at the schedule's peak."""
-    rows = sact.policy_comparison(est)
-    fig, ax = new_figure(height=3.4)
-    stacked_bars(ax, [_policy_name(r["policy"]) for r in rows],
-                 [Series("micro-batches in flight", CATEGORY_COLORS["activations"], [r["held"] for r in rows]),
-                  Series("recompute working set", WORKING_COLOR, [r["working"] for r in rows])],
-                 digits=2)
-    ax.margins(y=0.12)
-    ax.set_ylabel("activations, GiB per device")
-    ax.set_xlabel("recompute policy")
-    ax.legend()
-    return fig
 
 
 def problem_values(est: Estimate) -> dict[str, str]:
@@ -386,8 +399,6 @@ def problem_values(est: Estimate) -> dict[str, str]:
             "p1_dominates": "now dominates" if r["working_dominates"] else "still does not dominate"}
 
 
-def errata_md(est: Estimate) -> str:
-    return errata_table(errata(est), "activations")
 
 
 #: the two routed-token counts, as the side-by-side table names them

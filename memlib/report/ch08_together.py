@@ -20,12 +20,12 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
 from .notation import chapter_notation
-from .tables import attention_switch_values
+from .tables import band_text
+from ..scenarios.uncertainty import measured_band
 
 __all__ = ["capacity_label", "notation", "values", "fit_table", "grid_figure", "no_recompute_values", "schedule_values",
            "schedule_table", "schedule_figure", "problem_values", "SCHEDULE_NAMES",
-           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values",
-           "switch_values"]
+           "memory_time_values", "memory_time_figure", "diagram_values", "schedule_diagram", "routed_values"]
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
 SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], "interleaved": OKABE_ITO["sky"],
@@ -37,9 +37,25 @@ GROWTH_PHRASES = {"working": "the working set of the recomputed layer, which gro
                   "held": "the micro-batches held, each of them larger with b",
                   "overhead": "the overheads (fragmentation grows with the allocated bytes)",
                   "states": "the model states"}
-#: the recompute policies in a sentence
+#: the recompute policies in a sentence (any other: a module list, :func:`_policy_words`)
 POLICY_WORDS = {"none": "no recomputation", "selective": "selective recomputation", "deepseek": "the deepseek policy",
-                "full": "full recomputation", st.MODULE_LIST: "the module list"}
+                "full": "full recomputation"}
+
+
+def _policy_words(p: str) -> str:
+    return POLICY_WORDS.get(p, "the module list")
+
+
+def _policy_label(p: str) -> str:
+    """A policy as a figure names it: its name, or "module list"."""
+    return p if p in POLICY_WORDS else "module list"
+
+
+#: how a cell of the fit table gives a verdict read with memlib's measured errors
+FIT_CELLS = {"fits": "fits", "marginal": "*marginal*", "does not fit": "**does not fit**"}
+#: the verdict of ZeRO-1 with full recomputation, after "so it"
+FIT_WORDS = {"fits": "fits even at the band's far end", "marginal": "is marginal: inside the band it may not fit",
+             "does not fit": "does not fit even at the band's near end"}
 
 
 def _capacity() -> int:
@@ -63,6 +79,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     z1 = st.policy_change(grid, "full", ZeroStage.OS)
     cap = _capacity()
     fit = st.fitting(grid)
+    marginal = [k for k in fit if grid[k].verdict == "marginal"]
+    z1_verdict = grid[(ZeroStage.OS, "full")].verdict
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
@@ -70,7 +88,11 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
         "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
         "fit_list": ("every one of them" if n_fit == n else
-                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in fit) if fit else "none"),
+                     "; ".join(f"{zero_name(z, short=True)} with {_policy_words(p)}"
+                               + (" (marginal)" if (z, p) in marginal else "") for z, p in fit) if fit else "none"),
+        "n_marginal": (f"{fmt_count(len(marginal))} of them only marginally" if marginal
+                       else "none of them marginally"),
+        "band": band_text(measured_band(est.model)), "z1_verdict": FIT_WORDS[z1_verdict],
         "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
         "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
         "z1_full_side": "below" if z1["fits"] else "above",
@@ -82,14 +104,12 @@ def fit_table(grid: dict) -> str:
     stage, and whether every stage fits."""
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    policies = [p for p in st.POLICIES if (zs[0], p) in grid]
     rows = []
     for p in policies:
         row = [f"`{p}`"]
         for z in zs:
             c = grid[(z, p)]
-            verdict = "fits" if c.fits else "**does not fit**"
-            row.append(f"{fmt_bytes(c.peak_total, with_unit=False)} (stage {c.peak}), {verdict}")
+            row.append(f"{fmt_bytes(c.peak_total, with_unit=False)} (stage {c.peak}), {FIT_CELLS[c.verdict]}")
         rows.append(row)
     headers = ["recompute"] + [f"{zero_name(z)}: peak GiB (stage)" for z in zs]
     return md_table(headers, rows, "l" + "r" * len(zs))
@@ -103,7 +123,7 @@ def grid_figure(grid: dict):
 
     zs = sorted({z for z, _ in grid})
     policies = list(dict.fromkeys(p for _, p in grid))
-    fig, axes = new_figure(TEXT_WIDTH, 1.4 * len(policies) + 1.0, nrows=len(policies), ncols=len(zs), sharex=True,
+    fig, axes = new_figure(TEXT_WIDTH, 1.05 * len(policies) + 0.9, nrows=len(policies), ncols=len(zs), sharex=True,
                            sharey="row", squeeze=False)
     for i, p in enumerate(policies):
         for j, z in enumerate(zs):
@@ -119,9 +139,10 @@ def grid_figure(grid: dict):
                 ax.set_title(zero_name(z).replace(" (", "\n("), fontsize=10)
             if j == 0:
                 name = p if p in POLICY_COLORS else "modules"
-                ax.set_ylabel(f"{p if p != st.MODULE_LIST else 'module list'}\nGiB per device", color=POLICY_COLORS[name])
+                ax.set_ylabel(_policy_label(p), color=POLICY_COLORS[name])
             if i == len(policies) - 1:
                 ax.set_xlabel("stage")
+    fig.supylabel("GiB per device")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(Line2D([], [], color=OKABE_ITO["black"], lw=1.1, ls="--"))
     labels.append(capacity_label())
@@ -144,8 +165,8 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
     ds = v["policy_fits"].get("deepseek", 0)
     deepseek = ("it fails with every ZeRO stage, for the same reason" if ds == 0 and n_fit == 0 else
                 f"it fits with {fmt_count(ds)} of the {fmt_count(n)} ZeRO stages")
-    dropping = [POLICY_WORDS[p] for p, d in v["drops_scores"].items() if d]
-    keeping_fit = [POLICY_WORDS[p] for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
+    dropping = [_policy_words(p) for p, d in v["drops_scores"].items() if d]
+    keeping_fit = [_policy_words(p) for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
     if v["every_fitting_drops"]:
         policies = "Every policy that fits with some ZeRO stage drops them: " + ", ".join(dropping) + "."
     else:
@@ -157,6 +178,8 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
         "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
         "times": fmt_decimal(v["held_over_capacity"], 1), "rest": fmt_bytes(v["without_scores"]),
         "verdict": verdict, "deepseek": deepseek, "policies": policies,
+        "deepseek_what": "the norms and the up-projections" if next(iter(grid.values())).est.model.attention == "mla"
+        else "the norms",
     }
 
 
@@ -299,7 +322,7 @@ def schedule_diagram(configs: dict):
     (:func:`memlib.device.timeline.clock`): one panel per schedule, a row per rank, a box per operation."""
     from matplotlib.patches import Patch
 
-    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.6, nrows=len(configs))
+    fig, axes = new_figure(TEXT_WIDTH, 1.15 * len(configs) * 1.15, nrows=len(configs))
     for ax, (name, t) in zip(axes, configs.items()):
         schedule_boxes(ax, clock(t), lambda op, t=t: microbatch(t, op), lambda op, t=t: op_duration(t, op))
         ax.set_title(_config_text(name, t, math=False), fontsize=10, loc="left")
@@ -341,7 +364,7 @@ def routed_values(eff: dict) -> dict[str, str]:
     lost = eff["lost"]
     return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
             "lost": ("none of them" if not lost else
-                     "; ".join(f"{zero_name(z, short=True)} with {POLICY_WORDS[p]}" for z, p in lost)),
+                     "; ".join(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
             "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),
@@ -349,7 +372,3 @@ def routed_values(eff: dict) -> dict[str, str]:
                              "and no longer fits" if eff["paper_fits"] else
                              "and now fits" if eff["held_fits"] else "and does not fit either")}
 
-
-def switch_values(sw: dict, model=None) -> dict[str, str]:
-    """The eager-to-fused switch between this chapter and the next, for the prose."""
-    return attention_switch_values(sw, model)

@@ -18,7 +18,7 @@ from ..scenarios.uncertainty import judged
 from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, signed_pct,
                      span, yes_no)
 from .notation import chapter_notation
-from .tables import attention_switch_values
+from .tables import attention_switch_values, band_text, collapse_runs
 
 __all__ = ["notation", "values", "verdict_values", "band_text", "choices_table", "choices_values", "ablation_values", "ablation_table", "ablation_figure", "rank_table",
            "rank_figure", "ledger_table", "problem_values", "PROBLEM_MICRO_BATCH", "CAPACITY_LABEL", "switch_values",
@@ -77,6 +77,24 @@ def notation(est: Estimate) -> str:
     return chapter_notation("ch09", est.model, est.train)
 
 
+def _block_clauses(m) -> dict[str, str]:
+    """The clauses of the chapter that name a block only a model with it has (the routed experts, MLA's
+    up-projections): a model without the block reads the sentence without them."""
+    moe, mla = m.has_moe, m.attention == "mla"
+    return {
+        "report_ep_clause": f", expert parallelism over {fmt_count(ds.REPORT['ep'])} ranks" if moe else "",
+        "experts_share": " and a share of their experts" if moe else "",
+        "allow_clause": (f"the layout and the expert parallelism that its {fmt_count(m.num_hidden_layers)} layers and "
+                         f"{fmt_count(m.n_routed_experts)} routed experts allow" if moe else
+                         f"the layout that its {fmt_count(m.num_hidden_layers)} layers allow"),
+        "high_precision": "The output head, the router and the norms" if moe else "The output head and the norms",
+        "upproj_clause": " and its attention's up-projections" if mla else "",
+        "balanced_clause": ", balanced expert load" if moe else "",
+        "ep_clause": ("; expert parallelism does not divide activations either, because each device dispatches its "
+                      "own tokens and receives as many for its experts") if moe else "",
+    }
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and words for its prose: the report's setup, this configuration, the
     peak device, rank 0, the ledger's totals and the overhead range."""
@@ -94,6 +112,7 @@ def values(est: Estimate) -> dict[str, str]:
                                             "embedding and the head with the main model"
                                             if m.num_nextn_predict_layers else ""),
         "recomputed": "the norms and MLA up-projections" if m.attention == "mla" else "the norms",
+        **_block_clauses(m),
         "report_gpus": fmt_count(rep["gpus"]), "report_pp": fmt_count(rep["pp"]), "report_ep": fmt_count(rep["ep"]),
         "report_dp": fmt_count(rep["dp"]),
         "gpu": ds.GPU, "cap_mib": fmt_bytes(ds.CAPACITY, "MiB", 0), "cap_gib": fmt_bytes(ds.CAPACITY, "GiB", 2),
@@ -217,6 +236,7 @@ def rank_table(est: Estimate) -> str:
                      fmt_bytes(r["states"], with_unit=False), fmt_bytes(r["activations"], with_unit=False),
                      fmt_bytes(r["overhead"], with_unit=False), f"**{fmt_bytes(r['total'], with_unit=False)}**",
                      yes_no(r["fits"])])
+    rows = collapse_runs(rows, 3)
     return md_table(["rank", "model stages (layers)", "micro-batches in flight", "parameters", "model states (GiB)",
                      "activations (GiB)", "overheads (GiB)", "total (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
@@ -240,16 +260,6 @@ _KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
 
 #: how a verdict reads after "it"
 _VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
-
-
-def band_text(band) -> str:
-    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
-    if band.n == 0:
-        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
-                f"prediction's alone")
-    where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
-    return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
-            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
 
 
 def verdict_values(est: Estimate) -> dict[str, str]:
@@ -333,6 +343,7 @@ def memory_time_figure(ot: OverTime):
                                   f"an overlapped pair both)")
 
 
-def switch_values(sw: dict) -> dict[str, str]:
-    """The eager-to-fused switch between the previous chapter and this one, for the prose."""
-    return attention_switch_values(sw)
+def switch_values(sw: dict, model=None) -> dict[str, str]:
+    """The eager-to-fused switch between the previous chapter and this one, for the prose (with ``model``, the
+    sentence that says why the ``deepseek`` policy does or does not fit under eager attention)."""
+    return attention_switch_values(sw, model)

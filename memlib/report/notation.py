@@ -38,7 +38,7 @@ CHAPTER_SYMBOLS: dict[str, tuple[str, ...]] = {
              "ETP", "L_moe"),
     "ch07": ("DP", "TP", "PP", "EP", "ETP", "b", "s"),
     "ch08": ("PP", "DP", "TP", "EP", "EDP", "b", "s", "M", "V", "n_h", "B_w", "B_g", "B_o"),
-    "ch09": ("PP", "DP", "TP", "EP", "EDP", "b", "s", "P_ne", "P_e", "B_w", "B_g", "B_o"),
+    "ch09": ("PP", "DP", "TP", "EP", "EDP", "b", "s", "P", "B_w", "B_g", "B_o"),
     "ch10": ("b", "s", "h", "n_h", "d_v", "N", "N_r"),
     "ch14": ("b", "s", "n_h", "d_h", "d_v", "N", "N_r", "TP", "EP", "ETP", "EDP", "B_g", "B_o"),
 }

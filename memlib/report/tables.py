@@ -14,10 +14,10 @@ from typing import Sequence
 
 from ..paper.errata import KINDS, Erratum, Q
 from ..core.symbols import REGISTRY, SYMBOLS
-from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct
+from .format import fmt_billions, fmt_bytes, fmt_count, join_and, md_table, pct, signed_pct
 
 __all__ = ["attention_switch_values", "notation_recap", "notation_table", "render", "errata_rows", "errata_table", "kinds_table",
-           "errata_summary"]
+           "errata_summary", "band_text", "collapse_runs"]
 
 
 def _value(n, model, train) -> str:
@@ -146,3 +146,42 @@ def _switch_sentence(sw: dict, model) -> str:
                 f"{peak} with ZeRO-1 and fits all the same.")
     return (f"That is why the deepseek recomputation policy, which recomputes only {recomputed}, peaks at {peak} with "
             f"ZeRO-1 and does not fit.")
+
+
+def band_text(band) -> str:
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    if band.n == 0:
+        return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
+                f"prediction's alone")
+    where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
+    return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
+            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
+
+
+def collapse_runs(rows: list[list[str]], first_same: int) -> list[list[str]]:
+    """Table rows with consecutive rows that agree from column ``first_same`` on collapsed into one: its first
+    column the span ("1–14"), each column before ``first_same`` its values in order of first appearance, the first
+    and the last of them ("1 + 14 … 7 + 8") where they differ.  A table of sixteen ranks of which fourteen hold
+    the same bytes reads as three rows."""
+    out: list[list[str]] = []
+    run: list[list[str]] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            out.append(run[0])
+        else:
+            head = [f"{run[0][0]}–{run[-1][0]}"]
+            for k in range(1, first_same):
+                seen = list(dict.fromkeys(r[k] for r in run))
+                head.append(seen[0] if len(seen) == 1 else f"{seen[0]} … {seen[-1]}")
+            out.append([*head, *run[0][first_same:]])
+        run.clear()
+
+    for r in rows:
+        if run and r[first_same:] != run[0][first_same:]:
+            flush()
+        run.append(r)
+    flush()
+    return out

@@ -17,16 +17,37 @@ from ..ledgers.base import entry_bytes, ledger_bytes, parse_policy
 from ..model.profiles import act_profile
 from ..device.estimate import Estimate, estimate
 from ..paper import analysed_stage
+from ..paper.activations import layer_kind
 from ..core.symbols import sym
 
-__all__ = ["POLICIES_COMPARED", "MODULE_LIST", "stage_activations", "microbatch_sweep", "microbatch_facts",
+__all__ = ["POLICIES_COMPARED", "MODULE_LIST", "module_list", "policies_compared", "modules_acting", "stage_activations", "microbatch_sweep", "microbatch_facts",
            "layer_split", "crossover", "seqlen_sweep", "policy_comparison", "seq_len_change"]
 
-#: a list of recompute modules, compared with the named policies
+#: a list of recompute modules, compared with the named policies (DeepSeek-V3's; :func:`module_list` for a model)
 MODULE_LIST = "core_attn,layernorm,mla_up_proj,moe_act"
 
 #: the policies the chapter compares, weakest named first, then the module list
 POLICIES_COMPARED = ("none", "selective", "deepseek", "full", MODULE_LIST)
+
+
+def module_list(m) -> str:
+    """The module list compared with the named policies, of ``m``'s own blocks: the attention core, the norms,
+    MLA's up-projections (MLA only) and the experts' activation function (a dense model: its FFN's internals)."""
+    mods = ["core_attn", "layernorm"] + (["mla_up_proj"] if m.attention == "mla" else []) \
+        + (["moe_act"] if m.has_moe else ["mlp"])
+    return ",".join(mods)
+
+
+def policies_compared(m) -> tuple[str, ...]:
+    """:data:`POLICIES_COMPARED` with ``m``'s :func:`module_list`."""
+    return (*POLICIES_COMPARED[:-1], module_list(m))
+
+
+def modules_acting(m, profile: str, modules) -> tuple[str, ...]:
+    """The recompute ``modules`` that drop a saved tensor of ``m``'s analysed layer (``mla_up_proj`` drops
+    nothing of a model without MLA), sorted."""
+    entries = act_profile(profile).layer(m, layer_kind(m))
+    return tuple(sorted(mod for mod in modules if any(mod in e.modules for e in entries)))
 
 b, s = sym("b"), sym("s")
 
@@ -56,9 +77,11 @@ def stage_activations(est: Estimate, index: int | None = None, **changes) -> dic
     return out
 
 
-def microbatch_sweep(est: Estimate, micro_batches=range(1, 9), policies=POLICIES_COMPARED,
+def microbatch_sweep(est: Estimate, micro_batches=range(1, 9), policies=None,
                      index: int | None = None) -> dict[str, list[dict[str, int]]]:
-    """Per policy, per micro-batch size: :func:`stage_activations` of stage ``index``."""
+    """Per policy (the model's :func:`policies_compared` by default), per micro-batch size:
+    :func:`stage_activations` of stage ``index``."""
+    policies = policies or policies_compared(est.model)
     return {p: [{"b": bb, **stage_activations(est, index, micro_batch=bb, recompute=p)} for bb in micro_batches]
             for p in policies}
 
@@ -73,10 +96,10 @@ def microbatch_facts(sweep: dict[str, list[dict[str, int]]]) -> dict[str, bool]:
     return {"proportional": proportional, "same_order": len(orders) == 1}
 
 
-def _split_expressions(est: Estimate, kind: str = "moe") -> tuple[sp.Expr, sp.Expr, int]:
+def _split_expressions(est: Estimate, kind: str | None = None) -> tuple[sp.Expr, sp.Expr, int]:
     """One layer of ``kind`` on one device, one micro-batch of ``est``'s b: the bytes of the saved
     tensors quadratic in s and of the others, as expressions in s; and how many are quadratic."""
-    entries = act_profile(est.train.profile).layer(est.model, kind)
+    entries = act_profile(est.train.profile).layer(est.model, kind or layer_kind(est.model))
     vals = {k: v for k, v in est.values.items() if k != s}
     quad, lin, n = sp.Integer(0), sp.Integer(0), 0
     for e in entries:
@@ -88,7 +111,7 @@ def _split_expressions(est: Estimate, kind: str = "moe") -> tuple[sp.Expr, sp.Ex
     return quad, lin, n
 
 
-def layer_split(est: Estimate, seq_len: int | None = None, kind: str = "moe") -> dict:
+def layer_split(est: Estimate, seq_len: int | None = None, kind: str | None = None) -> dict:
     """One layer of ``kind`` on one device, one micro-batch, at ``seq_len`` (``est``'s by default):
     the bytes of the tensors quadratic in s (the attention scores), of the others, the total, the
     share of the quadratic ones and whether they are most of the layer; ``tensors``: how many there are."""
@@ -100,7 +123,7 @@ def layer_split(est: Estimate, seq_len: int | None = None, kind: str = "moe") ->
             "share": q / total if total else Fraction(0), "dominates": 2 * q > total}
 
 
-def crossover(est: Estimate, kind: str = "moe") -> dict | None:
+def crossover(est: Estimate, kind: str | None = None) -> dict | None:
     """The sequence length at which the saved tensors quadratic in s reach all the others in one
     layer of ``kind`` on one device: ``s``, the least whole s with quadratic >= linear (the ledger's
     rounding of the routed tokens included), and ``s_mean``, the exact crossing with the routed tokens
@@ -124,7 +147,7 @@ def crossover(est: Estimate, kind: str = "moe") -> dict | None:
     return {"s": x, "s_mean": s_mean}
 
 
-def seqlen_sweep(est: Estimate, lo: int = 8, hi: int = 17, per_octave: int = 4, kind: str = "moe") -> list[dict]:
+def seqlen_sweep(est: Estimate, lo: int = 8, hi: int = 17, per_octave: int = 4, kind: str | None = None) -> list[dict]:
     """:func:`layer_split` at whole sequence lengths from 2**lo to 2**hi, ``per_octave`` evenly spaced
     lengths in each octave (2**j (1 + i/per_octave); 2**lo must be a multiple of ``per_octave``)."""
     quad, lin, _ = _split_expressions(est, kind)
@@ -136,16 +159,19 @@ def seqlen_sweep(est: Estimate, lo: int = 8, hi: int = 17, per_octave: int = 4, 
     return out
 
 
-def policy_comparison(est: Estimate, policies=POLICIES_COMPARED, index: int | None = None) -> list[dict]:
-    """Per recompute policy: what it recomputes (``modules``, or ``full``), one MoE layer's kept
-    bytes on one device for one micro-batch (``layer``), and :func:`stage_activations` of stage
-    ``index``."""
-    entries = act_profile(est.train.profile).layer(est.model, "moe")
+def policy_comparison(est: Estimate, policies=None, index: int | None = None) -> list[dict]:
+    """Per recompute policy (the model's :func:`policies_compared` by default): what it recomputes
+    (``modules`` that act on the model, :func:`modules_acting`, or ``full``), one analysed layer's kept bytes
+    (:func:`memlib.paper.activations.layer_kind`) on one device for one micro-batch (``layer``), and
+    :func:`stage_activations` of stage ``index``."""
+    m = est.model
+    entries = act_profile(est.train.profile).layer(m, layer_kind(m))
     out = []
-    for p in policies:
+    for p in policies or policies_compared(m):
         pol = parse_policy(p)
         layer = ledger_bytes(entries, est.train, est.recipe, pol).evaluate_total(est.values)
-        out.append({"policy": p, "full": pol.full, "modules": tuple(sorted(pol.modules)), "layer": int(layer),
+        out.append({"policy": p, "full": pol.full, "modules": modules_acting(m, est.train.profile, pol.modules),
+                    "layer": int(layer),
                     **stage_activations(est, index, recompute=p)})
     return out
 

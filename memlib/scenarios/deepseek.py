@@ -99,10 +99,13 @@ class Step:
     train: TrainingConfig
 
 
-def ablation_steps(train: TrainingConfig) -> tuple[Step, ...]:
+def ablation_steps(train: TrainingConfig, m: ModelConfig | None = None) -> tuple[Step, ...]:
     """A naive baseline with ``train``'s parallel sizes and layout (1F1B, ZeRO-0, Megatron's fp32 master
     weights, gradients and moments, bf16 activations, nothing recomputed), then DualPipe, ZeRO-1, bf16
-    moments, FP8 activations and the recomputation switched on in turn, ending at ``train``."""
+    moments, FP8 activations and the recomputation switched on in turn, ending at ``train``.  With the model
+    ``m`` the steps are described in its own blocks (the MLA up-projections and the routed experts' ranks
+    only where it has them; DeepSeek-V3's without it)."""
+    mla, moe = (True, True) if m is None else (m.attention == "mla", m.has_moe)
     base = train.with_(schedule="1f1b", zero=0, precision="megatron", recompute="none")
     dual = base.with_(schedule=train.schedule)
     zero = dual.with_(zero=train.zero)
@@ -111,15 +114,16 @@ def ablation_steps(train: TrainingConfig) -> tuple[Step, ...]:
              "bf16 activations, no recomputation", None, base),
         Step("dualpipe", "+ DualPipe", "bidirectional schedule: every rank holds two model stages "
              "(rank 0: the first and the last)", None, dual),
-        Step("zero1", "+ ZeRO-1", "optimizer states sharded over the data-parallel ranks (the EDP ranks for "
-             "the routed experts)", "states", zero),
+        Step("zero1", "+ ZeRO-1", "optimizer states sharded over the data-parallel ranks"
+             + (" (the EDP ranks for the routed experts)" if moe else ""), "states", zero),
         Step("bf16_moments", "+ BF16 moments", "AdamW moments in bf16 (master weights and gradients stay fp32)",
              "states", zero.with_(precision="paper")),
         Step("fp8_activations", "+ FP8 activations", "Linear inputs cached in FP8 (the attention output in E5M6), "
              "the SwiGLU input in FP8 and its output recomputed", "activations",
              zero.with_(precision=train.precision)),
-        Step("recompute", "+ recompute norms and up-projections", "every RMSNorm output and the MLA "
-             "up-projections recomputed in backward: the full recipe", "activations", train),
+        Step("recompute", "+ recompute norms" + (" and up-projections" if mla else ""), "every RMSNorm output"
+             + (" and the MLA up-projections" if mla else "") + " recomputed in backward: the full recipe",
+             "activations", train),
     )
 
 
@@ -140,7 +144,7 @@ def ablation(model: ModelConfig | str, train: TrainingConfig, overhead: str = "l
     category it targets on every rank (``None`` for a step without a target)."""
     rows: list[dict] = []
     prev: Estimate | None = None
-    for step in ablation_steps(train):
+    for step in ablation_steps(train, load_model(model)):
         est = recipe_estimate(model, step.train, overhead)
         pk = est.peak
         lowers = None

@@ -25,7 +25,9 @@ from ..paper.activations import held_count_training
 from ..model.partition import Partition
 from ..config import ZeroStage
 from ..device.timeline import OverTime, over_time
+from .activations import MODULE_LIST, POLICIES_COMPARED, policies_compared
 from .overheads import CAPACITY_80GB, base_training
+from .uncertainty import judged_total
 
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
@@ -39,10 +41,9 @@ OVERHEAD: Overheads = OVERHEAD_PRESETS["low"]
 
 #: the ZeRO stages and recompute policies the chapter crosses (a module list last: Megatron-Core's
 #: --recompute-modules with the attention core, the norms, the MLA up-projections and the experts'
-#: activation function)
+#: activation function; a model's own, :func:`memlib.scenarios.activations.policies_compared`)
 ZERO_STAGES = tuple(ZeroStage)
-MODULE_LIST = "core_attn,layernorm,mla_up_proj,moe_act"
-POLICIES = ("none", "selective", "deepseek", "full", MODULE_LIST)
+POLICIES = POLICIES_COMPARED
 
 
 def fits_all(est: Estimate, capacity: int = CAPACITY_80GB) -> bool:
@@ -61,11 +62,15 @@ class Outcome:
     peak: int
     peak_total: int
     fits: bool
+    #: ``fits``, ``marginal`` or ``does not fit`` with memlib's measured errors for the model's family
+    #: (:func:`memlib.scenarios.uncertainty.judged_total`): a fit inside the band is marginal
+    verdict: str = ""
 
     @classmethod
     def of(cls, name: str, est: Estimate, capacity: int) -> "Outcome":
         pk = est.peak
-        return cls(name, est, tuple(st.total for st in est.stages), pk.stage.index, pk.total, fits_all(est, capacity))
+        return cls(name, est, tuple(st.total for st in est.stages), pk.stage.index, pk.total, fits_all(est, capacity),
+                   judged_total(est, capacity)["verdict"])
 
     @property
     def train(self) -> TrainingConfig:
@@ -85,12 +90,13 @@ class Outcome:
 
 
 def grid(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD,
-         zero_stages=ZERO_STAGES, policies=POLICIES) -> dict[tuple[ZeroStage, str], Outcome]:
+         zero_stages=ZERO_STAGES, policies=None) -> dict[tuple[ZeroStage, str], Outcome]:
     """(ZeRO stage, policy) -> :class:`Outcome` for ``est``'s configuration with each ZeRO stage and
-    recompute policy (``est`` itself serves the combination it already is)."""
+    recompute policy (the model's :func:`~memlib.scenarios.activations.policies_compared` by default; ``est``
+    itself serves the combination it already is)."""
     out = {}
     for z in zero_stages:
-        for p in policies:
+        for p in policies or policies_compared(est.model):
             t = est.train.with_(zero=z, recompute=p)
             e = est if (t == est.train and est.overhead == overhead) else estimate(est.model, t, overhead)
             out[(ZeroStage(z), p)] = Outcome.of(p, e, capacity)
@@ -144,7 +150,8 @@ def no_recompute(g: dict, capacity: int = CAPACITY_80GB) -> dict[str, object]:
     scores = [sum(int(x) for k, x in ex.chunks[c].items() if k in keys) for c in range(len(chunks))]
     held = sum(c["per_microbatch"] * c["in_flight"] for c in chunks)
     scores_held = sum(s * c["in_flight"] for s, c in zip(scores, chunks))
-    policies = sorted({p for (_, p) in g}, key=list(POLICIES).index)
+    order = list(policies_compared(est.model))
+    policies = sorted({p for (_, p) in g}, key=order.index)
     return {
         "zero": zs[-1], "stage": i, "layers": len(st.stage.layers),
         "in_flight": st.activations["microbatches_in_flight"], "states": st.model_states,
@@ -344,7 +351,7 @@ def held_count_grid(g: dict, capacity: int = CAPACITY_80GB, overhead: Overheads 
     instead of the paper's count (:func:`memlib.paper.activations.held_count_training`)."""
     est = next(iter(g.values())).est
     zs = sorted({z for z, _ in g})
-    policies = [p for p in POLICIES if (zs[0], p) in g]
+    policies = [p for p in policies_compared(est.model) if (zs[0], p) in g]
     base = estimate(est.model, held_count_training(est), overhead)
     return grid(base, capacity, overhead, zs, policies)
 

@@ -22,7 +22,7 @@ from .functional import model_family
 from .gpu_steps import gpu_steps
 from .measured import published_cases
 
-__all__ = ["Band", "measured_band", "verdict", "judged", "VERDICTS"]
+__all__ = ["Band", "measured_band", "verdict", "judged", "judged_total", "VERDICTS"]
 
 #: the three verdicts, from the safest
 VERDICTS = ("fits", "marginal", "does not fit")
@@ -94,3 +94,16 @@ def judged(est: Estimate, capacity: int) -> dict:
     lo, hi = band.allocated_range(allocated)
     return {"peak_allocated": allocated, "rest": rest, "band": band, "near": lo + rest, "far": hi + rest,
             "verdict": verdict(allocated, rest, capacity, band)}
+
+
+def judged_total(est: Estimate, capacity: int) -> dict:
+    """:func:`judged` on the book's own accounting, for a comparison of many configurations: the band applied to
+    the peak device's allocated bytes as the book counts them (model states and activations, its ``allocated``)
+    instead of the replayed ``peak_allocated`` (a replay of every step, too slow for a grid of twenty); the
+    overheads beside them as ``rest``.  The same keys as :func:`judged`, ``peak_allocated`` being that count."""
+    pk = est.peak
+    band = measured_band(est.model)
+    rest = pk.total - pk.allocated
+    lo, hi = band.allocated_range(pk.allocated)
+    return {"peak_allocated": pk.allocated, "rest": rest, "band": band, "near": lo + rest, "far": hi + rest,
+            "verdict": verdict(pk.allocated, rest, capacity, band)}

@@ -94,7 +94,11 @@ def test_the_glued_words_agree_with_the_numbers(model):
         assert v["fit_summary"].startswith("every step fits")
     # the rank table's fits column, the overhead bands and the worked problem
     ranks = _table_rows(ch.rank_table(est))
-    assert [row[-1] for row in ranks] == ["yes" if s.total <= ds.CAPACITY else "no" for s in cap_est.stages]
+    per_rank = []                                   # a row of ranks "1–14" holds their common verdict
+    for row in ranks:
+        first, _, last = row[0].partition("–")
+        per_rank += [row[-1]] * (int(last or first) - int(first) + 1)
+    assert per_rank == ["yes" if s.total <= ds.CAPACITY else "no" for s in cap_est.stages]
     high = ds.recipe_estimate(model, est.train, "high").peak.total
     assert v["high_fits"] == ("fits" if high <= ds.CAPACITY else "does not fit")
     two = ds.recipe_estimate(model, est.train.with_(micro_batch=ch.PROBLEM_MICRO_BATCH)).peak.total
@@ -109,6 +113,10 @@ def test_deepseek_v3_words():
     assert v["fit_summary"] == "only the last step, the full recipe, fits the device"
     assert v["rank0_compare"].endswith("less than the peak") and "MTP" in v["rank0_holds"]
     assert v["p_verdict"] == "does not fit" and v["p_margin"].startswith("exceeds the capacity by")
+    # the fourteen middle ranks hold the same bytes: one row, ranks 0 and 15 (the embedding, head and MTP) apart
+    rows = _table_rows(ch.rank_table(chapter_est("deepseek-v3")))
+    assert [r[0] for r in rows] == ["0", "1–14", "15"]
+    assert rows[1][1] == "1 (4) + 14 (4) … 7 (4) + 8 (4)" and rows[1][7].strip("*") == "70.62"
 
 
 def test_no_table_mixes_gib_and_gb(v3):
