@@ -55,7 +55,7 @@ SYMBOLS: dict[str, tuple[str, ...]] = {
     "mla": ("d_h", "d_v", "d_cq", "d_c"),
     "rope_split": ("d_hR",),
     "gqa": ("n_kv", "d_head"),
-    "moe": ("h_E", "N", "N_r", "n_g", "k_g", "L_moe"),
+    "moe": ("h_E", "N", "N_r", "n_g", "k_g", "EP", "ETP", "EDP", "L_moe", "P_e", "P_ne"),
     "shared_experts": ("N_s", "h_S"),
     "mtp": ("n_mtp",),
     "dense_layers": ("h_F", "k_dense"),

@@ -21,8 +21,8 @@ from ..scenarios import deepseek as ds
 from ..device.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODUCT_GB, allocatable
 from ..config.precision import RECIPES
 from ..core.units import to_unit
-from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, md_table, model_name, pct,
-                     span)
+from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, join_and, layer_word, md_table,
+                     model_name, parallel_kinds, pct, span)
 from .notation import chapter_notation
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
@@ -40,13 +40,15 @@ def stages_text(stages: list[int]) -> str:
 
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers: units, the largest per-device weights of the model under the
-    configuration, the whole model's weights, one MoE layer at two roundings."""
+    configuration, the whole model's weights, one of its typical layers (an MoE layer where it has them) at two
+    roundings, and the words that name its blocks."""
     m, t, part = est.model, est.train, est.partition
+    kind, word = layer_word(m)
     u = pp.gib_and_gb()
     dev = pp.largest_device(part)
     misread = pp.misread_gib(dev["bytes"])
     model_bytes = pp.weights(pp.totals(m)["total"], t.precision)
-    moe_bytes = pp.weights(pp.layer_blocks(m)["moe_layer"], t.precision)
+    moe_bytes = pp.weights(pp.layer_blocks(m)[f"{kind}_layer"], t.precision)
     return {
         "model": model_name(m), "config": t.label(), "paper_config": PAPER_TRAINING.label(),
         "gib_bytes": fmt_count(u["GiB"]), "gb_bytes": fmt_count(u["GB"]),
@@ -60,7 +62,13 @@ def values(est: Estimate) -> dict[str, str]:
         "misread_budget": fmt_count(misread["budget"]), "misread_shortfall": fmt_count(misread["shortfall"]),
         "misread_share": "—" if misread["shortfall_share"] is None else pct(misread["shortfall_share"], 1, 2),
         "model_gib": fmt_bytes(model_bytes, "GiB"), "model_gb": fmt_bytes(model_bytes, "GB"),
-        "moe_layer_params": fmt_count(pp.layer_blocks(m)["moe_layer"]),
+        "moe_layer_params": fmt_count(pp.layer_blocks(m)[f"{kind}_layer"]), "layer_word": word,
+        "subject": ("a DeepSeek-style mixture-of-experts model" if m.has_moe
+                    else f"a dense transformer such as {model_name(m)}"),
+        "fitted_to": join_and(["layers", "heads"] + (["experts"] if m.has_moe else [])),
+        "parallel_kinds": parallel_kinds(m),
+        "other_architectures": ("models without MLA or DeepSeek's MoE" if m.attention == "mla" and m.has_moe
+                                else "other architectures"),
         "moe_layer_gib3": fmt_bytes(moe_bytes, "GiB", 3), "moe_layer_gib2": fmt_bytes(moe_bytes, "GiB", 2),
         "moe_layer_gb": fmt_bytes(moe_bytes, "GB", 2),
         "stage0_exact": fmt_billions(pp.stage_summary(part)["first"]),

@@ -4,8 +4,8 @@ paper's Tables 2-4 (for its model) and DeepSeek's statements, formatted from
 
 Every function takes the chapter's :class:`~memlib.device.estimate.Estimate` (built once in the chapter's
 configuration cell); nothing here computes a quantity.  The paper's printed values appear only in
-:func:`paper_values`, in the paper's columns of :func:`layer_table` and :func:`stage_table` and in
-:func:`errata_md`, all of them empty for another model.
+:func:`paper_values` and in the paper's columns of :func:`layer_table` and :func:`stage_table`, all of them
+empty for another model (the paper's errata are chapter 14's).
 """
 from __future__ import annotations
 
@@ -15,19 +15,17 @@ from ..config import load_model
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
 from ..paper import parameters as pp
-from ..paper.errata import errata
 from ..data.reference import PAPER
 from ..scenarios import models as sm
 from ..config.precision import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
-    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layout_text, md_table, model_name, pct, span, tex,
+    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layer_word, layout_text, md_table, model_name, pct, span, tex,
 )
 from .notation import chapter_notation
-from .tables import errata_table
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "matrix_table", "layer_table", "stage_table",
-           "totals_table", "official_table", "stage_figure", "problem_values", "errata_md", "stages_text"]
+           "totals_table", "official_table", "stage_figure", "problem_values", "stages_text"]
 
 #: weight formats by bytes per element (the column headings)
 FORMATS = {1: "fp8", 2: "bf16", 4: "fp32"}
@@ -87,8 +85,10 @@ def values(est: Estimate) -> dict[str, str]:
         "mla_layer": fmt_count(b["mla"]), "mla_matrices": fmt_count(b["mla_matrices"]),
         "mla_matrix_count": fmt_count(b["mla_matrix_count"]), "mla_latent_norms": fmt_count(b["mla_latent_norms"]),
         "expert": fmt_count(b["expert"]), "router": fmt_count(b["router"]), "moe_ffn": fmt_count(b["moe"]),
-        "norms_layer": fmt_count(b["layer_norms"]), "moe_layer": fmt_count(b["moe_layer"]),
-        "moe_layer_gib3": _gib(pp.weights(b["moe_layer"], prec), 3), "final_norm": fmt_count(b["final_norm"]),
+        # the model's typical layer: an MoE layer where it has them, else a dense one
+        "norms_layer": fmt_count(b["layer_norms"]), "moe_layer": fmt_count(b[f"{layer_word(m)[0]}_layer"]),
+        "moe_layer_gib3": _gib(pp.weights(b[f"{layer_word(m)[0]}_layer"], prec), 3),
+        "final_norm": fmt_count(b["final_norm"]),
         # per stage
         "stage_max": fmt_count(st["largest"]), "stage_max_b": fmt_billions(st["largest"]),
         "stage_max_gib": _gib(st["largest_bytes"]), "stage_max_n": fmt_count(len(st["largest_stages"])),
@@ -129,6 +129,35 @@ def values(est: Estimate) -> dict[str, str]:
         "norms_kind": "block and latent" if m.attention == "mla" else "block",
         "attention": attention_name(m),
         "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",
+        **_block_words(est),
+    }
+
+
+def _block_words(est: Estimate) -> dict[str, str]:
+    """The clauses whose words depend on the model's blocks: what share of it the routed experts are (a dense
+    model has none, and a token passes through all of it), which FFN its layers have, which parallelism splits a
+    stage, and the figure's sentence on the routed experts."""
+    m = est.model
+    tot, rl = pp.totals(m), pp.routed_largest(est.partition)
+    own = model_blocks(m)
+    kind, word = layer_word(m)
+    article = "an" if kind == "moe" else "a"         # "an MoE layer" (em-o-e), "a decoder layer"
+    ffn = {frozenset({"moe", "dense_layers"}): "FFN, dense or MoE", frozenset({"moe"}): "MoE block",
+           frozenset({"dense_layers"}): "dense FFN"}[frozenset(own & {"moe", "dense_layers"})]
+    return {
+        "share_clause": (f"of which the routed experts are {pct(tot['routed_share'], 1)}" if "moe" in own
+                         else "every one of which a token passes through (the model is dense)"),
+        "answer_tail": (f"of which the routed experts are {pct(tot['routed_share'], 1)}; a token activates "
+                        f"{fmt_count(tot['activated'])} of them ({pct(tot['activated_share'], 1)})" if "moe" in own
+                        else "and a token passes through all of them (the model is dense)"),
+        "routed_clause": (f"{pct(tot['routed_share'], 1)} of them are routed experts, and a token activates"
+                          if "moe" in own else "a dense model activates all of them:"),
+        "ffn_word": ffn, "a_layer": f"{article.capitalize()} {word}", "a_layer_lc": f"{article} {word}",
+        "split_kinds": "tensor or expert parallelism" if "moe" in own else "tensor parallelism",
+        "split_word": "tensor or expert split" if "moe" in own else "tensor split",
+        "fig_routed": (f"The routed experts are the largest block in {fmt_count(rl['routed_largest'])} of the "
+                       f"{fmt_count(rl['moe_stages'])} stages that hold an MoE layer; the first stage"
+                       if "moe" in own else "The first stage"),
     }
 
 
@@ -378,7 +407,3 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "tie_saving_share": pct(own["tie_saving_share"], 1, 2),
     }
 
-
-def errata_md(est: Estimate) -> str:
-    """The paper's errata this chapter discusses (none for another model)."""
-    return errata_table(errata(est), "parameters")

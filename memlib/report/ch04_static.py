@@ -14,7 +14,6 @@ from ..model.architecture import attention_name, block_names
 from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
-from ..paper.errata import errata
 from ..model.partition import SHARDING
 from ..scenarios import static as sstatic
 from ..config.precision import RECIPES
@@ -23,11 +22,10 @@ from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
 from .notation import chapter_notation
-from .tables import errata_table
 
 __all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
            "tensor_table", "table6", "stage_table", "split_table", "stages_figure", "problem_values", "ep_problem_values",
-           "errata_md", "device_figure", "device_values"]
+           "device_figure", "device_values"]
 
 #: the number formats of a byte width, for the prose
 FORMATS = {1: "fp8", 2: "bf16", 4: "fp32", 8: "fp64"}
@@ -123,8 +121,6 @@ def values(est: Estimate) -> dict[str, str]:
     moe = moe_stages(part)
     rows = pstatic.stage_rows(part)
     big = pstatic.largest_stages(part, i)
-    majority = pstatic.expert_majority(part)
-    minority = [s for s, yes in majority.items() if not yes]
     pc = pstatic.profile_comparison(part, i)
     layout = pstatic.layout_rule(part)
     shared_word = "shared expert" if ex["shared"] == 1 else "shared experts"
@@ -155,7 +151,7 @@ def values(est: Estimate) -> dict[str, str]:
         "largest_stages": _stages_text(big["stages"]), "largest_params": fmt_count(big["params"]),
         "largest_gib": fmt_bytes(big["bytes"]),
         "analysed_largest": "is one of them" if big["includes"] else "is not one of them",
-        "expert_majority": "every stage" + (" except " + _stages_text(minority) if minority else ""),
+        "expert_majority": _majority(est),
         "diff_wqr": fmt_count(pc["wqr"]), "diff_shared": fmt_count(pc["shared"]), "diff_stage": fmt_count(pc["stage"]),
         "diff_stage_gib": fmt_bytes(pc["stage_bytes"]), "megatron_stage_gib": fmt_bytes(pc["megatron_stage_bytes"]),
         "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (_plural(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
@@ -165,8 +161,45 @@ def values(est: Estimate) -> dict[str, str]:
                         else f"shrinks with its {attention_name(m)} and {shared_word}"),
         "last_takeaway": ("and its MTP modules make the last stage heavier than the paper assumes" if pc["last_grows"]
                           else "on the last stage too, which holds no MTP module"),
+        **_block_words(est, rows[i], moe),
     }
     return out
+
+
+def _block_words(est: Estimate, row: dict, moe: list[int]) -> dict[str, str]:
+    """The clauses whose words depend on the model's blocks: the analysed device's blocks (a dense model's
+    are its own: embedding, attention, norms, dense FFN), where the routed experts go, which stage is the example
+    and why, and the split a dense model's device has instead of the MoE block's."""
+    m, t, i = est.model, est.train, row["stage"]
+    if m.has_moe:
+        t6 = pstatic.table6(est.partition, i)
+        return {"answer_blocks": f"{attention_name(m)} {fmt_count(t6['MLA'])}, the RMSNorms {fmt_count(t6['RMSNorm'])} "
+                                 f"and the MoE block {fmt_count(t6['MoE'])}",
+                "expert_clause": f" inside each, and the routed experts of a layer spread over EP = {fmt_count(t.ep)} ranks "
+                                 f"with ETP = {fmt_count(t.etp)}",
+                "example": (f"Stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} hold only MoE layers, the kind "
+                            "of stage the paper analyses; we take the device of the first of them, stage "
+                            f"{fmt_count(i)} with {_plural(row['moe'], 'MoE layer')}, as the example."),
+                "every_intro": "The paper stops at the MoE-only stages; memlib counts every stage.",
+                "computes": "the paper's Table 5 (the parallel configuration) and Table 6 (static parameters per device)",
+                "fig_majority": "The routed experts are more than half of a device's parameters on "
+                                + _majority(est) + "."}
+    names = block_names(m)
+    blocks = row["paper"]["blocks"]
+    return {"answer_blocks": join_and(f"the {names.get(b, b)} {fmt_count(n)}" if b != "attention"
+                                      else f"{attention_name(m)} {fmt_count(n)}" for b, n in blocks.items() if n),
+            "expert_clause": " inside each",
+            "example": (f"Every stage holds dense layers only; we take the device of stage {fmt_count(i)}, which "
+                        "also holds the embedding, as the example."),
+            "every_intro": "memlib counts every stage.", "fig_majority": "Every stage holds dense layers only.",
+            "computes": "the paper's Table 5 (the parallel configuration) and the parameters each device stores"}
+
+
+def _majority(est: Estimate) -> str:
+    """The stages on which the routed experts are more than half of a device's parameters, in words."""
+    majority = pstatic.expert_majority(est.partition)
+    minority = [s for s, yes in majority.items() if not yes]
+    return "every stage" + (" except " + _stages_text(minority) if minority else "")
 
 
 def convention_differences(est: Estimate) -> str:
@@ -222,6 +255,8 @@ def table5(est: Estimate) -> str:
     symbols = {"dp": "DP", "tp": "TP", "pp": "PP", "ep": "EP", "etp": "ETP", "cp": "CP", "edp": "EDP"}
     rows = []
     for key in pstatic.TABLE5_KEYS:
+        if key in ("ep", "etp", "edp") and not est.model.has_moe:
+            continue                                   # a dense model has no expert parallelism
         if key == "devices":
             row = ["devices (world size)", r"$\mathrm{DP}\,\mathrm{TP}\,\mathrm{CP}\,\mathrm{PP}$", fmt_count(v[key])]
         else:
@@ -269,22 +304,40 @@ def table6(est: Estimate) -> str:
 
 
 def stage_table(est: Estimate) -> str:
-    """Every stage under both conventions: per-device parameters, GiB of stored weights, the difference."""
+    """Every stage under both conventions: per-device parameters, GiB of stored weights, the difference; a run
+    of consecutive stages that store the same is one row (``1–14``, their layers as one range, "(each)")."""
     rows = []
-    for r in pstatic.stage_rows(est.partition):
-        rows.append([fmt_count(r["stage"]), span(r["layers"][0], r["layers"][-1]) if r["layers"] else "—",
-                     _holds_short(r), fmt_count(r["paper"]["params"]), fmt_bytes(r["paper"]["bytes"], with_unit=False),
+    for run in _runs(pstatic.stage_rows(est.partition)):
+        r, last = run[0], run[-1]
+        layers = span(r["layers"][0], last["layers"][-1]) if r["layers"] else "—"
+        rows.append([span(r["stage"], last["stage"]), layers, _holds_short(r) + (" (each)" if len(run) > 1 else ""),
+                     fmt_count(r["paper"]["params"]), fmt_bytes(r["paper"]["bytes"], with_unit=False),
                      fmt_count(r["megatron"]["params"]), fmt_bytes(r["megatron"]["bytes"], with_unit=False),
                      f"{r['difference']:+,}".replace("-", "−")])
     return md_table(["stage", "decoder layers", "holds", "paper: parameters", "paper: GiB", "megatron: parameters",
                      "megatron: GiB", "megatron − paper (parameters)"], rows, "rllrrrrr")
 
 
+def _runs(rows: list[dict]) -> list[list[dict]]:
+    """Consecutive stages whose devices store the same (their layers' kinds, their ends, both conventions' counts)."""
+    def same(r: dict) -> tuple:
+        return (r["dense"], r["moe"], r["first"], r["last"], r["paper"]["params"], r["megatron"]["params"],
+                r["paper"]["mtp"], r["megatron"]["mtp"])
+    runs: list[list[dict]] = []
+    for r in rows:
+        if runs and same(runs[-1][-1]) == same(r):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
+
+
 def split_table(est: Estimate) -> str:
     """Every stage's stored weights by how they are sharded, GiB per device, both conventions."""
     rows = []
-    for r in pstatic.stage_rows(est.partition):
-        rows.append([fmt_count(r["stage"])] + [fmt_bytes(r[p]["split_bytes"][k], with_unit=False)
+    for run in _runs(pstatic.stage_rows(est.partition)):
+        r = run[0]
+        rows.append([span(run[0]["stage"], run[-1]["stage"])] + [fmt_bytes(r[p]["split_bytes"][k], with_unit=False)
                                                for p in pstatic.PROFILE_NAMES for k in SHARDS])
     headers = ["stage"] + [f"{p}: {SHARDING[k]}" for p in pstatic.PROFILE_NAMES for k in SHARDS]
     return md_table(headers, rows, "r" + "r" * 6)
@@ -330,10 +383,6 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "p2_changed": ("nothing else changes" if tp["only_mla"]
                        else "the rows " + join_and(tp["changed"]) + " change"),
     }
-
-
-def errata_md(est: Estimate) -> str:
-    return errata_table(errata(est), "static")
 
 
 #: the model states the device-slicing figure shows, in order
@@ -406,4 +455,6 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
             "dev_tp": fmt_count(c["tp"]), "dev_dp": fmt_count(c["dp"]), "dev_ep": fmt_count(c["ep"]),
             "dev_experts": "no routed experts (a dense model)" if e is None else f"{_experts(e)} of every MoE layer",
             "dev_groups": groups[0].upper() + groups[1:] + ".",
-            "dev_colour": "its EP index, the routed experts it holds" if t.ep > 1 else "its TP rank"}
+            "dev_colour": "its EP index, the routed experts it holds" if t.ep > 1 else "its TP rank",
+            "dev_caption": ("(framed) and, where there is expert parallelism, one EP group per row and one set of routed "
+                            "experts per column") if est.model.has_moe else "(framed)"}

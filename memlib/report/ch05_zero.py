@@ -10,7 +10,6 @@ from ..device.estimate import Estimate
 from ..paper import analysed_stage, is_paper_model, moe_stages
 from ..paper import static as pstatic
 from ..paper import zero as pzero
-from ..paper.errata import errata
 from ..data.reference import PAPER
 from ..scenarios.sweeps import ep_sweep, recipe_change
 from ..model.architecture import attention_name
@@ -19,11 +18,10 @@ from ..config.precision import RECIPES
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
 from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
 from .notation import chapter_notation
-from .tables import errata_table
 
 __all__ = ["stage", "values", "paper_values", "table7", "recipes_table", "sharding_table", "table8",
            "table8_printed", "prose_swap_table", "megatron_table", "ep_table", "ep_values", "states_figure",
-           "problem_values", "zero_paper_table", "errata_md", "notation"]
+           "problem_values", "zero_paper_table", "notation"]
 
 TERMS = pzero.TERMS
 TERM_LABELS = {t: CATEGORY_LABELS[t] for t in TERMS}
@@ -61,6 +59,10 @@ def values(est: Estimate) -> dict[str, str]:
         "router_shared_is": _router_and_shared(est.model) + (" are" if "shared" in _router_and_shared(est.model)
                                                              else " is"),
         "label": t.label(), "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
+        # which device: the first MoE-only stage's where the model has MoE layers, else a stage of dense layers
+        "stage_clause": (f", the first of stages {span(moe[0], moe[-1])}, which hold MoE layers only" if moe
+                         else f", stage {fmt_count(i)}"),
+        "stages_word": f"stages {span(moe[0], moe[-1])}" if moe else f"stage {fmt_count(i)}",
         "params": fmt_count(t6["total"]), "params_gib": fmt_bytes(pstatic.table6_bytes(part, i)["total"]),
         "bw": fmt_count(rec.weights), "bg": fmt_count(rec.gradients), "bo": fmt_count(rec.optimizer_bytes),
         "bytes_total": fmt_count(rec.total_bytes), "megatron_total": fmt_count(RECIPES["megatron"].total_bytes),
@@ -217,6 +219,3 @@ def zero_paper_table() -> tuple[dict[str, str], str]:
     return ({"p2_psi": fmt_count(ex["psi"]), "p2_nd": fmt_count(ex["n_d"]), "p2_k": str(ex["k"])},
             md_table(["ZeRO stage", "memlib (GB)", "ZeRO paper (GB)"], rows, "lrr"))
 
-
-def errata_md(est: Estimate) -> str:
-    return errata_table(errata(est), "zero")

@@ -146,8 +146,10 @@ def _size(n: int) -> str:
     return fmt_size(n, small="B")
 
 
-def not_covered_table() -> str:
-    """What the exact accounting does not cover, what governs it, and the source."""
+def not_covered_table(model=None) -> str:
+    """What the exact accounting does not cover, what governs it, and the source (the MoE layer's all-to-all
+    buffers among the transient tensors only for a ``model`` with MoE layers; all of them without a model)."""
+    a2a = "all-to-all dispatch and combine buffers, " if model is None or model.has_moe else ""
     governs = {
         "block_rounding": lambda c: (
             f"every request rounded up to {_size(c['min_block'])}; requests up to {_size(c['small_size'])} "
@@ -157,8 +159,8 @@ def not_covered_table() -> str:
                                     "`expandable_segments:True` reduces the waste"),
         "nccl": lambda c: (f"`NCCL_BUFFSIZE` = {_size(c['buffsize'])} per channel and peer connection by default; "
                            "NVLink SHARP buffers on top unless `NCCL_NVLS_ENABLE=0`"),
-        "transient": lambda c: ("tensors alive only inside one operation: fp32 logits upcasts, all-to-all dispatch "
-                                "and combine buffers, gradient-reduction buckets, the optimizer step's temporaries"),
+        "transient": lambda c: ("tensors alive only inside one operation: fp32 logits upcasts, " + a2a
+                                + "gradient-reduction buckets, the optimizer step's temporaries"),
     }
     rows = [[r["what"], governs[r["key"]](r["constants"]), r["source"]] for r in so.NOT_COVERED]
     return md_table(["what", "what governs it", "source"], rows, "lll")
@@ -180,7 +182,9 @@ def problem_values(base: Estimate) -> dict[str, str]:
                 else "this device does not fit at the high end of the paper's ranges")
         answer = f"Up to {pct(h['max_fraction'], 1, 1)} of the allocated memory, {band}: {high}."
     return {"p1_run": f"{run['model']} ({run['parallel']})", "p1_measured": pct(m["fraction"], 1, 1),
-            "p1_why": "a measured run of this model" if own else "the measured MoE run with the largest gap",
+            "p1_why": "a measured run of this model" if own else ("the measured MoE run with the largest gap"
+                                                                  if base.model.has_moe else
+                                                                  "the measured run with the largest gap"),
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
             "p1_delta": signed_bytes(m["delta"]), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_capacity(h["capacity"]),

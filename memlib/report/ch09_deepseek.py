@@ -15,8 +15,7 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import judged
-from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, signed_pct,
-                     span, yes_no)
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values, band_text, collapse_runs
 

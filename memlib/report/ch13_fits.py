@@ -4,7 +4,7 @@ its predicted step on each GPU) and :mod:`memlib.scenarios.steps` (the step-time
 Nothing here computes a quantity: it reads the searches, formats them and picks words."""
 from __future__ import annotations
 
-from ..config import ModelConfig
+from ..config import ModelConfig, load_model
 from ..data.reference import DEEPSEEK_V3_TRAINING
 from ..device.overhead import DEVICE_PRODUCT_GB
 from ..scenarios import fits as sf
@@ -94,6 +94,25 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "fastest_gpu": LARGER[-1], "fastest_gpu_step": _s(_fit(fl, sf.GPU_COUNTS[0], LARGER[-1]).best_step_s),
         "fastest_gpu_gain": _pct(sf.memory_buys(model, sf.GPU_COUNTS[0], MAIN, LARGER[-1]).gain),
         "region_fix": region_fix(model),
+        **_block_words(model),
+    }
+
+
+def _block_words(model: ModelConfig | str) -> dict[str, str]:
+    """The clauses on expert parallelism, the routed experts and their all-to-alls, only for a model with experts
+    (a dense model's clause keeps the sentence's joint)."""
+    moe = load_model(model).has_moe
+    return {
+        "ep_clause": " every expert-parallel size that divides the routed experts," if moe else " and",
+        "flops_words": ("every weight's two per token in the forward pass, the routed experts' share of theirs"
+                        if moe else "every weight's two per token in the forward pass"),
+        "rank_order": "context, expert, data and pipeline" if moe else "context, data and pipeline",
+        "a2a_clause": ("every layer, the experts' all-to-alls (hidden by DualPipe where the computation is longer),"
+                       if moe else "every layer,"),
+        "region_choice": "tensor, expert and pipeline" if moe else "tensor and pipeline",
+        "region_rest": "expert tensor parallelism and the layout rule" if moe else "the layout rule",
+        "region_axes": ("tensor-parallel (line), expert-parallel (x axis) and pipeline-parallel (panel)" if moe
+                        else "tensor-parallel (line) and pipeline-parallel (panel)"),
     }
 
 
@@ -117,10 +136,12 @@ def recipe_values(model: ModelConfig | str) -> dict[str, str]:
             "gpus": fmt_count(DEEPSEEK_V3_TRAINING["gpus"])}
 
 
-def rules_table() -> str:
-    """The practical space's rules, their values and sources."""
+def rules_table(model: ModelConfig | str | None = None) -> str:
+    """The practical space's rules, their values and sources (the rule on experts only for a ``model`` with them;
+    every rule without a model)."""
+    dense = model is not None and not load_model(model).has_moe
     rows = [[what.replace("min_cp_tokens", fmt_count(PRACTICAL.min_cp_tokens)).replace("gpus_per_node", "8 by default"),
-             src] for what, src in SPACE_RULES.values()]
+             src] for key, (what, src) in SPACE_RULES.items() if not (dense and key == "etp1_fine_grained")]
     return md_table(["the practical space keeps", "source"], rows, "ll")
 
 

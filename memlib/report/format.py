@@ -291,3 +291,15 @@ def architecture_note(m: ModelConfig, subject: str) -> str:
     return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The parts of this chapter on the paper's model's own "
             f"blocks do not apply to it and its book leaves them out; memlib counts its blocks with the same code, "
             f"in this chapter's tables and figures.")
+
+
+def layer_word(m: ModelConfig) -> tuple[str, str]:
+    """The model's typical decoder layer, the one the chapters take as their example: ``("moe", "MoE layer")``
+    for a model with MoE layers, ``("dense", "decoder layer")`` for a dense one."""
+    return ("moe", "MoE layer") if "moe" in m.layer_kinds else ("dense", "decoder layer")
+
+
+def parallel_kinds(m: ModelConfig) -> str:
+    """The model-parallel dimensions that split ``m``'s weights, in words: expert parallelism only where it has
+    experts."""
+    return "tensor, expert and pipeline" if m.has_moe else "tensor and pipeline"

@@ -42,7 +42,7 @@ def glued(est) -> dict[str, str]:
 
 def chapter_text(est) -> str:
     parts = [ch.notation(est), ch.table5(est), ch.tensor_table(est), ch.table6(est), ch.stage_table(est),
-             ch.split_table(est), ch.errata_md(est)]
+             ch.split_table(est)]
     parts += list(ch.values(est).values()) + list(ch.paper_values(est).values()) + list(ch.problem_values(est).values())
     if est.model.attention == "mla":
         parts += list(ch.ep_problem_values(est).values())
@@ -66,7 +66,6 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
     assert pv["t6_counts"] == "every parameter and byte count equals the paper's"
     assert pv["t6_slips"] == "MLA and non-MoE" and pv["printed_mla_gb"] == "0.82"
     assert "paper prints" in ch.table5(est) and "parameters (paper)" in ch.table6(est)
-    assert ch.errata_md(est).count("\n") > 1
     v = ch.values(est)
     assert (v["largest_stages"], v["analysed_largest"], v["expert_majority"]) == (
         "stages 1–14", "is one of them", "every stage except stage 0")
@@ -77,7 +76,6 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
 def test_another_models_chapter_has_no_deepseek_v3_number(model):
     est = estimate(model, paper_training(model))
     assert ch.paper_values(est) == {} and set(ch.absent_paper_values(est)) == set(ch.PAPER_KEYS)
-    assert ch.errata_md(est).count("\n") == 1                                   # header only
     assert "paper" not in ch.table5(est) and "paper" not in ch.table6(est)
     text = chapter_text(est)
     assert not [n for n in V3_NUMBERS if n in text]
