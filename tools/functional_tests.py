@@ -41,7 +41,9 @@ from pathlib import Path
 
 import yaml
 
-COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+from memlib.config.versions import MEGATRON_COMMIT
+
+COMMIT = MEGATRON_COMMIT
 ROOT = "tests/functional_tests/test_cases"
 RECIPES = "tests/test_utils/recipes"
 #: where the recipes lived before (the test system's older layout)

@@ -9,6 +9,7 @@ from ..config import (FP8_FORMATS, FP8_RECIPES, LIMITS, OFFLOAD_MODULES, PAPER_T
 from ..config.strategies import (CP_COMM_TYPES, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime,
                                  TransformerImpl)
 from ..config.precision import RECIPES
+from ..config.versions import MEGATRON_COMMIT, MEGATRON_COMMIT_DATE
 from ..core.units import parse_number
 
 
@@ -297,7 +298,7 @@ def _carried_options(p: argparse.ArgumentParser, d: TrainingConfig) -> None:
     p.add_argument("--megatron-version", default=d.megatron_version,
                    help="the Megatron-LM whose flag rules apply: a release (core_r0.14.0), a date of the main branch "
                         "(YYYY-MM-DD) or a commit with its date (abc1234@YYYY-MM-DD); default: the commit memlib "
-                        "reads, d98e8a64dd (2026-08-22). See docs/megatron_versions.md")
+                        f"reads, {MEGATRON_COMMIT[:10]} ({MEGATRON_COMMIT_DATE}). See docs/megatron_versions.md")
 
 
 def _modules(text: str) -> tuple[str, ...]:

@@ -23,7 +23,8 @@ from datetime import date
 
 from .checks import ConfigError, show
 
-__all__ = ["Rule", "RULES", "RELEASES", "KNOWN_COMMITS", "DEFAULT_VERSION", "MegatronVersion", "parse_version",
+__all__ = ["Rule", "RULES", "RELEASES", "KNOWN_COMMITS", "DEFAULT_VERSION", "MEGATRON_COMMIT", "MEGATRON_COMMIT_DATE",
+           "MCORE_VERSION", "MegatronVersion", "parse_version",
            "ContainerRules", "NGC_TRANSFORMER_ENGINE", "NGC_BLACKWELL_CUBLAS_32MIB", "container_rules"]
 
 
@@ -75,11 +76,18 @@ RELEASES: dict[str, frozenset[str]] = {
                                "null_tokenizer_eod", "te_cross_entropy_refused"}),
 }
 
+#: the Megatron-LM commit memlib reads (its flags' semantics, Megatron-Core's buffers, the functional tests'
+#: goldens), and its date
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+MEGATRON_COMMIT_DATE = "2026-08-22"
+#: the megatron-core release memlib's Megatron-Core ledgers are measured and read against (the Makefile pins it)
+MCORE_VERSION = "0.19.2"
+
 #: commits memlib knows by name: the pin and the commits of RULES (commit -> its date)
-KNOWN_COMMITS: dict[str, str] = {"d98e8a64dd": "2026-08-22", **{r.commit: r.date for r in RULES}}
+KNOWN_COMMITS: dict[str, str] = {MEGATRON_COMMIT[:10]: MEGATRON_COMMIT_DATE, **{r.commit: r.date for r in RULES}}
 
 #: the version memlib assumes when none is given: the Megatron-LM commit its flag semantics are read at
-DEFAULT_VERSION = "d98e8a64dd@2026-08-22"
+DEFAULT_VERSION = f"{MEGATRON_COMMIT[:10]}@{MEGATRON_COMMIT_DATE}"
 
 _RELEASE = re.compile(r"core_[rv]0\.(\d{1,3})\.\d{1,3}(rc\d{1,3})?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -1,7 +1,7 @@
 """Megatron-LM's functional tests that log ``mem-max-allocated-bytes``: memlib's validation set, as the files hold it.
 
 ``functional_tests.json.gz`` is written by ``tools/functional_tests.py`` from a Megatron-LM mirror at the commit
-memlib pins (:data:`FUNCTIONAL_TESTS_COMMIT`): every test directory under ``tests/functional_tests/test_cases/``
+memlib pins (:data:`memlib.config.versions.MEGATRON_COMMIT`): every test directory under ``tests/functional_tests/test_cases/``
 whose golden values log the allocator's peak, with its ``model_config.yaml`` (``MODEL_ARGS`` and ``ENV_VARS``),
 the recipe entries that list it, and per golden-values file the memory metrics per logged step, the commit that
 wrote those values (and the test's ``model_config.yaml`` then, where it differs), the NGC PyTorch container the CI
@@ -22,12 +22,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["FUNCTIONAL_TESTS_FILE", "FUNCTIONAL_TESTS_COMMIT", "PLATFORMS", "Golden", "functional_tests", "goldens",
+__all__ = ["FUNCTIONAL_TESTS_FILE", "PLATFORMS", "Golden", "functional_tests", "goldens",
            "exact"]
 
 FUNCTIONAL_TESTS_FILE = Path(__file__).with_name("functional_tests.json.gz")
-#: the Megatron-LM commit the tests were read at (tools/functional_tests.py COMMIT)
-FUNCTIONAL_TESTS_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
 #: GPU platform of a golden-values file name -> (GPU, CUDA compute capability major)
 PLATFORMS = {

@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..core.symbols import sym
 from ..device.allocator import PYTORCH_ALLOCATOR
-from ..device.megatron_buffers import MEGATRON_COMMIT as MEGATRON_LM_COMMIT
+from ..config.versions import MEGATRON_COMMIT as MEGATRON_LM_COMMIT
 from ..search.plan import DEFAULT_GLOBAL_BATCH
 
 __all__ = ["PAPER", "ZERO_PAPER", "MEGATRON_BYTES_PER_PARAM", "DEEPSEEK_OFFICIAL", "DEEPSEEK_V3_TRAINING"]

@@ -27,15 +27,13 @@ from .allocator import PYTORCH_ALLOCATOR, allocation
 from .megatron_params import MegatronParam, _stage, rank_params
 
 __all__ = [
-    "MEGATRON_COMMIT", "TE_COMMIT",
+    "TE_COMMIT",
     "BufferLayout", "buffer_layout", "shard_numels", "default_bucket_size", "Buffer", "buffers_of", "rank_buffers",
     "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
     "te_cublas_workspace_bytes", "torch_cublas_workspace_bytes", "FRAMEWORK_TERMS", "framework_tensors",
     "framework_memory", "persistent_memory", "Derivation", "derive_data_parallel_size",
 ]
 
-#: Megatron-LM snapshot the ``file:line`` references point at (megatron-core 0.20.0 dev)
-MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 #: Transformer Engine snapshot (2.20.0 dev) the TE references point at
 TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
 

@@ -16,6 +16,7 @@ import sympy as sp
 
 from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
+from ..config.versions import MCORE_VERSION
 from ..config.strategies import CP_A2A, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
 
@@ -42,7 +43,7 @@ KERNEL_SOURCES = {
                  "(save their input)",
     "torch_fused_rms_norm": "on a GPU torch.nn.RMSNorm's torch.rms_norm runs the fused _fused_rms_norm kernel, whose "
                             "backward keeps the input (a view keeps its whole storage) and one fp32 1/rms per row; "
-                            "measured: megatron-core 0.19.2, torch 2.11 on an H200 (memlib/data/gpu_peaks)",
+                            f"measured: megatron-core {MCORE_VERSION}, torch 2.11 on an H200 (memlib/data/gpu_peaks)",
 }
 
 
@@ -134,7 +135,7 @@ TE_DEFAULT = Kernels()
 
 _SWIGLU_FP8 = ("not a Linear input, but cacheable in FP8 like one: DeepSeek-V3 caches the SwiGLU input "
                "in FP8 (report §3.3), Megatron with --activation-func-fp8-input-store")
-_MEASURED = "measured: megatron-core 0.19.2 on the CPU (memlib.measure.megatron)"
+_MEASURED = f"measured: megatron-core {MCORE_VERSION} on the CPU (memlib.measure.megatron)"
 _SHARED_CODE = "megatron-core's own code on both paths; " + _MEASURED
 
 
@@ -538,7 +539,7 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
 # ------------------------------------------------------------------------------------------------
 # grouped-query attention, the GeLU MLP and LayerNorm (Megatron-Core's GPT layer spec with TE)
 # ------------------------------------------------------------------------------------------------
-_FROM_CODE = "read from megatron-core 0.19.2's and Transformer Engine's code, not measured"
+_FROM_CODE = f"read from megatron-core {MCORE_VERSION}'s and Transformer Engine's code, not measured"
 
 
 def _layernorm_mu(prefix: str, what: str, m: ModelConfig, shard=frozenset({"SP", "CP"}), modules=(),

@@ -22,14 +22,13 @@ import sys
 from dataclasses import dataclass
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
+from ..config.versions import MCORE_VERSION
 from .cpu_shims import _init_distributed, _install_shims
 from .megatron_model import _build, m_kind
 
-__all__ = ["MCORE_VERSION", "MISSING_MCORE", "require", "available", "Request", "measure", "measure_many",
+__all__ = ["MISSING_MCORE", "require", "available", "Request", "measure", "measure_many",
            "site_block"]
 
-#: the megatron-core version the ``megatron`` profile's local ledger is exact for
-MCORE_VERSION = "0.19.2"
 MISSING_MCORE = (f"framework=megatron-core needs megatron-core {MCORE_VERSION} beside the measure extra: "
                  f"pip install --no-deps --ignore-requires-python megatron-core=={MCORE_VERSION}")
 

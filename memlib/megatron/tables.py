@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..config.versions import MCORE_VERSION, MEGATRON_COMMIT
+
 #: where the semantics come from
-SOURCE = "NVIDIA/Megatron-LM at d98e8a64dd and megatron-core 0.19.2"
+SOURCE = f"NVIDIA/Megatron-LM at {MEGATRON_COMMIT[:10]} and megatron-core {MCORE_VERSION}"
 
 
 #: tokenizers whose vocabulary size is public: (tokenizer type, model file or None) -> (size, source)

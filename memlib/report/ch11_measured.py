@@ -3,7 +3,7 @@
 measurements).  Nothing here computes a quantity."""
 from __future__ import annotations
 
-from ..config.versions import NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE, RULES
+from ..config.versions import MEGATRON_COMMIT, NGC_BLACKWELL_CUBLAS_32MIB, NGC_TRANSFORMER_ENGINE, RULES
 from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..device.megatron_buffers import torch_cublas_workspace_bytes
 from ..scenarios import functional as fv, measured as sm
@@ -49,7 +49,7 @@ def values() -> dict[str, str]:
     a, fam = k.all, k.families
     ds, gpt = fam[fv.FAMILIES[0]], fam[fv.FAMILIES[3]]
     return {
-        "commit": fv.FUNCTIONAL_TESTS_COMMIT[:10], "n_files": fmt_count(k.n_files), "n_tests": fmt_count(k.n_tests),
+        "commit": MEGATRON_COMMIT[:10], "n_files": fmt_count(k.n_files), "n_tests": fmt_count(k.n_tests),
         "n_cases": fmt_count(a.n), "n_within": fmt_count(a.within), "n_missed": fmt_count(a.missed),
         "n_miss_tests": fmt_count(k.n_miss_tests),
         "n_miss_step": fmt_count(k.miss_places[fv.PLACES[0]]), "n_miss_peak": fmt_count(k.miss_places[fv.PLACES[1]]),

@@ -27,7 +27,8 @@ from ..config import ConfigError, ModelConfig, ZeroStage
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl
 from ..core.units import fmt_bytes
 from ..config.versions import container_rules
-from ..data.functional_tests import FUNCTIONAL_TESTS_COMMIT, Golden, goldens
+from ..config.versions import MEGATRON_COMMIT
+from ..data.functional_tests import Golden, goldens
 from ..device.estimate import estimate
 from ..device.megatron_buffers import derive_data_parallel_size
 from ..device.overhead import Overheads
@@ -267,7 +268,7 @@ def summary(cs) -> dict:
     out = {"n": len(cs), "within": sum(c.within_target for c in cs),
            "max_abs": max((abs(c.error) for c in cs), default=Fraction(0)),
            "mean_abs": sum((abs(c.error) for c in cs), Fraction(0)) / max(len(cs), 1),
-           "commit": FUNCTIONAL_TESTS_COMMIT}
+           "commit": MEGATRON_COMMIT}
     out["families"] = {f: {"n": sum(c.family == f for c in cs),
                            "within": sum(c.family == f and c.within_target for c in cs)} for f in FAMILIES}
     # the target: TARGET on TARGET_SHARE of the cases and on every case of the DeepSeek, Mixtral and Llama families

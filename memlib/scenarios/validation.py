@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ..ledgers.base import entry_bytes, ledger_bytes, training_values
 from ..config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, model_from_dict
+from ..config.versions import MCORE_VERSION
 from ..model.profiles import act_profile
 from ..model.params import values as param_values
 from ..model.partition import parallel_values
@@ -279,7 +280,6 @@ def versions() -> dict:
     import transformers
 
     from ..ledgers.hf import HF_VERSIONS
-    from ..measure.megatron import MCORE_VERSION
 
     got = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
            "megatron_core": version("megatron-core")}

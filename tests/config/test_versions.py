@@ -161,3 +161,19 @@ def test_the_mtp_logits_rule_in_the_peak():
     old = estimate(m, t.with_(megatron_version="core_r0.15.0"), none).peak_of(0)
     assert old.transient["cross_entropy_logits"] - new.transient["cross_entropy_logits"] == 1024 * 8192 * 2
     assert old.peak_allocated - new.peak_allocated == 1024 * 8192 * 2
+
+
+def test_the_pins_are_the_ones_the_build_installs_and_the_tools_read():
+    """One constant per fact: the megatron-core release the Makefile installs is MCORE_VERSION, the commit the
+    functional tests were read at (tools/functional_tests.py) is MEGATRON_COMMIT, and the version assumed without
+    --megatron-version is that commit at its date."""
+    import re
+    from pathlib import Path
+
+    from memlib.config.versions import DEFAULT_VERSION, MCORE_VERSION, MEGATRON_COMMIT, MEGATRON_COMMIT_DATE
+    from memlib.data.functional_tests import functional_tests
+
+    root = Path(__file__).resolve().parents[2]
+    assert re.search(r"^MCORE := megatron-core==(\S+)$", (root / "Makefile").read_text(), re.M).group(1) == MCORE_VERSION
+    assert functional_tests()["commit"] == MEGATRON_COMMIT
+    assert DEFAULT_VERSION == f"{MEGATRON_COMMIT[:10]}@{MEGATRON_COMMIT_DATE}"

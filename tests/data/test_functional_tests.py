@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from memlib.config import ConfigError
-from memlib.data.functional_tests import FUNCTIONAL_TESTS_COMMIT, exact, functional_tests, goldens
+from memlib.config.versions import MEGATRON_COMMIT as FUNCTIONAL_TESTS_COMMIT
+from memlib.data.functional_tests import exact, functional_tests, goldens
 from memlib.scenarios import functional as fv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,8 @@ import sympy as sp
 
 from memlib.ledgers.base import Policy, saved
 from memlib.config import TrainingConfig, model_from_dict
-from memlib.measure.megatron import MCORE_VERSION, MISSING_MCORE, available
+from memlib.config.versions import MCORE_VERSION
+from memlib.measure.megatron import MISSING_MCORE, available
 from memlib.device.transient import TERMS, Segment, candidates, moe_copies, te_fused_softmax
 
 SMALL = {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "num_attention_heads": 8,

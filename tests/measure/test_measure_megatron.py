@@ -25,7 +25,8 @@ import pytest
 
 from memlib.cli import main
 from memlib.config import ConfigError, TrainingConfig, model_from_dict
-from memlib.measure.megatron import MISSING_MCORE, MCORE_VERSION, available
+from memlib.config.versions import MCORE_VERSION
+from memlib.measure.megatron import MISSING_MCORE, available
 
 SKIP_REASON = f"megatron-core {MCORE_VERSION} (and torch) not installed: megatron ground truth skipped"
 N_CONFIGS = int(os.environ.get("MEMLIB_MCORE_CONFIGS", "36"))
