@@ -85,15 +85,25 @@ def own_text(text: str) -> str:
 
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w:.-]+)\}\s*(.*)$")
-_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")
+_ROLE = re.compile(r"\{glue:(?:text|md)\}`([^`:]+)(?::myst)?`")
 _XREF = re.compile(r"\{(?:ref|numref|eq|doc|cite|cite:p|cite:t|term)\}`([^`]+)`")
 
 
+#: the builders' tags: a block only one edition prints (``{only} html``: a reference table the PDF leaves out;
+#: ``{only} latex``: the PDF's line that says where it is) is text of the book all the same, and is checked
+BUILDERS = ("html", "latex")
+
+
 def _only(expr: str, tags: set[str]) -> bool:
-    """Sphinx's ``{only}`` expression: tags joined by ``and``, ``or``, ``not`` and parentheses."""
+    """Sphinx's ``{only}`` expression: tags joined by ``and``, ``or``, ``not`` and parentheses; true when it
+    holds in the HTML or in the PDF build of the book."""
     words = re.findall(r"\w+|[()]", expr)
-    py = " ".join(w if w in ("and", "or", "not", "(", ")") else str(w in tags) for w in words)
-    return bool(eval(py))                          # noqa: S307 - built only from True/False/and/or/not
+
+    def holds(builder: str) -> bool:
+        py = " ".join(w if w in ("and", "or", "not", "(", ")") else str(w in tags | {builder}) for w in words)
+        return bool(eval(py))                      # noqa: S307 - built only from True/False/and/or/not
+
+    return any(holds(b) for b in BUILDERS)
 
 
 def _resolve(lines: list[str], glued: dict, tags: set[str]) -> list[str]:

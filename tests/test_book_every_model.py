@@ -38,27 +38,16 @@ COMPARATIVE = {"11_measured_peaks.md", "12_other_architectures.md"}
 #: Each entry is a known defect of issue 24 ("True for every model"), not an allowance: the test of that
 #: pair is a strict xfail, which turns red (XPASS) the day the chapter is fixed, so that the entry is removed.
 NOT_YET: dict[str, dict[str, str]] = {
-    "deepseek-v2": {"10": "mtp, router_bias"},
-    "deepseek-v2-lite": {"10": "mtp, router_bias"},
-    "kimi-k2": {"10": "mtp"},
     "llama-3-70b": {"01": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe", "07": "moe",
-        "08": "mla, moe", "09": "mla, moe", "10": "mla, moe, mtp, rope_split, router_bias, shared_experts",
-        "13": "moe"},
+        "08": "mla, moe", "09": "mla, moe", "13": "moe"},
     "llama-3-8b": {"01": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe", "07": "moe",
-        "08": "mla, moe", "09": "mla, moe", "10": "mla, moe, mtp, rope_split, router_bias, shared_experts",
-        "13": "moe"},
+        "08": "mla, moe", "09": "mla, moe", "13": "moe"},
     "llama-3.1-405b": {"01": "moe", "03": "moe", "04": "moe", "05": "moe", "06": "mla, moe",
-        "07": "moe", "08": "mla, moe", "09": "mla, moe",
-        "10": "mla, moe, mtp, rope_split, router_bias, shared_experts", "13": "moe"},
-    "mixtral-8x22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
-        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "mixtral-8x7b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
-        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "moonlight-16b-a3b": {"10": "mtp"},
-    "qwen3-235b-a22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
-        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "qwen3-30b-a3b": {"06": "mla", "08": "mla", "09": "mla, shared_experts",
-        "10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
+        "07": "moe", "08": "mla, moe", "09": "mla, moe", "13": "moe"},
+    "mixtral-8x22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts"},
+    "mixtral-8x7b": {"06": "mla", "08": "mla", "09": "mla, shared_experts"},
+    "qwen3-235b-a22b": {"06": "mla", "08": "mla", "09": "mla, shared_experts"},
+    "qwen3-30b-a3b": {"06": "mla", "08": "mla", "09": "mla, shared_experts"},
 }
 
 
