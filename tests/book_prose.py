@@ -1,5 +1,5 @@
 """The book's text for a model, rendered without Sphinx: what ``make book MODEL=...`` would print,
-in a second per model instead of a minute.
+in a second per model instead of a minute: every chapter and the summary page.
 
 Each notebook's code cells run in-process, in order, with :data:`memlib.report.book.BOOK_MODEL`
 set to the model and memlib's glue recorded instead of displayed; then its Markdown is resolved
@@ -21,7 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
+#: the chapters, then the summary page (a notebook too: its equations, fit matrix, ablation and glossary are
+#: the model's like a chapter's)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md")) + [ROOT / "book" / "summary.md"]
 
 
 @dataclass

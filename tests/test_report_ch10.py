@@ -101,7 +101,7 @@ def test_the_gpu_run_is_the_same_record_for_every_model(model):
     allocator = ch.gpu_allocator_table()
     assert "| v3-widths | 25.98 | 31.79 | ≥ 57.77 | 35.12 | ≥ 61.09 | 78.38 | ≤ 17.29 |" in allocator
     assert "GB" not in allocator.replace("GiB", "")
-    assert "| v3-widths | 7,168 | 128 | 1,536 | 512 | 18,432 | 2,048 | 256 | 8 | 1 | 129,280 | 1, 1 | 1 | 4,096 | " \
+    assert "| v3-widths | 7,168 | 128 | 1,536 | 512 | 18,432 | 2,048 | 256 | 8 | 1 | 129,280 | 1 dense, 1 MoE | 1 | 4,096 | " \
            "DeepSeek-V3 |" in ch.gpu_config_table()
     assert "−31,244" in ch.gpu_bytes_table()
 

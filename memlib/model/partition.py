@@ -51,7 +51,7 @@ from .params import values as model_values
 from ..core.symbols import SYMBOLS, sym
 
 __all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
-           "parallel_values", "shard_divisor", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
+           "parallel_values", "shard_divisor", "profile_description", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
@@ -119,6 +119,31 @@ PROFILES = {
     "hf-eager": Profile("hf-eager", "transformers' ...ForCausalLM classes (eager attention): tensors split as "
                         "megatron would; no MTP (transformers builds none)", include_mtp=False),
 }
+
+
+def profile_description(name: str, m: ModelConfig) -> str:
+    """What profile ``name`` splits, replicates and places, in the words of ``m``'s own blocks
+    (:func:`memlib.model.blocks.model_blocks`); for DeepSeek-V3 its :attr:`Profile.description`."""
+    from .blocks import model_blocks
+
+    own = model_blocks(m)
+    if name == "paper":
+        split = "W^UQ, W^UK, W^UV, W^O" if "mla" in own else "W^Q, W^K, W^V, W^O"
+        repl = (["down-projections", "W^QR"] if "mla" in own else []) + ["norms"] + (
+            ["router"] if "moe" in own else []) + (["shared experts"] if "shared_experts" in own else [])
+        repl_text = ", ".join(repl[:-1]) + " and " + repl[-1] if len(repl) > 1 else repl[0]
+        if "mla" in own or "shared_experts" in own:       # the paper's own list, comma-separated
+            repl_text = ", ".join(repl)
+        return (f"the paper's convention (arXiv 2502.07846 §3): {split} TP-split; {repl_text} replicated"
+                + ("; no MTP" if "mtp" in own else ""))
+    if name == "megatron":
+        split = (["dense FFN"] if "dense_layers" in own else []) + (
+            ["shared experts"] if "shared_experts" in own else []) + ["the vocab-parallel embedding/head"]
+        split_text = ", ".join(split[:-1]) + " and " + split[-1] if len(split) > 1 else split[0]
+        return ("Megatron-Core: " + ("W^QR split with W^UQ; " if "mla" in own else "") + f"{split_text} TP-split"
+                + ("; MTP on the last stage" if "mtp" in own else ""))
+    return ("transformers' ...ForCausalLM classes (eager attention): tensors split as megatron would"
+            + ("; no MTP (transformers builds none)" if "mtp" in own else ""))
 
 
 def shard_divisor(kind: str) -> sp.Expr:

@@ -27,7 +27,7 @@ from ..model.states import ZeroStage
 from ..device.timeline import OverTime, over_time
 from .overheads import CAPACITY_80GB, base_training
 
-__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
+__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "model_policies", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
            "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
            "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline", "first_idle",
@@ -43,6 +43,14 @@ OVERHEAD: Overheads = OVERHEAD_PRESETS["low"]
 ZERO_STAGES = tuple(ZeroStage)
 MODULE_LIST = "core_attn,layernorm,mla_up_proj,moe_act"
 POLICIES = ("none", "selective", "deepseek", "full", MODULE_LIST)
+
+
+def model_policies(m) -> tuple[str, ...]:
+    """:data:`POLICIES` for model ``m``: the module list keeps the modules of ``m``'s own blocks
+    (:func:`memlib.model.blocks.own_modules`: no MLA up-projections for grouped-query attention)."""
+    from ..model.blocks import own_modules
+
+    return POLICIES[:-1] + (",".join(own_modules(MODULE_LIST.split(","), m)),)
 
 
 def fits_all(est: Estimate, capacity: int = CAPACITY_80GB) -> bool:
