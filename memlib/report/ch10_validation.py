@@ -191,9 +191,7 @@ def clauses(est: Estimate) -> dict[str, str]:
                  if mini.num_experts_per_tok == m.num_experts_per_tok else [])
         keep += ([f"{math('n_g')} = {fmt_count(m.n_group)} expert groups, {math('k_g')} = {fmt_count(m.topk_group)}"
                   " per token"] if m.n_group > 1 else [])
-        keep.append(f"the router's {m.scoring_func}")
-    if "router_bias" in own:
-        keep.append("the router's bias")
+        keep.append(f"the router's {m.scoring_func}" + (" and its bias" if "router_bias" in own else ""))
     if "mtp" in own:
         keep.append("one MTP module")
     if m.tie_word_embeddings:
@@ -229,7 +227,7 @@ def clauses(est: Estimate) -> dict[str, str]:
         ["the experts' probability weighting"] if "moe" in own else []) + ["the cross-entropy"] + (
         ["the MTP loss"] if "mtp" in own else []) + ["the recompute checkpoints"]
     params = ("Each tensor `transformers` builds is matched to the memlib tensors it holds"
-              + (f" (some are fused: {join_and(fused)})" if fused else "") + ", then compared per tensor, per block and "
+              + (f" (some are fused: {'; '.join(fused)})" if fused else "") + ", then compared per tensor, per block and "
               "in total." + (" The router's bias `e_score_correction_bias` is a buffer on both sides."
                              if "router_bias" in own else ""))
     rope = ("the shared RoPE key expanded to every head" if "rope_split" in own
