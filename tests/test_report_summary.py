@@ -87,3 +87,10 @@ def test_the_glossary_and_the_fit_matrix_name_the_models_own_modules():
     assert model_policies(load_model("deepseek-v3"))[-1] == MODULE_LIST
     assert model_policies(load_model("mixtral-8x7b"))[-1] == "core_attn,layernorm,moe_act"
     assert model_policies(load_model("llama-3-8b"))[-1] == "core_attn,layernorm"
+
+
+def test_an_equation_that_counts_nothing_for_the_model_is_left_out():
+    """Grouped-query attention has no down-projection that TP replicates: (4.4) is 0 for Mixtral, and the page
+    would print 'P^repl = 0'; DeepSeek-V3 replicates its down-projections and keeps (4.4)."""
+    assert "(`static.mla_replicated`)" not in ch.equations("mixtral-8x7b")
+    assert "(`static.mla_replicated`): **" in ch.equations("deepseek-v3")

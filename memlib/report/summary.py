@@ -39,7 +39,8 @@ def equations(model, train: TrainingConfig | None = None) -> str:
     (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses), described in
     the words of the model's blocks (:meth:`memlib.formulas.Formula.description_for`).  An equation of a block the
     model lacks (:attr:`memlib.formulas.Formula.needs`: MLA's, a dense FFN's for a model without dense layers) or
-    of another attention is left out, as its chapter leaves it out."""
+    of another attention is left out, as its chapter leaves it out, and so is one that counts nothing for the
+    model (the attention parameters TP replicates, under grouped-query attention)."""
     m = load_model(model)
     own = model_blocks(m)
     out = []
@@ -51,6 +52,8 @@ def equations(model, train: TrainingConfig | None = None) -> str:
         except ConfigError:
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
+        if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)
+            continue
         out.append(f"**({f.number})** {typeset(f.description_for(m))} (`{f.name}`)" + (f": **{v}**" if v else "")
                    + "\n\n" + display_math(tex))
     return "\n\n".join(out)
