@@ -202,7 +202,7 @@ def clauses(est: Estimate) -> dict[str, str]:
         by_hf.setdefault(t.hf.rsplit(".", 2)[-2] if t.hf.endswith(".weight") else t.hf, []).append(t.latex)
     fused = [f"`{hf}` holds {join_and(f'${x}$' for x in xs)}" for hf, xs in by_hf.items() if len(xs) > 1]
     if "moe" in own:
-        fused.append("the routed experts of a layer are three-dimensional tensors")
+        fused.append("the routed experts of a layer are stacked into three-dimensional tensors")
     # Megatron-Core's GPTModel for the model
     built = ["MLA with its latent RMSNorms" if "mla" in own else
              f"{'multi-head' if m.num_key_value_heads == m.num_attention_heads else 'grouped-query'} attention"]
