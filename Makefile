@@ -55,11 +55,11 @@ rerun: $(STAMP)
 	@echo "executed: _build/rerun/$(CHAPTER).ipynb"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # the inner loop: every test but those marked slow (measurements with torch and megatron-core, book builds)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # ruff's rule set (pyproject.toml [tool.ruff]); CI runs it
 lint: $(STAMP)
@@ -81,7 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/book_build.py
 
-# the README's figure (tests/test_readme.py checks that the committed one is current)
+# the README's figure (tests/report/test_readme.py checks that the committed one is current)
 readme-figure: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m memlib.report.readme
 

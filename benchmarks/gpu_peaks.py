@@ -6,7 +6,7 @@ spec (``--transformer-impl local``: no Transformer Engine or Apex on the machine
 Megatron's ``DistributedDataParallel`` with the distributed optimizer (fp32 gradient buffer), Adam, and
 two iterations of Megatron-LM's ``train_step`` (zero the buffers, M micro-batches through
 ``get_forward_backward_func()``, ``finalize_model_grads``, the optimizer step).  The model is built by
-:func:`memlib.measure.megatron._build`, the same builder the CPU measurement uses.
+:func:`memlib.measure.megatron_model._build`, the same builder the CPU measurement uses.
 
 Per case it records ``max_memory_allocated`` and ``max_memory_reserved`` of each iteration, the allocation
 after each optimizer step, and a memory history of the second (steady) iteration reduced to the live blocks
@@ -284,7 +284,7 @@ def _run_case(name: str, device: str) -> dict:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from memlib.measure import megatron as mm
+    from memlib.measure import megatron_model as mm
     from memlib.measure.step import _optimizer, _partial
 
     req = _request(name, tiny=not cuda)

@@ -51,7 +51,7 @@ from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width,
 
 #: a displayed equation whose right-hand side prints wider than this many characters is broken into lines of
 #: about LINE_WIDTH: at 1,300 px the HTML's text column holds about 70 printed characters of an equation, the
-#: PDF's about 75 (tests/test_book_html.py measures the HTML)
+#: PDF's about 75 (tests/book/test_book_html.py measures the HTML)
 DISPLAY_WIDTH, LINE_WIDTH = 60, 45
 
 __all__ = ["Formula", "FORMULAS", "formula", "equation", "equation_text", "book_formulas", "plain", "block_symbol",
@@ -347,7 +347,7 @@ def _device_total(m: ModelConfig, t: TrainingConfig) -> Breakdown:
 def _zero(z: ZeroStage, recipe_name: str | None = None):
     def build(m: ModelConfig, t: TrainingConfig) -> Breakdown:
         # P = P_ne + P_e and P~ written as symbols first, then the recipe's bytes substituted
-        shown = states_formula(int(z)).map(
+        shown = states_formula(z).map(
             lambda e: e.xreplace({sym("P_ne") + sym("P_e"): sym("P"), sharded_count(): P_TILDE}))
         if recipe_name is not None:
             rec = RECIPES[recipe_name]
@@ -358,7 +358,7 @@ def _zero(z: ZeroStage, recipe_name: str | None = None):
 
 
 def _zero_lhs(z: ZeroStage) -> str:
-    return r"M_{\mathrm{ZeRO\text{-}" + str(int(z)) + "}}"
+    return r"M_{\mathrm{ZeRO\text{-}" + str(z.value) + "}}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -550,8 +550,8 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     # chapter 5
     _f("states.sharded", "parameters one device owns once ZeRO shards them", r"\tilde{P}",
        lambda m, t: sharded_count(), "5.1"),
-    *(_f(f"states.zero{int(z)}", f"model-state bytes of one device under ZeRO-{int(z)}", _zero_lhs(z), _zero(z),
-         f"5.{int(z) + 2}", [(P_TILDE, "states.sharded")]) for z in ZeroStage),
+    *(_f(f"states.zero{z.value}", f"model-state bytes of one device under ZeRO-{z.value}", _zero_lhs(z), _zero(z),
+         f"5.{z.value + 2}", [(P_TILDE, "states.sharded")]) for z in ZeroStage),
     _f("states.zero1_paper", "ZeRO-1 with the paper's recipe (2, 4 and 8 bytes per parameter)",
        _zero_lhs(ZeroStage.OS), _zero(ZeroStage.OS, "paper"), "5.6", [(P_TILDE, "states.sharded")]),
     # chapter 6

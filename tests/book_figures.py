@@ -2,7 +2,7 @@
 
 Imported by the test modules (pytest puts ``tests/`` on ``sys.path``).  :func:`glued_keys` reads the keys the
 notebooks glue, so that a figure added to a chapter without an entry here fails
-tests/test_figure_legibility.py.
+tests/report/test_figure_legibility.py.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ axis labels, legend, tick labels), ``{only}`` blocks kept or dropped by the mode
 with everything under it when its tag is not set (``book/_ext/memlib_book.py``).  Code cells are
 not prose and are left out.
 
-Used by tests/test_book_every_model.py; not a replacement for the real build (tests/test_book_*.py).
+Used by tests/book/test_book_every_model.py; not a replacement for the real build (tests/book/test_book_*.py).
 """
 from __future__ import annotations
 

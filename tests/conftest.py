@@ -6,12 +6,24 @@ Megatron-Core (whole modules, and every test that uses one of their measuring fi
 browsers and notebook executions, the fuzzing, and the Hypothesis properties with many examples.  One list
 here rather than a decorator in each module, so that the inner loop is seen at a glance;
 ``tests/test_conftest.py`` checks that every name in it still exists.
+
+The tests sit in folders that mirror memlib's packages (tests/device/ tests memlib/device/, tests/book/ the book's
+builds); the lists name a module by its file name alone, which is unique across the folders (pytest's default
+import mode needs that too).  A few test modules lend helpers to others in another folder (tests/report/
+test_diagrams.py draws tests/model/test_architectures.py's random configs, tests/device/test_megatron_buffers.py
+uses tests/measure/test_measure_megatron.py's megatron-core fixture), so every test folder is put on ``sys.path``
+here, after what is there, as pytest puts a collected module's folder: running one file alone imports the same.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+
+#: the folders holding test modules, tests/ itself first (pyproject.toml's pythonpath puts it on sys.path)
+TEST_FOLDERS = sorted({p.parent for p in Path(__file__).resolve().parent.rglob("test_*.py")})
+sys.path.extend(str(f) for f in TEST_FOLDERS if str(f) not in sys.path)
 
 #: modules every test of which is slow (torch or megatron-core measurements, builds, fuzzing, Hypothesis)
 SLOW_MODULES = frozenset({

@@ -1,4 +1,4 @@
-"""Worker for tests/test_megatron_buffers.py: Megatron-Core's DDP buffers and retained state on the CPU.
+"""Worker for tests/device/test_megatron_buffers.py: Megatron-Core's DDP buffers and retained state on the CPU.
 
 ``python tests/megatron_buffers_worker.py REQUESTS OUT [WORLD RANK STORE]`` builds, per request, the
 rank's GPTModel chunk (local spec, bf16, megatron-core 0.19.2, with memlib.measure.megatron's CPU
@@ -27,7 +27,7 @@ def _build(req: dict, world: int, rank: int):
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
     from memlib.measure.cpu_shims import _mla_dot_product_attention
-    from memlib.measure.megatron import _transformer_config
+    from memlib.measure.megatron_model import _transformer_config
 
     t, d = req["train"], req["ddp"]
     destroy_moe_metrics_tracker()

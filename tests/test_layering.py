@@ -8,6 +8,7 @@ still a dependency.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import memlib
@@ -123,6 +124,36 @@ def test_the_modules_import_no_cycle():
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _steps(package: str) -> dict[str, int]:
+    """A package's modules by their step in the data flow its docstring writes (``a`` → ``b and c`` → ``d``)."""
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    return {m: i for i, step in enumerate(doc.split("→"))
+            for m in re.findall(rf":mod:`~?memlib\.{package}\.(\w+)`", step)}
+
+
+def test_a_package_that_writes_its_data_flow_places_every_module_in_it():
+    """Where a package's docstring orders its modules with arrows, every module has a step, and imports only modules
+    of its own step or an earlier one."""
+    mods = _modules()
+    packages = [p for p in memlib.PACKAGES if (ROOT / p / "__init__.py").exists()
+                and "→" in (ROOT / p / "__init__.py").read_text(encoding="utf-8")]
+    assert {"config", "model", "device", "megatron"} <= set(packages)
+    unplaced, backwards = [], []
+    for package in packages:
+        steps = _steps(package)
+        for name, path in mods.items():
+            if not name.startswith(package + ".") or name.count(".") != 1:
+                continue
+            short = name.split(".")[1]
+            if short not in steps:
+                unplaced.append(name)
+                continue
+            backwards += [f"{name} -> {d}" for d in _imports(name, path, set(mods))
+                          if d.startswith(package + ".") and steps.get(d.split(".")[1], -1) > steps[short]]
+    assert unplaced == [], "name the module in its package's docstring, at its step"
+    assert backwards == []
 
 
 def test_chapter_modules_never_import_each_other():

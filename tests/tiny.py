@@ -4,7 +4,7 @@ Imported by the test modules (pytest puts ``tests/`` on ``sys.path``).  Every si
 from every other one that could be confused with it (d_h = 3, d_v = 5, d_h^R = 2), so a formula
 that uses the wrong dimension gives a different number.
 
-Hand-worked per-layer counts (see tests/test_params.py for the term-by-term derivation):
+Hand-worked per-layer counts (see tests/model/test_params.py for the term-by-term derivation):
 
 * MLA (with q LoRA)  310  = W^DQ 48 + q_norm 6 + W^UQ 36 + W^QR 24 + W^DKV 32 + W^KR 16
                            + kv_norm 4 + W^UK 24 + W^UV 40 + W^O 80

@@ -1,6 +1,6 @@
 """Write tests/data/functional_pins.json: memlib's prediction for every functional test it expresses, to the byte.
 
-Usage: ``PYTHONPATH=. python tools/functional_pins.py``.  tests/test_functional_tests.py compares memlib with this
+Usage: ``PYTHONPATH=. python tools/functional_pins.py``.  tests/data/test_functional_tests.py compares memlib with this
 file: a change of the model changes the pins, and the change must be looked at against the measured values (the
 test prints the cases whose error moved).  Nothing here is tuned to the measurements.
 """

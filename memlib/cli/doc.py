@@ -8,7 +8,7 @@ NAME is ``commands`` (the sub-commands) or a sub-command's name (its options, th
     python -m memlib.cli.doc            # rewrites docs/cli.md
     python -m memlib.cli.doc --check    # exits 1 when docs/cli.md disagrees with the parser
 
-and ``tests/test_cli_doc.py`` fails until they have.
+and ``tests/cli/test_cli_doc.py`` fails until they have.
 """
 from __future__ import annotations
 

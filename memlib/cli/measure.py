@@ -50,7 +50,8 @@ def _measure(args) -> int:
 
 
 def _measure_megatron(args) -> int:
-    from ..measure.megatron import compare, require   # torch and megatron-core only when asked for
+    from ..measure.megatron import require
+    from ..measure.megatron_compare import compare   # torch and megatron-core only when asked for
 
     require()
     if args.profile not in (None, "megatron"):
@@ -101,7 +102,7 @@ def _measure_megatron(args) -> int:
 
 
 def _entry_block(key: str) -> str:
-    from ..measure.megatron import entry_block
+    from ..measure.megatron_compare import entry_block
 
     return entry_block(key)
 

@@ -2,7 +2,8 @@
 
 :mod:`~memlib.config.checks` (the one-line :class:`ConfigError`, the bounds) →
 :mod:`~memlib.config.model` (:class:`ModelConfig`, the families, presets, :func:`load_model`) →
-:mod:`~memlib.config.strategies` (:class:`Schedule`, :class:`ZeroStage`, the kernel choices) →
+:mod:`~memlib.config.strategies` (:class:`Schedule`, :class:`ZeroStage`, the kernel choices) and
+:mod:`~memlib.config.versions` (Megatron-LM versions and the rules that changed between them) →
 :mod:`~memlib.config.training` (:class:`TrainingConfig`, the paper's configuration).  Both configs are
 frozen dataclasses; nothing in memlib mutates them.  Bad input raises :class:`ConfigError` with one
 line that names the field, its value and the rule.  The names below are the package's API.

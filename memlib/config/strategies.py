@@ -120,6 +120,8 @@ FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
 #: context-parallel attention exchanges keys and values (TE's AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndQKVOA2A,
 #: AttnFuncWithCPAndKVAllGather; a2a+p2p is the hierarchical one)
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+#: the CP communications whose attention runs an all-to-all (TE's AttnFuncWithCPAndQKVOA2A keeps one more output)
+CP_A2A = ("a2a", "a2a+p2p")
 #: --offload-modules choices for an MLA model (Megatron-Core's TransformerConfig at d98e8a64dd)
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
                    "fused_group_mlp")

@@ -162,7 +162,7 @@ class TrainingConfig:
             raise ConfigError("overlap_param_gather=True needs overlap_grad_reduce=True (as in Megatron-LM)")
         if self.overlap_param_gather and self.zero < ZeroStage.OS:
             raise ConfigError(f"overlap_param_gather=True needs zero >= 1 (a sharded optimizer gathers the "
-                              f"parameters; zero={int(self.zero)})")
+                              f"parameters; zero={self.zero.value})")
         r = self.routing_imbalance
         if isinstance(r, bool) or not isinstance(r, (int, Fraction)):
             raise ConfigError(f"routing_imbalance={show(r)} must be an exact number >= 1 (an int or a Fraction)")

@@ -479,7 +479,7 @@ class Estimate:
         """:meth:`stage_expressions` of ``st`` with every symbol given, evaluated by the kept programs of its
         terms (each distinct chunk once per estimate)."""
         skey, _, ckey = self._keys()
-        z = int(self.train.zero)
+        z = self.train.zero
         sig = _signature(self.model, st.chunks)
         key = ("states", skey, sig, z)
         if key not in memo:
@@ -524,7 +524,7 @@ class Estimate:
         for st in part.stages:
             ex = self._evaluated_stages[st.index] = self._evaluated_stage(st, memo)
             params, parameters, components = self._stage_params(st)
-            b = dict(memo[("states_int", self._keys()[0], _signature(self.model, st.chunks), int(self.train.zero))])
+            b = dict(memo[("states_int", self._keys()[0], _signature(self.model, st.chunks), self.train.zero)])
             act = self._activations(ex)
             b["activations"] = act.pop("total")
             allocated = sum(b[k] for k in ALLOCATED)
@@ -631,6 +631,12 @@ class Estimate:
                 extra["embedding_backward"] = embedding_backward_bytes(
                     tokens=full, hidden=m.hidden_size, vocab=-(-vocab // t.tp), weight_bytes=self.recipe.weights,
                     act_bytes=act, deterministic=fw.deterministic)
+        # the batch's attention mask get_batch_on_this_tp_rank allocates on the first and last stages
+        # (megatron/training/utils.py: torch.empty((micro_batch_size, 1, seq_length, seq_length), dtype=torch.bool)
+        # under create_attention_mask_in_dataloader; get_batch_on_this_cp_rank keeps s/CP of its rows)
+        extra["batch_mask"] = (t.micro_batch * -(-t.seq_len // t.cp) * t.seq_len
+                               if t.profile == "megatron" and fw.attention_mask_in_batch
+                               and (chunk.first or chunk.last) else 0)
         # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
         # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
         compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA
@@ -658,11 +664,15 @@ class Estimate:
         memo: dict = {}
         ex = self._evaluated_stage(st, memo)
         return self._stage_peak(st, ex, memo[("states_int", self._keys()[0], _signature(self.model, st.chunks),
-                                             int(self.train.zero))])
+                                             self.train.zero)])
 
     def _stage_peak(self, st: Stage, ex: StageExpressions, states: Mapping[str, int]) -> StagePeak:
         part, rec = self.partition, self.recipe
-        grad_bytes = dict(rec.optimizer).get("main_grad", rec.gradients)
+        # the DDP buffer holds gradients in the parameters' dtype unless accumulate_allreduce_grads_in_fp32, which
+        # Megatron-LM sets for bf16 only (megatron/training/arguments.py, ``if args.bf16``; the buffer's dtype:
+        # megatron/core/distributed/distributed_data_parallel.py ``grad_reduce_in_fp32 else param.dtype``): a
+        # recipe's ``main_grad`` is the optimizer's fp32 copy (``.float()``), not the buffer
+        grad_bytes = rec.gradients
         loads = [self.chunk_load(c, {k: int(x) for k, x in ex.chunks[i].items()}, int(ex.working[i]))
                  for i, c in enumerate(st.chunks)]
         held = {k: states[k] for k in ("parameters", "gradients", "optimizer_states")}

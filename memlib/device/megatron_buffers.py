@@ -15,24 +15,21 @@ import inspect
 import math
 import re
 from bisect import bisect_right
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Iterable, Optional, Sequence
 
-import sympy as sp
-
-from ..model.architecture import Tensor, decoder_layer_tensors, mtp_tensors
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
-from ..model.partition import Chunk, Partition, Stage, shard_divisor
-from ..core.symbols import sym
+from ..model.partition import Partition, Stage
 from ..core.units import MiB
 from .allocator import PYTORCH_ALLOCATOR, allocation
+from .megatron_params import MegatronParam, _stage, rank_params
 
 __all__ = [
-    "MEGATRON_COMMIT", "TE_COMMIT", "MegatronParam", "chunk_params", "rank_params",
+    "MEGATRON_COMMIT", "TE_COMMIT",
     "BufferLayout", "buffer_layout", "shard_numels", "default_bucket_size", "Buffer", "buffers_of", "rank_buffers",
-    "logging_rank", "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
+    "fresh_segment_slack", "STATE_TERMS", "states_of", "model_state_memory",
     "te_cublas_workspace_bytes", "torch_cublas_workspace_bytes", "FRAMEWORK_TERMS", "framework_tensors",
     "framework_memory", "persistent_memory", "Derivation", "derive_data_parallel_size",
 ]
@@ -56,199 +53,6 @@ def _check_int(name: str, value, allowed: Iterable[int] | None = None, minimum: 
         raise ConfigError(f"{name}={show(value)} must be one of {', '.join(map(str, allowed))}")
     return value
 
-
-# ------------------------------------------------------------------------------------------------
-# the parameters Megatron-Core registers
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MegatronParam:
-    """One ``nn.Parameter`` of a Megatron-Core model chunk, as one rank holds it."""
-
-    name: str                 #: Megatron-Core's name within the chunk (Transformer Engine spec)
-    shape: tuple[int, ...]    #: the local shape on this rank
-    expert: bool = False      #: in the expert-parallel buffer (``allreduce=False``), sharded over EDP
-    shared_embedding: bool = False  #: an embedding copy that gets a bucket of its own
-    te_gemm: bool = False     #: the weight of a Transformer Engine GEMM module (dummy wgrad, FP8 copy)
-    dummy_wgrad: bool = False  #: its fused weight-gradient accumulation returns TE's cached dummy tensor
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-h, n_h, d_v, d_cq, d_c, h_F, h_E, N_s, N = (sym(k) for k in ("h", "n_h", "d_v", "d_cq", "d_c", "h_F", "h_E",
-                                                               "N_s", "N"))
-d_head, h_S = sym("d_head"), sym("h_S")
-TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
-
-#: memlib tensor keys -> (Megatron-Core parameter, its number of columns, a TE GEMM weight); tensors mapped
-#: to one parameter are fused (rows stacked), in Megatron-Core's registration order (transformer_layer.py,
-#: multi_latent_attention.py, moe/moe_layer.py, extensions/transformer_engine.py at MEGATRON_COMMIT).  A key
-#: ``kind:key`` applies only to a layer of that kind (``dense``, ``moe``), attention kind (``mla``, ``gqa``) or
-#: MoE kind (``deepseek``, ``qwen2_moe``, ...).  The grouped-query rows (attention.py SelfAttention: linear_proj,
-#: then linear_qkv with the input norm fused, then the q/k layernorms; TELayerNormColumnParallelLinear registers
-#: layer_norm_weight, layer_norm_bias, weight, bias) are read from megatron-core 0.19.2's code, not measured
-_LAYER_PARAMS: tuple[tuple[str, tuple[str, ...], object, bool], ...] = (
-    ("input_layernorm.weight", ("mla:norms.attn_norm",), None, False),
-    ("self_attention.linear_proj.weight", ("mla:attention.W_O",), n_h * d_v / TP, True),
-    ("self_attention.linear_proj.weight", ("gqa:attention.W_O",), n_h * d_head / TP, True),
-    ("self_attention.linear_proj.bias", ("attention.b_O",), None, False),
-    ("self_attention.linear_qkv.layer_norm_weight", ("gqa:norms.attn_norm",), None, False),
-    ("self_attention.linear_qkv.layer_norm_bias", ("gqa:norms.attn_norm_bias",), None, False),
-    ("self_attention.linear_qkv.weight", ("gqa:attention.W_Q", "attention.W_K", "attention.W_V"), h, True),
-    ("self_attention.linear_qkv.bias", ("attention.b_Q", "attention.b_K", "attention.b_V"), None, False),
-    ("self_attention.q_layernorm.weight", ("attention.q_head_norm",), None, False),
-    ("self_attention.k_layernorm.weight", ("attention.k_head_norm",), None, False),
-    ("self_attention.linear_q_proj.weight", ("mla:attention.W_Q", "attention.W_QR"), h, True),
-    ("self_attention.linear_q_down_proj.weight", ("attention.W_DQ",), h, True),
-    ("self_attention.linear_q_up_proj.layer_norm_weight", ("attention.q_norm",), None, False),
-    ("self_attention.linear_q_up_proj.weight", ("attention.W_UQ", "attention.W_QR"), d_cq, True),
-    ("self_attention.linear_kv_down_proj.weight", ("attention.W_DKV", "attention.W_KR"), h, True),
-    ("self_attention.linear_kv_up_proj.layer_norm_weight", ("attention.kv_norm",), None, False),
-    ("self_attention.linear_kv_up_proj.weight", ("attention.W_UK", "attention.W_UV"), d_c, True),
-    # dense layer: the pre-MLP norm is fused into linear_fc1 (TELayerNormColumnParallelLinear)
-    ("mlp.linear_fc1.layer_norm_weight", ("dense:norms.ffn_norm",), None, False),
-    ("mlp.linear_fc1.layer_norm_bias", ("dense:norms.ffn_norm_bias",), None, False),
-    ("mlp.linear_fc1.weight", ("dense_ffn.gate", "dense_ffn.up"), h, True),
-    ("mlp.linear_fc1.weight", ("dense_ffn.fc1",), h, True),
-    ("mlp.linear_fc1.bias", ("dense_ffn.gate_bias", "dense_ffn.up_bias"), None, False),
-    ("mlp.linear_fc1.bias", ("dense_ffn.fc1_bias",), None, False),
-    ("mlp.linear_fc2.weight", ("dense_ffn.down",), h_F / TP, True),
-    ("mlp.linear_fc2.weight", ("dense_ffn.fc2",), h_F / TP, True),
-    ("mlp.linear_fc2.bias", ("dense_ffn.down_bias",), None, False),
-    ("mlp.linear_fc2.bias", ("dense_ffn.fc2_bias",), None, False),
-    # MoE layer
-    ("pre_mlp_layernorm.weight", ("moe:norms.ffn_norm",), None, False),
-    ("pre_mlp_layernorm.bias", ("moe:norms.ffn_norm_bias",), None, False),
-    ("mlp.router.weight", ("router.gate",), h, False),
-    ("mlp.experts.linear_fc1.weight{e}", ("routed_experts.gate", "routed_experts.up"), h, True),
-    ("mlp.experts.linear_fc2.weight{e}", ("routed_experts.down",), h_E / ETP, True),
-    ("mlp.shared_experts.linear_fc1.weight", ("shared_experts.gate", "shared_experts.up"), h, True),
-    ("mlp.shared_experts.linear_fc2.weight", ("deepseek:shared_experts.down",), N_s * h_E / TP, True),
-    ("mlp.shared_experts.linear_fc2.weight", ("qwen2_moe:shared_experts.down",), h_S / TP, True),
-    ("mlp.shared_experts.gate_weight", ("shared_experts.gate_weight",), h, False),
-)
-
-
-def _local(part: Partition, t: Tensor) -> int:
-    return int((t.numel / shard_divisor(part.sharding(t))).xreplace(part.values))
-
-
-def _layer_params(part: Partition, prefix: str, tensors: list[Tensor], kind: str, expert_buffer: bool,
-                  strip: str = "") -> list[MegatronParam]:
-    by_key = {t.key.removeprefix(strip): t for t in tensors if t.kind != "buffer"}
-    used: set[str] = set()
-    out = []
-    local_experts = int((N / EP).xreplace(part.values))
-    for name, keys, cols, te in _LAYER_PARAMS:
-        wanted = []
-        for k in keys:
-            if ":" in k:
-                k_kind, k = k.split(":")
-                if k_kind not in (kind, part.model.attention, part.model.moe):
-                    continue
-            if k in by_key and k not in used:
-                wanted.append(k)
-        if not wanted or wanted[0] != keys[0].split(":")[-1]:
-            continue      # the parameter exists when its first tensor does (W^Q without q LoRA, W^UQ with it)
-        used.update(wanted)
-        numel = sum(_local(part, by_key[k]) for k in wanted)
-        if cols is None:
-            shapes = [(numel,)]
-        else:
-            c = int(sp.sympify(cols).xreplace(part.values))
-            per = local_experts if "{e}" in name else 1
-            if numel % (per * c):  # pragma: no cover - a wrong column count in the table
-                raise ConfigError(f"megatron_buffers: {name} has {numel} elements, not a multiple of {per} x {c}")
-            shapes = [(numel // per // c, c)] * per
-        for e, shape in enumerate(shapes):
-            out.append(MegatronParam(prefix + name.format(e=e), shape, expert=expert_buffer and "{e}" in name,
-                                     te_gemm=te, dummy_wgrad=te))
-    missing = set(by_key) - used
-    if missing:  # pragma: no cover - a tensor memlib knows and this table does not
-        raise ConfigError(f"megatron_buffers: no Megatron-Core parameter for {sorted(missing)}")
-    return out
-
-
-def _expert_buffer(train: TrainingConfig) -> bool:
-    """Routed experts have a buffer of their own when EP > 1 or ETP != TP: their parameters are marked
-    ``allreduce=False`` (tensor_parallel/layers.py:1033-1036) and grouped apart (param_and_grad_buffer.py:924-925)."""
-    return train.ep > 1 or train.etp != train.tp
-
-
-def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
-    """The parameters of one model chunk on one rank, in Megatron-Core's registration order
-    (gpt_model.py:174-277: embedding, decoder, MTP block, output layer).
-
-    Their element counts are memlib's (:meth:`Partition.tensors`); the total is checked against
-    :meth:`Partition.params` for the chunk."""
-    m, t = part.model, part.train
-    if part.profile.name != "megatron":
-        raise ConfigError(f"profile={part.profile.name}: Megatron-Core's buffers need the megatron profile")
-    vals = part.values
-    experts = _expert_buffer(t)
-    hidden, vocab_local = m.hidden_size, int((sym("v") / TP).xreplace(vals))
-    pp_last_rank_chunk = chunk.last
-    mtp_here = part.profile.include_mtp and m.num_nextn_predict_layers > 0 and pp_last_rank_chunk
-    out: list[MegatronParam] = []
-    if chunk.first or mtp_here:
-        # language_module.py:270-292: a copy on a stage without the embedding (MTP, tied head) is
-        # marked shared_embedding, and so is the first stage's when a copy exists elsewhere
-        shared = t.pp > 1 and (not chunk.first or (not chunk.last and (m.tie_word_embeddings or mtp_here
-                                                                          or m.num_nextn_predict_layers > 0)))
-        out.append(MegatronParam("embedding.word_embeddings.weight", (vocab_local, hidden), shared_embedding=shared))
-        if chunk.first and m.positions == "learned":   # language_model_embedding.py: torch.nn.Embedding, replicated
-            out.append(MegatronParam("embedding.position_embeddings.weight", (m.max_position_embeddings, hidden)))
-    cache = part.__dict__.setdefault("_megatron_layer_params", {})   # one rank's layers of a kind are alike
-    for k, i in enumerate(chunk.layers):
-        kind = m.layer_kinds[i]
-        if kind not in cache:
-            cache[kind] = _layer_params(part, "", decoder_layer_tensors(m, kind), kind, experts)
-        out += [replace(x, name=f"decoder.layers.{k}." + x.name) for x in cache[kind]]
-    if chunk.last:
-        out.append(MegatronParam("decoder.final_layernorm.weight", (hidden,)))
-        if m.norm == "layernorm":
-            out.append(MegatronParam("decoder.final_layernorm.bias", (hidden,)))
-    if mtp_here:
-        kind = m.layer_kinds[-1]
-        for j in range(m.num_nextn_predict_layers):
-            p = f"mtp.layers.{j}."
-            out += [MegatronParam(p + "enorm.weight", (hidden,)), MegatronParam(p + "hnorm.weight", (hidden,)),
-                    MegatronParam(p + "eh_proj.weight", (hidden // t.tp, 2 * hidden), te_gemm=True,
-                                  dummy_wgrad=True)]
-            block = [x for x in mtp_tensors(m, j, kind) if x.key.split(".")[1] not in ("enorm", "hnorm", "eh_proj",
-                                                                                        "final_norm")]
-            out += _layer_params(part, p + "mtp_model_layer.", block, kind, experts, strip="mtp.")
-            out.append(MegatronParam(p + "final_layernorm.weight", (hidden,)))
-    if chunk.last and not (m.tie_word_embeddings and chunk.first):
-        # tied: the last stage keeps its own output weight (gpt_model.py:277-293 allocates it unless the
-        # stage holds the embedding); it is the shared copy unless an MTP embedding copy is (language_module.py)
-        shared = m.tie_word_embeddings and not mtp_here and t.pp > 1
-        out.append(MegatronParam("output_layer.weight", (vocab_local, hidden), shared_embedding=shared,
-                                 dummy_wgrad=True))
-    total = sum(p.numel for p in out)
-    expected = part.params(chunk).evaluate_total(vals)
-    if total != expected:  # pragma: no cover - the table above and memlib's tensors disagree
-        raise ConfigError(f"megatron_buffers: chunk {chunk.index} has {total} parameters, memlib counts {expected}")
-    return out
-
-
-def rank_params(part: Partition, stage: int | Stage = -1) -> list[list[MegatronParam]]:
-    """The parameters of every model chunk pipeline rank ``stage`` holds (one list per chunk)."""
-    st = _stage(part, stage)
-    cache = part.__dict__.setdefault("_megatron_chunk_params", {})
-    for c in st.chunks:
-        if c.index not in cache:
-            cache[c.index] = chunk_params(part, c)
-    return [cache[c.index] for c in st.chunks]
-
-
-def _stage(part: Partition, stage: int | Stage) -> Stage:
-    if isinstance(stage, Stage):
-        return stage
-    if isinstance(stage, bool) or not isinstance(stage, int) or not -part.train.pp <= stage < part.train.pp:
-        raise ConfigError(f"stage={show(stage)} must be a pipeline rank in 0..{part.train.pp - 1} (or -1 for the last)")
-    return part.stages[stage]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -449,12 +253,6 @@ def rank_buffers(part: Partition, stage: int | Stage = -1, *, dp_rank: Optional[
                       dp_rank=dp_rank, edp_rank=edp_rank, pp_rank=st.index, distributed_optimizer=distributed_optimizer,
                       overlap_grad_reduce=overlap_grad_reduce, bucket_size=bucket_size,
                       pad_buckets_for_high_nccl_busbw=pad_buckets_for_high_nccl_busbw)
-
-
-def logging_rank(train: TrainingConfig) -> dict[str, int]:
-    """The coordinates of the rank that writes the TensorBoard metrics, the last global rank
-    (global_vars.py:241): the last pipeline stage and the last DP, EDP and TP rank."""
-    return {"pp": train.pp - 1, "dp": train.dp * train.cp - 1, "edp": train.edp - 1, "tp": train.tp - 1}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -697,55 +495,12 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
 
 
 def framework_memory(part: Partition, stage: int | Stage = -1, **options) -> Breakdown:
-    """Persistent buffers of one rank besides the model states, as allocated; each from source
-    (``file:line`` at MEGATRON_COMMIT, TE files at TE_COMMIT).  Options: see :func:`framework_tensors`.
-
-    ``te_cublas_workspaces``
-        with ``transformer_impl=transformer_engine``, one workspace for Transformer Engine's GEMMs and, with
-        grouped-GEMM experts, one per compute stream (4) for the grouped GEMM, 32 MiB + 1 KiB each from Hopper on; ``functools.lru_cache`` keeps
-        them (TE cpp_extensions/gemm.py:40-66, common/util/multi_stream.cpp:52-54).
-    ``torch_cublas_workspaces``
-        PyTorch's, one per (cuBLAS handle, stream): the forward pass (main thread) and the backward pass
-        (autograd's device thread) each hold a handle, ``torch_cublas_handles`` = 2, for the output
-        layer's and the router's GEMMs (aten/src/ATen/cuda/CublasHandlePool.cpp, ``setWorkspaceForHandle``).
-    ``te_dummy_wgrads``
-        with gradient-accumulation fusion the weight gradient goes straight into ``main_grad`` and the
-        backward returns a cached dummy tensor, one per distinct shape: TE's GEMM modules (TE
-        module/base.py:134-148, module/linear.py:1355-1375, module/grouped_linear.py:1230-1236) and the
-        output layer, whose ColumnParallelLinear takes TE's ``get_dummy_wgrad`` when TE is installed
-        (tensor_parallel/layers.py:733-762): [v/TP, h] bf16, the largest.
-    ``global_memory_buffer``
-        Megatron-Core's "mpu" GlobalMemoryBuffer keeps, per dtype, the largest tensor it was asked for
-        (utils.py:727-750): the output layer's all-gather of its sequence-parallel input
-        (tensor_parallel/layers.py:623-628, [s/CP, b, h]) and, with the local DotProductAttention, the input
-        ``torch.baddbmm`` is given for the scores (``beta=0``: only its shape matters,
-        transformer/dot_product_attention.py:189, [b n_h/TP, s, s]), both in the activation dtype; one
-        buffer of the larger (measured on an H200 for the attention's: memlib/data/gpu_peaks).
-    ``rope_caches``
-        each MLA module's YaRN embedding (multi_latent_attention.py:182-199): ``cos_cached`` and
-        ``sin_cached`` (yarn_rotary_pos_embedding.py:189-206), made for ``original_max_position_embeddings``
-        positions and cast to bf16 by Float16Module, re-made for the sequence length with RoPE fusion
-        (yarn_rotary_pos_embedding.py:208-237); the ``lru_cache``-d ``forward`` (line 159) keeps the fp32
-        [s, d_h^R] embedding; ``inv_freq``, ``inv_freq_extra``, ``inv_freq_inter``.
-    ``router_buffers``
-        ``expert_bias`` (fp32) and ``local_tokens_per_expert`` (bf16 after Float16Module), N each per MoE
-        layer with expert bias (moe/router.py:181-197).
-    ``token_dispatcher_state``
-        the all-to-all dispatcher keeps the last micro-batch's ``probs`` [T, N] fp32, ``routing_map``
-        [T, N] bool and its permutation map as attributes (moe/token_dispatcher.py:624-668): TE's fused
-        permute's row_id_map [T, 2N + 1] int32 (TE pytorch/triton/permutation.py:52) and the sort orders
-        on the GPU, or [T k] int64 indices unfused; T = b s / (TP CP) tokens.  Not modelled for the flex
-        (DeepEP, HybridEP) dispatcher.
-    ``fp8_weight_copies``
-        without FP8 parameters TE caches every GEMM weight's FP8 copy for the step (``_fp8_workspaces``,
-        TE module/base.py ``get_weight_workspace``): 1 byte per element and 1 for the transpose Hopper's
-        FP8 GEMMs need, and a 1-element fp32 scale-inverse.
-    ``optimizer_flags``
-        FusedAdam's ``_dummy_overflow_buf`` (TE optimizers/fused_adam.py:189).
-
-    Not counted: cuBLASLt's own workspace, NCCL's buffers, DeepEP/HybridEP buffers, CUDA graphs' pools,
-    the allocator's unsplit remainders without expandable segments, loss and logging scalars, the last
-    micro-batch's data.
+    """Persistent buffers of one rank besides the model states, as allocated, by term (:data:`FRAMEWORK_TERMS`):
+    Transformer Engine's and PyTorch's cuBLAS workspaces, TE's dummy weight gradients, the "mpu" global memory
+    buffer, the RoPE caches, the router's buffers, the token dispatcher's state, FP8 weight copies, the optimizer's
+    flags.  Options: see :func:`framework_tensors`.  Each term with its source (``file:line`` at MEGATRON_COMMIT,
+    TE files at TE_COMMIT), and what is not counted: ``docs/derivations/megatron_buffers.md`` ("The framework
+    terms one by one").
     """
     terms = dict.fromkeys(FRAMEWORK_TERMS, 0)
     for term, _, nbytes in framework_tensors(part, stage, **options):

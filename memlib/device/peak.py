@@ -33,7 +33,7 @@ transient
     reloaded, in backward moments), ``forward_transients`` and ``backward_released`` (negative: what the
     backward freed by then).  The optimizer step allocates nothing that outlives an op at these sizes
     (fused Adam works in place).  Checked against a measured Megatron-Core step on the CPU
-    (:mod:`memlib.measure.step`, tests/test_peak_cpu.py).
+    (:mod:`memlib.measure.step`, tests/device/test_peak_cpu.py).
 
 ``peak_reserved`` adds the allocator's caching to the peak: the overhead preset's fragmentation
 fraction of it (PyTorch's ``max_memory_reserved`` minus ``max_memory_allocated``).
@@ -87,6 +87,10 @@ class Framework:
     cublas_workspace_config: Optional[str] = None
     expandable_segments: bool = True
     deterministic: bool = False      #: --deterministic-mode (the embedding's backward: index_put, no partial sums)
+    #: the data loader builds the GPT dataset's [b, 1, s, s] bool attention mask (Megatron-LM's default,
+    #: create_attention_mask_in_dataloader; off with --no-create-attention-mask-in-dataloader).  memlib's own default
+    #: is off: a run read from its flags (parse_megatron_args) gets Megatron-LM's
+    attention_mask_in_batch: bool = False
     #: PyTorch with pytorch#175344 (merged 2026-02-19): 32 MiB cuBLAS workspaces on Blackwell too (False: an older
     #: PyTorch, Hopper only; memlib.config.versions.container_rules reads it from an NGC container)
     blackwell_cublas_32mib: bool = True

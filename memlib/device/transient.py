@@ -22,7 +22,7 @@ __all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies", "
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
 TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "cross_entropy_workspace",
-         "offload_reload", "forward_transients", "backward_released")
+         "offload_reload", "forward_transients", "batch_attention_mask", "backward_released")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
                shared_experts: bool, fused_softmax: bool = False,
                moe_copies: int = 3, loss: str = "unfused", head_grad: int = 0, head_scatter: int = 0,
                head_wgrad: int = 0, embedding_backward: int = 0, ce_workspace: int = 0,
-               mtp_logits: int = 0) -> dict[str, dict[str, int]]:
+               mtp_logits: int = 0, batch_mask: int = 0) -> dict[str, dict[str, int]]:
     """The candidate moments of one micro-batch through a chunk (its ``segments`` in forward order), each
     as named terms beyond the micro-batch's held activations (see the module docstring).
 
@@ -164,6 +164,11 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     fused scale-mask-softmax kernel (backward_attention's TE rule); ``moe_copies``: how many tensors of the
     dispatched tokens' size are alive at forward_moe's moment (3: the local experts with the unfused
     permutation; see :func:`moe_copies` for the TE grouped-GEMM experts with the fused permutation).
+
+    ``batch_mask``: the micro-batch's attention mask where the data loader builds it, on a chunk that reads the
+    batch (the first and the last pipeline stage): ``forward_step`` (pretrain_gpt.py) holds the batch get_batch
+    returned until the model's forward returns, so the mask is alive at ``forward_end`` even where no autograd node
+    keeps it; counted there unless a segment's ledger keeps it already (``embedding.attention_mask``).
 
     ``loss`` (the chunk with the loss): how the cross-entropy keeps the logits (:data:`FORWARD_LOSSES`);
     ``head_grad``, ``head_scatter``, ``head_wgrad``: the output layer's input gradient ``[s/CP, b, h]``, its
@@ -189,10 +194,13 @@ def candidates(segments: Sequence[Segment], *, H: int, L: int, mtp_depth: int, f
     final_hidden = 0 if not D or (mtp_hidden and keeps(mtp_hidden[0], "mtp.hidden_input", "mtp.hnorm.norm_input",
                                                        "mtp.hnorm_input")) else H
     # TE's loss overwrites the logits with their gradient and keeps them: they are the ledger's loss_grad already
+    mask_kept = any(seg.find("embedding.attention_mask") and seg.kept(seg.entry(seg.find("embedding.attention_mask")[0]))
+                    for seg in segments)
+    mask = 0 if mask_kept else batch_mask
     out["forward_end"] = _terms(cross_entropy_logits=FORWARD_LOSSES[loss] * L + (mtp_logits if D else 0),
                                 cross_entropy_workspace=ce_workspace,
-                                forward_transients=chunk_input + final_hidden) if last \
-        else _terms(forward_transients=chunk_input)
+                                forward_transients=chunk_input + final_hidden, batch_attention_mask=mask) if last \
+        else _terms(forward_transients=chunk_input, batch_attention_mask=mask)
     if last and head_grad:
         out.update(_loss_backward(segments, head_grad=head_grad, head_scatter=head_scatter, head_wgrad=head_wgrad,
                                   L=L))

@@ -145,7 +145,7 @@ class Policy:
 #: (a large share of a tiny model's activations, where little else is dropped), by design.  The peak
 #: (``peak_allocated``) can rise with a stronger policy more: it re-runs a layer's forward while the backward's
 #: gradients are alive (the dropped entries saved again, the MoE's token copies, the frames' hidden states),
-#: measured on Megatron-Core (tests/test_peak_cpu.py, POLICY_PAIRS; the property in tests/test_peak.py)
+#: measured on Megatron-Core (tests/device/test_peak_cpu.py, POLICY_PAIRS; the property in tests/device/test_peak.py)
 POLICIES = {
     "none": Policy("none"),
     "selective": Policy("selective", frozenset({"core_attn"})),

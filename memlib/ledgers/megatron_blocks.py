@@ -16,7 +16,7 @@ import sympy as sp
 
 from .base import Policy, Saved, parse_policy, saved as _S
 from ..config import ConfigError, ModelConfig, TrainingConfig
-from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
+from ..config.strategies import CP_A2A, AttnBackend, CrossEntropyFusionImpl, LoadBalancing, Runtime, TransformerImpl
 from ..model.blocks import model_blocks
 from ..model.states import recipe
 from ..core.symbols import sym, b, s, h, h_F, h_E, n_h, d_h, d_v, d_hR, d_cq, d_c, N, N_s, N_r
@@ -107,7 +107,7 @@ class Kernels:
                    ce_impl=train.cross_entropy_fusion_impl, aux_loss=train.moe_aux_loss,
                    fp32=rec.activations == 4, policy=policy, gathered_rope_key=train.tp > 1 and train.sp,
                    tp=train.tp, hidden_dropout=train.hidden_dropout > 0, attention_dropout=train.attention_dropout > 0,
-                   cp_a2a=train.cp > 1 and train.cp_comm_type in ("a2a", "a2a+p2p") and impl.uses_te,
+                   cp_a2a=train.cp > 1 and train.cp_comm_type in CP_A2A and impl.uses_te,
                    runtime=train.runtime)
 
 

@@ -6,8 +6,9 @@ Needs ``megatron-core`` 0.19.2 (``make venv`` installs it; by hand:
 weights, on the CPU, in one or several processes joined by ``gloo``.  :func:`measure` builds
 Megatron-Core's ``GPTModel`` for a model of any family, runs one training forward pass under
 saved-tensor hooks and counts every storage saved for backward per region, site and tensor (with
-the CPU workarounds of :mod:`~memlib.measure.cpu_shims`); :func:`compare` puts a measurement beside
-the ``megatron`` profile's ledger (:mod:`memlib.ledgers.megatron`).
+the CPU workarounds of :mod:`~memlib.measure.cpu_shims`; the model is built by
+:mod:`~memlib.measure.megatron_model`); :func:`memlib.measure.megatron_compare.compare` puts a measurement
+beside the ``megatron`` profile's ledger (:mod:`memlib.ledgers.megatron`).
 
 The derivation, with its sources (file:line), is in ``docs/derivations/measure_megatron.md``.
 """
@@ -21,10 +22,11 @@ import sys
 from dataclasses import dataclass
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, load_model
-from .cpu_shims import _init_distributed, _install_shims, _mla_dot_product_attention
+from .cpu_shims import _init_distributed, _install_shims
+from .megatron_model import _build, m_kind
 
 __all__ = ["MCORE_VERSION", "MISSING_MCORE", "require", "available", "Request", "measure", "measure_many",
-           "compare", "compare_many", "predicted", "site_block", "entry_block", "compare_result"]
+           "site_block"]
 
 #: the megatron-core version the ``megatron`` profile's local ledger is exact for
 MCORE_VERSION = "0.19.2"
@@ -115,202 +117,8 @@ class Request:
 
 
 # ------------------------------------------------------------------------------------------------
-# the measuring process: CPU shims, model construction, the forward pass under saved-tensor hooks
+# the measuring process: the forward pass under saved-tensor hooks (the model: memlib.measure.megatron_model)
 # ------------------------------------------------------------------------------------------------
-def _transformer_config(req: dict):
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.transformer.transformer_config import MLATransformerConfig
-
-    m, t = req["model"], req["train"]
-    kinds = _layer_kinds(m)
-    moe = "moe" in kinds or (m["num_nextn_predict_layers"] and kinds[-1] == "moe")
-    bf16 = t["precision"] != "fp32"
-    recompute = t["recompute"]
-    kw = {}
-    if recompute in ("none", None):
-        pass
-    elif recompute == "full" or recompute.startswith("full-block:"):
-        kw.update(recompute_granularity="full",
-                  recompute_method="uniform" if recompute == "full" else "block",
-                  recompute_num_layers=1 if recompute == "full" else int(recompute.split(":")[1]))
-    else:
-        modules = {"selective": ["core_attn"], "deepseek": ["layernorm", "mla_up_proj"]}.get(
-            recompute, recompute.split(","))
-        kw.update(recompute_granularity="selective", recompute_modules=modules)
-    gqa = m.get("attention", "mla") == "gqa"
-    if moe and gqa:
-        # Mixtral and Qwen3-MoE: softmax over the top-k logits (= the renormalised top-k of the softmax,
-        # Qwen3-MoE's norm_topk_prob); Qwen2-MoE: the top-k of the softmax, not renormalised, and one shared
-        # expert behind a sigmoid gate (--moe-shared-expert-gate)
-        from ..ledgers.megatron_blocks import router_softmax_first
-
-        qwen2 = m["moe"] == "qwen2_moe"
-        kw.update(
-            num_moe_experts=m["n_routed_experts"], moe_ffn_hidden_size=m["moe_intermediate_size"],
-            moe_shared_expert_intermediate_size=m["shared_expert_intermediate_size"] if qwen2 else None,
-            moe_shared_expert_gate=qwen2,
-            moe_router_topk=m["num_experts_per_tok"], moe_layer_freq=[int(k == "moe") for k in kinds],
-            moe_router_score_function="softmax", moe_router_pre_softmax=router_softmax_first(_model_config(m)),
-            moe_router_dtype="fp32",
-            moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
-            moe_router_load_balancing_type=t["moe_aux_loss"] if t["moe_aux_loss"] != "none" else "aux_loss",
-            moe_aux_loss_coeff=1e-4 if t["moe_aux_loss"] != "none" else 0.0,
-            moe_permute_fusion=False, moe_router_fusion=False,
-        )
-    elif moe:
-        sigmoid = m["scoring_func"] == "sigmoid"
-        kw.update(
-            num_moe_experts=m["n_routed_experts"], moe_ffn_hidden_size=m["moe_intermediate_size"],
-            moe_shared_expert_intermediate_size=(m["n_shared_experts"] * m["moe_intermediate_size"]
-                                                 if m["n_shared_experts"] else None),
-            moe_router_topk=m["num_experts_per_tok"], moe_layer_freq=[int(k == "moe") for k in kinds],
-            moe_router_score_function=m["scoring_func"], moe_router_pre_softmax=True,
-            moe_router_enable_expert_bias=m["topk_method"] == "noaux_tc",
-            moe_router_topk_scaling_factor=2.5 if sigmoid else None, moe_router_dtype="fp32",
-            moe_router_num_groups=m["n_group"] if m["n_group"] > 1 else None,
-            moe_router_group_topk=m["topk_group"] if m["n_group"] > 1 else None,
-            moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
-            moe_router_load_balancing_type=t["moe_aux_loss"] if t["moe_aux_loss"] != "none" else "aux_loss",
-            moe_aux_loss_coeff=1e-4 if t["moe_aux_loss"] != "none" else 0.0,
-            moe_permute_fusion=False, moe_router_fusion=False,
-        )
-    if m["num_nextn_predict_layers"]:
-        kw.update(mtp_num_layers=m["num_nextn_predict_layers"], mtp_loss_scaling_factor=0.1)
-    sp = t["tp"] > 1 and t["sp"]
-    common = dict(
-        num_layers=m["num_hidden_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["num_attention_heads"],
-        hidden_dropout=0.0, attention_dropout=0.0,
-        bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32, pipeline_dtype=None,
-        # on a GPU (benchmarks/gpu_peaks.py) the weights are created where they live, as Megatron-LM does
-        use_cpu_initialization=req.get("device", "cpu") == "cpu", perform_initialization=True,
-        tensor_model_parallel_size=t["tp"], expert_model_parallel_size=t["ep"],
-        expert_tensor_parallel_size=t["etp"], context_parallel_size=t["cp"], sequence_parallel=sp,
-        apply_rope_fusion=False, gradient_accumulation_fusion=bool(req.get("gradient_accumulation_fusion")),
-        persist_layer_norm=False,
-        masked_softmax_fusion=False, bias_dropout_fusion=True,
-        attention_softmax_in_fp32=t["attention_softmax_in_fp32"], bias_activation_fusion=t["bias_swiglu_fusion"],
-        cross_entropy_loss_fusion=t["cross_entropy_loss_fusion"],
-        cross_entropy_fusion_impl=t["cross_entropy_fusion_impl"])
-    if gqa:
-        from megatron.core.transformer.transformer_config import TransformerConfig
-
-        gelu = m["mlp"] == "gelu"
-        # Megatron's add_bias_linear puts a bias on linear_proj, fc1 and fc2 (and the experts) together
-        return TransformerConfig(
-            ffn_hidden_size=m["intermediate_size"] or m["moe_intermediate_size"],
-            num_query_groups=m["num_key_value_heads"], kv_channels=m["head_dim"],
-            normalization="LayerNorm" if m["norm"] == "layernorm" else "RMSNorm", qk_layernorm=m["qk_norm"],
-            gated_linear_unit=not gelu, activation_func=F.gelu if gelu else F.silu,
-            add_bias_linear=m["o_bias"], add_qkv_bias=m["qkv_bias"], **common, **kw)
-    return MLATransformerConfig(
-        ffn_hidden_size=m["intermediate_size"],
-        q_lora_rank=m["q_lora_rank"], kv_lora_rank=m["kv_lora_rank"],
-        qk_head_dim=m["qk_nope_head_dim"], qk_pos_emb_head_dim=m["qk_rope_head_dim"], v_head_dim=m["v_head_dim"],
-        normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, rope_type="yarn", rotary_scaling_factor=40, original_max_position_embeddings=4096,
-        **common, **kw)
-
-
-def _model_config(m: dict) -> ModelConfig:
-    """The :class:`ModelConfig` a request's model dict was made from (a non-DeepSeek family's)."""
-    from dataclasses import fields
-
-    names = {f.name for f in fields(ModelConfig)}
-    return ModelConfig(**{k: v for k, v in m.items() if k in names})
-
-
-def m_kind(req: dict) -> str:
-    """The attention kind of a request's model (``mla`` for DeepSeek's, which names none)."""
-    return req["model"].get("attention", "mla")
-
-
-def _layer_kinds(m: dict) -> list[str]:
-    freq, k = m["moe_layer_freq"], m["first_k_dense_replace"]
-    return ["moe" if i >= k and i % freq == 0 else "dense" for i in range(m["num_hidden_layers"])]
-
-
-def _build(req: dict, ddp_options: dict | None = None):
-    """Megatron-Core's GPTModel for the request, wrapped as Megatron-LM wraps it (``ddp_options``: more
-    ``DistributedDataParallelConfig`` fields)."""
-    import torch
-    from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
-    from megatron.core.tensor_parallel import ColumnParallelLinear, model_parallel_cuda_manual_seed
-    from megatron.core.transformer.identity_op import IdentityOp
-    from megatron.core.transformer.module import Float16Module
-    from megatron.core.transformer.multi_latent_attention import MLASelfAttention
-
-    from megatron.core.transformer.moe.moe_logging import destroy_moe_metrics_tracker
-    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
-
-    m, t = req["model"], req["train"]
-    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
-    from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler
-
-    destroy_moe_metrics_tracker()       # per-layer loss trackers are sized by the first model's layers
-    MTPLossLoggingHelper.tracker.clear()
-    # the auxiliary losses' backward scales are class attributes that the schedule sets (shape [1]): each model
-    # starts from megatron-core's initial values
-    MoEAuxLossAutoScaler.main_loss_backward_scale = None
-    MTPLossAutoScaler.main_loss_backward_scale = torch.tensor(1.0)
-    if ps.model_parallel_is_initialized():
-        ps.destroy_model_parallel()
-    ps.initialize_model_parallel(tensor_model_parallel_size=t["tp"], context_parallel_size=t["cp"],
-                                 expert_model_parallel_size=t["ep"], expert_tensor_parallel_size=t["etp"])
-    model_parallel_cuda_manual_seed(req["seed"])
-    torch.manual_seed(req["seed"])
-    cfg = _transformer_config(req)
-    mla = m.get("attention", "mla") == "mla"
-    spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=cfg.normalization)
-    if mla:
-        attention = _mla_dot_product_attention()
-        for layer in spec.layer_specs:
-            sub = layer.submodules.self_attention.submodules
-            sub.core_attention = attention
-            if m["q_lora_rank"] is None:
-                sub.q_layernorm = IdentityOp         # no query latent, so no query latent norm
-    mtp = get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if m["num_nextn_predict_layers"] else None
-    if mla and m["q_lora_rank"] is None:
-        MLASelfAttention._resolve_qk_norm_config = _plain_q_proj(MLASelfAttention._resolve_qk_norm_config,
-                                                                 ColumnParallelLinear)
-    learned = m.get("positions") == "learned"
-    positions = "none" if mla else ("learned_absolute" if learned else "rope")
-    n_pos = m["max_position_embeddings"] if learned else max(t["seq_len"], 2)
-    model = GPTModel(cfg, spec, vocab_size=m["vocab_size"], max_sequence_length=n_pos,
-                     mtp_block_spec=mtp, position_embedding_type=positions,
-                     share_embeddings_and_output_weights=m["tie_word_embeddings"])
-    if req.get("device", "cpu") == "cuda":
-        model.cuda(torch.cuda.current_device())     # megatron/training/training.py get_model: before Float16Module
-    if cfg.bf16:
-        model = Float16Module(cfg, model)
-    ddp = DistributedDataParallelConfig(**{"grad_reduce_in_fp32": True, "use_distributed_optimizer": False,
-                                           **(ddp_options or {})})
-    model = DistributedDataParallel(cfg, ddp, model)
-    model.train()
-    return model, cfg
-
-
-def _plain_q_proj(resolve, linear):
-    """Without q LoRA, build ``linear_q_proj`` as a plain column-parallel Linear (as transformers does):
-    the local spec would ask for Transformer Engine's fused norm + linear there."""
-    if getattr(resolve, "_memlib_plain_q_proj", False):
-        return resolve
-    from megatron.core.transformer.identity_op import IdentityOp
-
-    def patched(self, submodules):
-        if self.config.q_lora_rank is None:
-            return dict(linear_q_proj=linear, linear_q_up_proj=IdentityOp,
-                        linear_kv_up_proj=submodules.linear_kv_up_proj or linear,
-                        q_layernorm=IdentityOp, kv_layernorm=submodules.kv_layernorm)
-        return resolve(self, submodules)
-
-    patched._memlib_plain_q_proj = True
-    return patched
-
-
 class _Packed:
     """What the pack hook hands autograd: the tensor and where it was saved."""
 
@@ -565,83 +373,8 @@ def _param_block(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the caller's side: prediction, worker processes, comparison
+# the caller's side: worker processes
 # ------------------------------------------------------------------------------------------------
-def region_of_key(key: str, layer: int | None = None) -> str:
-    """The measurement region of a ledger entry key (``layer`` for a decoder-layer entry)."""
-    if layer is not None:
-        return f"layer.{layer}"
-    head = key.split(".")[0]
-    return "head" if head == "head" else "embedding"
-
-
-def entry_block(key: str) -> str:
-    """The block of an entry key within its region: ``attention``, ``moe``, ``dense_ffn``, ``head``,
-    ``embedding`` or ``mtp`` (an MTP module's own entries)."""
-    parts = key.split(".")
-    if parts[0] == "mtp":
-        return parts[1] if parts[1] in ("attention", "moe", "dense_ffn", "head") else "mtp"
-    return parts[0]
-
-
-def predicted(model: ModelConfig | str, train: TrainingConfig) -> dict:
-    """The ``megatron`` ledger of one device holding the whole model (PP = 1): bytes per region, per
-    (region, block) and per entry, as :func:`memlib.device.estimate.estimate` adds them up, for the CPU
-    (``runtime=cpu``: the measurement runs there, whatever ``train.runtime`` says)."""
-    from dataclasses import replace
-
-    from ..config.strategies import Runtime
-    from ..ledgers.base import ledger_bytes, parse_policy, training_values
-    from ..ledgers import act_profile
-    from ..model.partition import Partition
-
-    train = replace(train, runtime=Runtime.CPU)
-    m = load_model(model)
-    if train.pp != 1:
-        raise ConfigError(f"pp={train.pp}: measure builds the whole model on every rank (pp=1)")
-    part = Partition(m, train)
-    ap = act_profile("megatron", train)
-    policy = parse_policy(train.recompute)
-    vals = {**part.values, **training_values(train)}
-    regions: dict[str, int] = {}
-    blocks: dict[str, dict[str, int]] = {}
-    entries: dict[str, dict[str, int]] = {}
-
-    def add(region, ledger, pol):
-        for key, x in ledger_bytes(ledger, train, _recipe(train), pol).evaluate(vals).items():
-            entries.setdefault(region, {})[key] = entries.get(region, {}).get(key, 0) + x
-            blk = blocks.setdefault(region, {})
-            blk[entry_block(key)] = blk.get(entry_block(key), 0) + x
-            regions[region] = regions.get(region, 0) + x
-
-    add("embedding", ap.embedding(m), None)
-    for i, kind in enumerate(m.layer_kinds):
-        recomputed = not policy.full or policy.block_layers is None or i < policy.block_layers
-        add(f"layer.{i}", ap.layer(m, kind), policy if recomputed else None)
-    add("head", ap.head(m), None)
-    if part.profile.include_mtp:
-        for j in range(m.num_nextn_predict_layers):
-            add(f"mtp.{j}", ap.mtp(m, j), policy)
-    return {"regions": regions, "blocks": blocks, "entries": entries, "states": _predicted_states(part, train)}
-
-
-def _recipe(train: TrainingConfig):
-    from ..model.states import recipe
-
-    return recipe(train.precision)
-
-
-def _predicted_states(part, train: TrainingConfig) -> dict:
-    """Parameters and main_grad bytes on one device per memlib block (ZeRO 0)."""
-    from ..model.params import by_block
-
-    rec = _recipe(train)
-    st = part.stages[0]
-    counts = by_block(part.params(st)).evaluate(part.values)
-    return {"blocks": {k: int(x) for k, x in counts.items()}, "parameters": rec.weights * sum(counts.values()),
-            "main_grad": rec.gradients * sum(counts.values())}
-
-
 def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
     """What megatron-core on the CPU cannot run, named before a process is started."""
     from ..ledgers.base import parse_policy
@@ -715,69 +448,6 @@ def measure_many(requests: list[Request], *, world: int = 1, timeout: float = 90
 def measure(model: ModelConfig | str, train: TrainingConfig, *, seed: int = 0, step: bool = True) -> dict:
     """One measurement (one worker process): see the module docstring."""
     return measure_many([Request(load_model(model), train, seed, step)])[0]
-
-
-def compare_result(req: Request, meas: dict) -> dict:
-    """A measurement of ``req`` (one rank's) beside the ledger: see :func:`compare`."""
-    m, t = req.model, req.train
-    if not meas.get("ok"):
-        return {"model": m.name, "label": req.label(), "exact": False, "error": meas.get("error"),
-                "traceback": meas.get("traceback")}
-    pred = predicted(m, t)
-    kinds = {f"layer.{i}": kind for i, kind in enumerate(m.layer_kinds)}
-    kinds.update({f"mtp.{j}": m.layer_kinds[-1] for j in range(m.num_nextn_predict_layers)})
-    measured_blocks: dict[str, dict[str, int]] = {}
-    for d in meas["storages"]:
-        blk = site_block(d["region"], d["site"], kinds.get(d["region"], "dense"))
-        d["block"] = blk
-        r = measured_blocks.setdefault(d["region"], {})
-        r[blk] = r.get(blk, 0) + d["bytes"]
-    names = list(pred["regions"]) + [r for r in meas["regions"] if r not in pred["regions"]]
-    rows, block_rows = [], []
-    for r in names:
-        p, x = pred["regions"].get(r, 0), meas["regions"].get(r, 0)
-        rows.append({"region": r, "predicted": p, "measured": x, "difference": x - p})
-        pb, mb = pred["blocks"].get(r, {}), measured_blocks.get(r, {})
-        for blk in list(pb) + [k for k in mb if k not in pb]:
-            block_rows.append({"region": r, "block": blk, "predicted": pb.get(blk, 0), "measured": mb.get(blk, 0),
-                               "difference": mb.get(blk, 0) - pb.get(blk, 0)})
-    total_p, total_m = sum(pred["regions"].values()), sum(meas["regions"].values())
-    held = [c for c in meas["ctx_held"] if not c["rng_state"]]
-    out = {"model": m.name, "label": req.label(), "train": {f: str(getattr(t, f)) for f in _TRAIN_FIELDS},
-           "seed": req.seed, "regions": rows, "blocks": block_rows, "entries": pred["entries"],
-           "activations": {"predicted": total_p, "measured": total_m, "difference": total_m - total_p},
-           "ctx_held": held, "rng_states": sum(c["bytes"] for c in meas["ctx_held"] if c["rng_state"]),
-           "storages": meas["storages"]}
-    st = pred["states"]
-    pblocks = {k: x for k, x in st["blocks"].items() if x}
-    mblocks = {k: x["count"] for k, x in meas["parameters"].items() if x["count"]}
-    out["parameters"] = {"predicted": st["parameters"], "measured": sum(x["bytes"] for x in meas["parameters"].values()),
-                         "blocks_predicted": pblocks, "blocks_measured": mblocks}
-    out["parameters"]["difference"] = out["parameters"]["measured"] - out["parameters"]["predicted"]
-    if "main_grad" in meas:
-        out["main_grad"] = {"predicted": st["main_grad"], "measured": meas["main_grad"],
-                            "difference": meas["main_grad"] - st["main_grad"]}
-    out["exact"] = (all(x["difference"] == 0 for x in block_rows) and not held and pblocks == mblocks
-                    and out["parameters"]["difference"] == 0
-                    and ("main_grad" not in out or out["main_grad"]["difference"] == 0))
-    return out
-
-
-def compare_many(pairs: list[tuple[ModelConfig | str, TrainingConfig]], *, seed: int = 0, step: bool = True,
-                 world: int = 1) -> list[dict]:
-    """:func:`compare` for many (model, training) pairs in one worker process (seeds ``seed``, ``seed + 1``, ...)."""
-    reqs = [Request(load_model(m), t, seed + i, step) for i, (m, t) in enumerate(pairs)]
-    results = measure_many(reqs, world=world)
-    if world == 1:
-        return [compare_result(r, x) for r, x in zip(reqs, results)]
-    return [[compare_result(r, x) for x in ranks] for r, ranks in zip(reqs, results)]
-
-
-def compare(model: ModelConfig | str, train: TrainingConfig, *, seed: int = 0, step: bool = True) -> dict:
-    """Measured against the ``megatron`` ledger: per region, per (region, block), parameters and
-    main_grad bytes; ``exact`` when every one agrees."""
-    return compare_many([(model, train)], seed=seed, step=step)[0]
-
 
 
 def _worker(argv: list[str], run=None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..ledgers.base import parse_policy
 from .megatron import Request
 
 __all__ = ["HF_RANDOM_FAMILIES", "random_config", "CPU_RECOMPUTE", "random_request", "GQA_CPU_RECOMPUTE",
@@ -189,7 +190,7 @@ def random_family_request(rng: random.Random, seed: int = 0) -> Request:
 
     fam = MCORE_RANDOM_FAMILIES[seed % len(MCORE_RANDOM_FAMILIES)]
     recompute = GQA_CPU_RECOMPUTE[(seed + seed // len(MCORE_RANDOM_FAMILIES)) % len(GQA_CPU_RECOMPUTE)]
-    no_bias = "mlp" in recompute.split(",")        # see _check_request
+    no_bias = "mlp" in parse_policy(recompute).modules        # see _check_request
     n_kv = rng.randint(1, 3)
     n_h = n_kv * (1 if rng.random() < 1 / 3 else rng.randint(2, 3))
     d = {"num_attention_heads": n_h, "num_key_value_heads": n_kv, "num_hidden_layers": rng.randint(1, 2),

@@ -97,7 +97,7 @@ def _measure_step(req: dict) -> dict:
     from torch.utils._pytree import tree_leaves
 
     from . import cpu_shims as shims
-    from . import megatron as mm
+    from .megatron_model import _build
 
     t, m = req["train"], req["model"]
     M, iterations = req["num_microbatches"], req["iterations"]
@@ -173,7 +173,7 @@ def _measure_step(req: dict) -> dict:
         with _cuda_as_cpu_mode(created), tracker:
             tracker.window("build")
             tracker.label = "build"
-            model, cfg = mm._build(req, {"use_distributed_optimizer": req["distributed_optimizer"],
+            model, cfg = _build(req, {"use_distributed_optimizer": req["distributed_optimizer"],
                                          "check_for_nan_in_grad": True})
             opt = _optimizer(torch, get_megatron_optimizer, OptimizerConfig, cfg, model, req)
             core = model.module.module if cfg.bf16 else model.module

@@ -46,12 +46,12 @@ from .architecture import (
     tied_head_copy,
 )
 from ..core.breakdown import Breakdown
-from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model, show
+from ..config import ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .params import values as model_values
 from ..core.symbols import SYMBOLS, sym
 
 __all__ = ["Profile", "PROFILES", "Stage", "Partition", "resolve_layout", "default_layout", "balanced_layout",
-           "parallel_values", "shard_divisor", "profile_description", "SHARDING", "SCHEDULES", "Chunk", "build_stages"]
+           "parallel_values", "shard_divisor", "profile_description", "SHARDING", "Chunk", "build_stages"]
 
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
@@ -195,8 +195,6 @@ def balanced_layout(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base if i in ends else base + 1 for i in range(stages))
 
 
-#: the pipeline schedules, by name (memlib.config.Schedule)
-SCHEDULES = tuple(s.value for s in Schedule)
 
 
 def resolve_layout(m: ModelConfig, train: TrainingConfig) -> tuple[int, ...]:

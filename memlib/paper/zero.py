@@ -105,7 +105,7 @@ def megatron_per_param(rec: Recipe) -> sp.Expr:
     """Bytes per parameter under ZeRO-1 on d data-parallel ranks, from :func:`states_formula`: a
     device holds P parameters, none of them expert, so P~ = P/d (Megatron-LM's distributed optimizer)."""
     P = sym("P")
-    expr = states_formula(int(ZeroStage.OS), rec).total.replace(sp.ceiling, lambda x: x)
+    expr = states_formula(ZeroStage.OS, rec).total.replace(sp.ceiling, lambda x: x)
     expr = expr.xreplace({sym("P_e"): 0, sym("CP"): 1, sym("DP"): D, sym("P_ne"): P})
     return sp.expand(expr / P)
 

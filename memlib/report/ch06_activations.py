@@ -17,7 +17,7 @@ from ..scenarios import activations as sact
 from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, Series, in_unit, new_figure,
                       plain_log_ticks, stacked_bars)
 from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
-                     wrapped_math)
+                     wrapped_math, zero_name)
 from .notation import chapter_notation
 from .tables import errata_table
 
@@ -405,7 +405,7 @@ def routed_count_table(cmp: dict, est: Estimate) -> str:
              fmt_bytes(h["stage_per_microbatch"])],
             [f"activations held ({fmt_count(p['in_flight'])} micro-batches in flight)", fmt_bytes(p["stage_held"]),
              fmt_bytes(h["stage_held"])],
-            [f"the device's total under ZeRO-{int(est.train.zero)}, overheads included", fmt_bytes(p["total"]),
+            [f"the device's total under {zero_name(est.train.zero, short=True)}, overheads included", fmt_bytes(p["total"]),
              fmt_bytes(h["total"])]]
     return md_table(["on one device of the stage", "paper's count", "held after the all-to-all"], rows, "lrr")
 

@@ -13,7 +13,7 @@ from ..paper import analysed_stage
 from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes, zero_name
 from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
@@ -62,7 +62,7 @@ def values(base: Estimate) -> dict[str, str]:
     widest = so.widest_term(st)
     cap = so.CAPACITY_80GB
     return {
-        "label": base.train.label(), "stage": fmt_count(stage(base)), "zero": f"ZeRO-{int(base.train.zero)}",
+        "label": base.train.label(), "stage": fmt_count(stage(base)), "zero": zero_name(base.train.zero, short=True),
         "recompute": base.train.recompute, "layers": fmt_count(len(st.stage.layers)),
         "allocated": fmt_bytes(st.allocated), "allocated_bytes": fmt_count(st.allocated),
         "allocated_terms": ", ".join(CATEGORY_LABELS[k] for k in ALLOCATED),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..device.estimate import Estimate
 from ..scenarios import overheads as so
 from ..scenarios import together as st
+from ..config import Schedule
 from ..model.states import ZeroStage
 from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
@@ -160,9 +161,9 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
 
 
 def _config_text(name: str, train, math: bool = True) -> str:
-    if name == "gpipe":
+    if train.schedule is Schedule.GPIPE:
         return f"GPipe, {'$M$' if math else 'M'} = {train.num_microbatches}"
-    if name == "interleaved":
+    if train.schedule is Schedule.INTERLEAVED:
         return f"interleaved 1F1B, {'$V$' if math else 'V'} = {train.vpp}"
     return SCHEDULE_NAMES[name]
 

@@ -9,7 +9,7 @@ tables) and lets ``dot`` place them.  A :class:`Diagram` shows itself as SVG in 
 in the LaTeX one (``application/pdf``, which myst-nb prefers for LaTeX), both drawn by ``dot``, the SVG with
 its glyphs as outlines (``-Tsvg:cairo``) so that it looks the same in every browser, offline.
 :meth:`Diagram.text_sizes` reads the font size of every text ``dot`` draws from its layout, for the
-legibility test (tests/test_figure_legibility.py).
+legibility test (tests/report/test_figure_legibility.py).
 """
 from __future__ import annotations
 

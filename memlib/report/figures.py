@@ -50,7 +50,7 @@ CAPACITY_COLOR = OKABE_ITO["black"]
 
 #: the smallest text of a figure, pt, and the width a figure is drawn at, inches: the PDF's text width less a
 #: margin for the tight bounding box, so that a figure prints at its natural size, every text at least 8 pt
-#: (memlib.report.legibility, tests/test_figure_legibility.py)
+#: (memlib.report.legibility, tests/report/test_figure_legibility.py)
 SMALL_FONT = 9
 TEXT_WIDTH = 6.3
 #: the text of a box narrower than a slot in a schedule diagram (a chunk's half-length operation): the

@@ -102,7 +102,7 @@ def zero_name(z: ZeroStage, short: bool = False) -> str:
     >>> zero_name(ZeroStage.OS_G), zero_name(ZeroStage.OS_G, short=True)
     ('ZeRO-2 (os+g)', 'ZeRO-2')
     """
-    return f"ZeRO-{int(z)}" if short else f"ZeRO-{int(z)} ({z.label})"
+    return f"ZeRO-{z.value}" if short else f"ZeRO-{z.value} ({z.label})"
 
 
 def fmt_exact(x: int | Fraction, unit: str, digits: int = 2) -> str:

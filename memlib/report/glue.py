@@ -33,7 +33,7 @@ GLUE_PREFIX = "application/papermill.record/"
 
 
 def _myst_glue(key: str, value, display: bool, measure: bool = False) -> None:
-    """What ``myst_nb.glue`` does, output for output (tests/test_report_glue.py compares the two): the value's
+    """What ``myst_nb.glue`` does, output for output (tests/report/test_report_glue.py compares the two): the value's
     display data, with the key in the output's metadata.  Not ``myst_nb.glue`` itself: importing
     ``myst_nb.ext.glue`` in a kernel imports nbformat, whose jsonschema compiles some 40 lark grammars
     (rfc3987-syntax) on import, about 1.5 s of every chapter's build."""

@@ -10,7 +10,7 @@ at ``s`` times that scale.  :func:`legibility` measures the smallest text of a f
 8 x 4/3 CSS px.  A matplotlib mathtext script (``$c^{KV}$``) is set at 0.7 of its text, as matplotlib sets it.
 
 The page is Sphinx's LaTeX default: US letter with 1 in margins, a text block of :data:`TEXT_WIDTH_IN` x
-:data:`TEXT_HEIGHT_IN` (tests/test_book_pdf.py reads them back from the PDF build's log).
+:data:`TEXT_HEIGHT_IN` (tests/book/test_book_pdf.py reads them back from the PDF build's log).
 
 >>> Legibility(pdf_pt=7.2, html_px=11.0, text="rank").ok
 False

@@ -86,7 +86,7 @@ def glossary_values(model="deepseek-v3") -> dict[str, str]:
     for k in ("deepseek-v3", "megatron-fp8-param"):
         out[f"recipe_{k.replace('-', '_')}"] = RECIPES[k].description
     out["fp8_recipes"] = ", ".join(f"`{x}`" for x in FP8_RECIPES)
-    out["zero_stages"] = "; ".join(f"ZeRO-{int(z)}: {z.label}" for z in ZeroStage)
+    out["zero_stages"] = "; ".join(f"ZeRO-{z.value}: {z.label}" for z in ZeroStage)
     return out
 
 

@@ -14,7 +14,7 @@ Everything is computed by :func:`memlib.device.estimate.estimate` under the ``me
 with the H800's capacity and (unless told otherwise) the low overhead preset, in exact integers.
 
 >>> t = deepseek_recipe("deepseek-v3")
->>> t.label(), t.world_size, t.schedule.value, int(t.zero)
+>>> t.label(), t.world_size, t.schedule.value, t.zero.value
 ('PP16@TP1@EP64@ETP1', 2048, 'dualpipe', 1)
 >>> [s.key for s in ablation_steps(t)]
 ['baseline', 'dualpipe', 'zero1', 'bf16_moments', 'fp8_activations', 'recompute']

@@ -243,7 +243,7 @@ def recipe_rows(g: Grid, train: TrainingConfig) -> np.ndarray:
     if train.world_size != g.gpus:
         raise ConfigError(f"world_size={train.world_size} of the recipe must be the search's gpus={g.gpus}")
     want = {"pp": train.pp, "tp": train.tp, "cp": train.cp, "dp": train.dp, "ep": train.ep, "etp": train.etp,
-            "zero": int(train.zero), "b": train.micro_batch, "vpp": train.vpp}
+            "zero": train.zero, "b": train.micro_batch, "vpp": train.vpp}
     ok = np.ones(g.searched, dtype=bool)
     for k, v in want.items():
         ok &= g.column(k) == v

@@ -92,7 +92,7 @@ def simumax_model(model: str, layers: int, tp: int):
     """The launcher's model (``SIMUMAX_MODELS``) with ``layers`` layers and Megatron-LM's padded vocabulary: a Llama,
     or a DeepSeek whose first layer is dense, without MTP (``run_pretrain_deepseekv2.sh``)."""
     from ..config import model_from_dict
-    from ..megatron.flags import pad_vocab
+    from ..megatron.rules import pad_vocab
     from ..data.reference import SIMUMAX_MODELS
     shape = dict(SIMUMAX_MODELS[model])
     shape["vocab_size"] = pad_vocab(shape["vocab_size"] + 1, 128, tp)

@@ -147,7 +147,7 @@ def device_slices(est: Estimate, index: int | None = None, rank: int | None = No
         fams[key]["elements"] += int((n * tensor.numel).xreplace(part.values))
     m = est.model
     per_ep = m.n_routed_experts // t.ep if m.has_moe else None
-    return {"stage": i, "rank": r, "pp": t.pp, "zero": int(zero), "ranks": ranks, "coords": coords,
+    return {"stage": i, "rank": r, "pp": t.pp, "zero": zero.value, "ranks": ranks, "coords": coords,
             "ep_of_rank": [device_coords(t, x)["ep"] for x in range(ranks)],
             "tp_of_rank": [device_coords(t, x)["tp"] for x in range(ranks)],
             "experts": None if per_ep is None else (coords["ep"] * per_ep, (coords["ep"] + 1) * per_ep - 1),

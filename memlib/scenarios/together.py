@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..ledgers.base import parse_policy
-from ..config import ModelConfig, TrainingConfig, load_model
+from ..config import ModelConfig, Schedule, TrainingConfig, load_model
 from ..device.estimate import Estimate, StageMemory, estimate
 from ..device.overhead import OVERHEAD_PRESETS, Overheads
 from ..paper.activations import held_count_training
@@ -174,7 +174,7 @@ def no_recompute(g: dict, capacity: int = CAPACITY_80GB) -> dict[str, object]:
 # pipeline schedules
 # ------------------------------------------------------------------------------------------------
 #: the schedules compared, in order
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
+SCHEDULES = tuple(Schedule)
 #: GPipe's micro-batches per step, per pipeline stage (M = 2 PP), and the interleaved schedule's chunks
 GPIPE_MICROBATCHES_PER_STAGE = 2
 INTERLEAVED_CHUNKS = 2
@@ -183,13 +183,11 @@ DIAGRAM_PP = 4
 DIAGRAM_MICROBATCHES = 8
 
 
-def diagram_configs(pp: int = DIAGRAM_PP, m: int = DIAGRAM_MICROBATCHES) -> dict[str, TrainingConfig]:
+def diagram_configs(pp: int = DIAGRAM_PP, m: int = DIAGRAM_MICROBATCHES) -> dict[Schedule, TrainingConfig]:
     """The four schedules of :data:`SCHEDULES` on ``pp`` ranks with ``m`` micro-batches (interleaved:
     :data:`INTERLEAVED_CHUNKS` chunks per rank), for drawing their operations."""
-    return {"gpipe": TrainingConfig(pp=pp, schedule="gpipe", num_microbatches=m),
-            "1f1b": TrainingConfig(pp=pp, schedule="1f1b", num_microbatches=m),
-            "interleaved": TrainingConfig(pp=pp, schedule="interleaved", vpp=INTERLEAVED_CHUNKS, num_microbatches=m),
-            "dualpipe": TrainingConfig(pp=pp, schedule="dualpipe", num_microbatches=m)}
+    return {s: TrainingConfig(pp=pp, schedule=s, num_microbatches=m,
+                              vpp=INTERLEAVED_CHUNKS if s is Schedule.INTERLEAVED else 1) for s in SCHEDULES}
 
 
 def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
@@ -213,7 +211,7 @@ def interleaved_layout(model: ModelConfig | str, train: TrainingConfig,
         for i in range(n - light + 1, n):
             sizes[i] = base
     layout = tuple(sizes)
-    Partition(m, train.with_(schedule="interleaved", vpp=vpp, layout=layout, num_microbatches=None))
+    Partition(m, train.with_(schedule=Schedule.INTERLEAVED, vpp=vpp, layout=layout, num_microbatches=None))
     return layout
 
 
@@ -227,20 +225,20 @@ def layout_split(layout: tuple[int, ...]) -> str:
     return "empty" if min(layout) == 0 else ("even" if min(layout) == max(layout) else "uneven")
 
 
-def schedule_configs(est: Estimate) -> dict[str, TrainingConfig]:
+def schedule_configs(est: Estimate) -> dict[Schedule, TrainingConfig]:
     """The four schedules on ``est``'s configuration: GPipe with M = 2 PP micro-batches, 1F1B,
     interleaved 1F1B with V = 2 and :func:`interleaved_layout`, DualPipe."""
     t = est.train
     return {
-        "gpipe": t.with_(schedule="gpipe", num_microbatches=GPIPE_MICROBATCHES_PER_STAGE * t.pp),
-        "1f1b": t.with_(schedule="1f1b", num_microbatches=None),
-        "interleaved": t.with_(schedule="interleaved", vpp=INTERLEAVED_CHUNKS, num_microbatches=None,
-                               layout=interleaved_layout(est.model, t)),
-        "dualpipe": t.with_(schedule="dualpipe", num_microbatches=None),
+        Schedule.GPIPE: t.with_(schedule=Schedule.GPIPE, num_microbatches=GPIPE_MICROBATCHES_PER_STAGE * t.pp),
+        Schedule.ONE_F_ONE_B: t.with_(schedule=Schedule.ONE_F_ONE_B, num_microbatches=None),
+        Schedule.INTERLEAVED: t.with_(schedule=Schedule.INTERLEAVED, vpp=INTERLEAVED_CHUNKS, num_microbatches=None,
+                                      layout=interleaved_layout(est.model, t)),
+        Schedule.DUALPIPE: t.with_(schedule=Schedule.DUALPIPE, num_microbatches=None),
     }
 
 
-def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[str, Outcome]:
+def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads = OVERHEAD) -> dict[Schedule, Outcome]:
     """Each schedule of :data:`SCHEDULES` on :func:`~memlib.scenarios.overheads.base_training` of
     ``est``'s configuration (ZeRO-1, full recomputation), with ``overhead``."""
     base = estimate(est.model, base_training(est.train), overhead)
@@ -251,7 +249,7 @@ def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads 
     return out
 
 
-def memory_timeline(runs: dict[str, Outcome], name: str = "1f1b") -> OverTime:
+def memory_timeline(runs: dict[Schedule, Outcome], name: Schedule = Schedule.ONE_F_ONE_B) -> OverTime:
     """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
     (:func:`memlib.device.timeline.over_time`, as many micro-batches as fill the pipeline)."""
     return over_time(runs[name].est)

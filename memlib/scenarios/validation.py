@@ -211,9 +211,9 @@ def megatron_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, Tra
 
 @lru_cache(maxsize=None)
 def megatron_comparisons(model: ModelConfig) -> tuple[dict, ...]:
-    """:func:`memlib.measure.megatron.compare` of each case of :func:`megatron_cases`, in one worker
+    """:func:`memlib.measure.megatron_compare.compare` of each case of :func:`megatron_cases`, in one worker
     process, with its ``label``, ``config``, ``train`` and ``kinds``."""
-    from ..measure.megatron import compare_many
+    from ..measure.megatron_compare import compare_many
 
     cases = megatron_cases(model)
     results = compare_many([(m, t) for _, m, t in cases], step=True)
@@ -258,7 +258,7 @@ def parameter_checks(model: ModelConfig) -> tuple[dict, ...]:
     size on the meta device, with ``difference`` (transformers − memlib), ``tensors_differing``,
     ``is_model`` and ``block_rows`` (per memlib block: memlib, transformers, difference)."""
     from ..measure.hf import param_check
-    from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/test_architectures.py)
+    from .models import PRESET_ORDER     # the book's DeepSeek presets (the others: tests/model/test_architectures.py)
 
     names = [model] + [p for p in PRESET_ORDER if p != model.name]
     out = []

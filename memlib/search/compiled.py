@@ -17,7 +17,7 @@ very same expressions, once:
 * every expression is compiled by :class:`ExactFunction` into NumPy operations on exact rationals (numerator and
   denominator int64 arrays): ceilings, maxima, piecewise cases and the final truncation ``int()`` are those of
   the exact evaluation, so a vectorised result equals :func:`~memlib.device.estimate.estimate`'s to the byte
-  (tests/test_compiled.py checks it on random configurations of every kind).  The same compiled expression
+  (tests/search/test_compiled.py checks it on random configurations of every kind).  The same compiled expression
   runs three ways: a *bound* run on the rows' largest knob values (Python integers) finds whether any
   intermediate integer could reach 2^62; if none can, the *fast* run uses plain int64 operations and
   reduces nothing; else the *checked* run looks at each product's magnitude, reduces denominators by their
@@ -45,7 +45,8 @@ import copy
 import numpy as np
 import sympy as sp
 
-from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, load_model
+from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
+from ..config.strategies import CP_A2A
 from ..ledgers import act_profile
 from ..device.estimate import Estimate, estimate
 from ..device.overhead import Overheads
@@ -401,7 +402,7 @@ class Family:
         self.train = train
         self.overhead = overhead if overhead is not None else Overheads()
         base = self.canonical(train)
-        if train.transformer_impl.value != "transformer_engine" and train.profile == "megatron":
+        if not train.transformer_impl.uses_te and train.profile == "megatron":
             raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
                               "(the local modules split MLA's down-projections only when TP > 1)")
         #: the estimate whose methods give every expression
@@ -423,9 +424,12 @@ class Family:
 
     @staticmethod
     def canonical(train: TrainingConfig) -> TrainingConfig:
-        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on."""
-        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=1, layout=None, vpp=1, schedule="1f1b",
-                           num_microbatches=None, seq_len=1, micro_batch=1)
+        """``train`` with the knobs and the pipeline set to fixed values: what a family depends on.  With the
+        all-to-all CP communication whether CP > 1 is part of it (the ledgers' ``cp_a2a`` output exists only then,
+        memlib.ledgers.megatron_blocks): CP 2 stands for every CP > 1."""
+        cp = 2 if train.cp > 1 and train.cp_comm_type in CP_A2A else 1
+        return train.with_(dp=1, tp=1, pp=1, ep=1, etp=1, cp=cp, layout=None, vpp=1, schedule="1f1b",
+                           num_microbatches=None, seq_len=cp, micro_batch=1)
 
     _CACHE: dict = {}
 
@@ -463,21 +467,20 @@ class Family:
             self._parts[key] = tuple(ExactFunction(x) for x in est.part_expressions(name, policy))
         return self._parts[key]
 
-    def states_program(self, stage: Stage, zero: int) -> dict[str, ExactFunction]:
+    def states_program(self, stage: Stage, zero: ZeroStage) -> dict[str, ExactFunction]:
         """The terms of :meth:`~memlib.device.estimate.Estimate.stage_states`: :func:`memlib.model.states.states_formula`
         compiled once per ZeRO stage, its counts P_ne and P_e (:meth:`~memlib.device.estimate.Estimate.stage_counts`)
         once per stage signature, and the one fed into the other (no SymPy ceilings over each stage's sums)."""
         sig = stage_signature(self.model, stage)
-        key = (sig, int(zero))
+        key = (sig, zero)
         if key not in self._states:
             counts = self.base.stage_counts(stage)
             self.counts_program(stage)
-            z = int(zero)
-            if z not in self._formulas:
+            if zero not in self._formulas:
                 edp = {sym("EDP"): counts[sym("EDP")]}
-                terms = states_formula(z, self.base.recipe).map(lambda e: e.xreplace(edp))
-                self._formulas[z] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
-            self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[z].items()}
+                terms = states_formula(zero, self.base.recipe).map(lambda e: e.xreplace(edp))
+                self._formulas[zero] = {k: ExactFunction(x, self._counts[sig]) for k, x in terms.items()}
+            self._states[key] = {k: f.with_inputs(self._counts[sig]) for k, f in self._formulas[zero].items()}
         return self._states[key]
 
     def counts_program(self, stage: Stage) -> dict[sp.Symbol, ExactFunction]:
@@ -611,7 +614,7 @@ class Pipeline:
         # rows keyed by the replay their M gives (a longer M only repeats moments): one M of each stands for it
         reps = self.replay(ms)
         # (the counts are not used: np.unique without them imports numpy.ma, about 12 ms in a fresh process)
-        zs = tuple(int(z) for z in np.unique(zero, return_counts=True)[0])
+        zs = tuple(ZeroStage(z) for z in np.unique(zero, return_counts=True)[0])
 
         # the model states depend on the knobs of their programs and on ZeRO only: evaluated once per distinct
         # row of those (a search's rows differ mostly in b and M, which they do not depend on)
@@ -687,7 +690,7 @@ class Pipeline:
     def evaluate_configs(self, trains: Sequence[TrainingConfig]) -> Totals:
         """:meth:`evaluate` on training configurations (their knobs; each must match this pipeline)."""
         knobs = {k: [getattr(t, k) for t in trains] for k in KNOBS}
-        return self.evaluate(zero=[int(t.zero) for t in trains],
+        return self.evaluate(zero=[t.zero for t in trains],
                              num_microbatches=[t.num_microbatches for t in trains], **knobs)
 
 

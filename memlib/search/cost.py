@@ -86,7 +86,7 @@ NCCL_SOURCE = ("MooreThreads/SimuMax 4dcaae51, configs/system/b200_bf16_ceperm.j
 NETWORK_ETA = 0.94
 
 #: the efficiency of the computation (achieved over peak FLOP/s) per GPU: B200's calibrated on SimuMax's 43 measured
-#: runs (memlib.scenarios.steps.calibrate, the least squared log error of the steps; tests/test_steps.py refits it);
+#: runs (memlib.scenarios.steps.calibrate, the least squared log error of the steps; tests/search/test_steps.py refits it);
 #: the other GPUs have no measured step in memlib and take B200's
 EFFICIENCY: dict[str, float] = {"B200": 0.38}
 

@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from .compiled import Family, stage_signature
+from ..config.strategies import CP_A2A
 from ..config import (LIMITS, ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, check_count, load_model,
                       parse_count, show)
 from ..ledgers import ACT_PROFILES
@@ -430,9 +431,17 @@ def search(model: ModelConfig | str, gpus: int, space: SearchSpace = SearchSpace
         for prec in space.precisions:
             for rc in space.recomputes:
                 try:
-                    t = TrainingConfig(profile=prof, precision=prec, recompute=rc, seq_len=seq_len)
+                    t = TrainingConfig(profile=prof, precision=prec, recompute=rc, seq_len=seq_len,
+                                       cp_comm_type=cost.cp_comm)
                     fam = Family.of(m, t, overhead)
                     axes = _axes(m, t, gpus)
+                    wide = tuple(c for c in axes.cp if c > 1)
+                    if t.cp_comm_type in CP_A2A and wide:
+                        # the all-to-all's extra attention output exists only with CP > 1: those rows get the
+                        # family built at CP > 1 (Family.canonical), the others this one
+                        families.append((Family.of(m, t.with_(cp=wide[0], seq_len=seq_len), overhead),
+                                         replace(axes, cp=wide)))
+                        axes = replace(axes, cp=tuple(c for c in axes.cp if c == 1))
                 except ConfigError as exc:
                     first_error = first_error or exc
                     continue
@@ -569,7 +578,7 @@ def step_cost(model: ModelConfig | str, train: TrainingConfig, cost: CostModel =
     pipe = fam.pipeline(train.pp, train.schedule, train.vpp, train.layout)
     if train.num_microbatches is None:
         raise ConfigError("num_microbatches=None: the step time needs the micro-batches per step")
-    row = np.array([[train.dp, train.tp, train.cp, train.ep, train.etp, int(train.zero), train.micro_batch,
+    row = np.array([[train.dp, train.tp, train.cp, train.ep, train.etp, train.zero, train.micro_batch,
                      train.num_microbatches]], dtype=np.int64)
     return {k: float(v[0]) for k, v in _group_cost(fam, pipe, row, train.seq_len, cost).items()}
 

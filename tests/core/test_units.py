@@ -3,20 +3,22 @@ from fractions import Fraction
 
 import pytest
 
-from memlib.core.units import (GiB, KiB, MiB, UNITS, fmt_billions, fmt_bytes, fmt_count, fmt_decimal, parse_bytes,
-                               parse_number, to_unit)
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from memlib.core.units import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, parse_bytes, parse_number, to_unit
 
 
 def test_binary_and_decimal_units_differ():
-    assert (KiB, MiB, GiB) == (1024, 1_048_576, 1_073_741_824)
-    assert UNITS["GB"] == 1_000_000_000 and UNITS["TiB"] == 1_099_511_627_776
     # 80 GiB is 85.9 GB; 80 GB is 74.5 GiB
     assert fmt_bytes(80 * 1_073_741_824, "GB", 1) == "85.9 GB"
     assert fmt_bytes(80_000_000_000, "GiB", 1) == "74.5 GiB"
 
 
 def test_to_unit_is_exact():
-    assert to_unit(3_221_225_472, "GiB") == 3
+    assert to_unit(3_221_225_472, "GiB") == 3                          # 3 x 1024^3
+    assert to_unit(3_221_225_472, "MiB") == 3072 and to_unit(2**40, "TiB") == 1
+    assert to_unit(2**40, "TB") == Fraction(1_099_511_627_776, 10**12)   # a TiB is 1.0995 TB
     assert to_unit(1_500_000_000, "GB") == Fraction(3, 2)
     assert to_unit(1, "KiB") == Fraction(1, 1024)
 
@@ -71,3 +73,25 @@ def test_parse_number_is_exact_and_bounded():
     for bad in ("inf", "nan", "-1", "1_0", "0x10", "1" * 41, "1e31", ""):
         with pytest.raises(ValueError):
             parse_number(bad)
+
+
+@given(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=10**4), st.integers(0, 4))
+@example(Fraction(5, 2), 0).via("a tie: 3, not 2")
+@example(Fraction(-1, 8), 2).via("a tie: -0.13")
+@example(Fraction(45, 100), 1).via("a tie where rounding to even would give 0.4")
+def test_fmt_decimal_is_the_nearest_decimal_ties_away_from_zero(x, digits):
+    """The printed number differs from x by at most half a unit of its last digit; at exactly half, it is
+    the one further from zero."""
+    y = Fraction(fmt_decimal(x, digits).replace(",", ""))
+    half = Fraction(1, 2 * 10**digits)
+    assert abs(y - x) <= half
+    if abs(y - x) == half:
+        assert abs(y) > abs(x)
+
+
+def test_parse_number_reads_a_ratio():
+    assert parse_number("1/20") == Fraction(1, 20) and parse_number("3/0.5") == 6
+    with pytest.raises(ValueError, match="zero denominator"):
+        parse_number("1/0")
+    with pytest.raises(ValueError, match="exponent beyond ±30"):
+        parse_number("1e31")

@@ -1,5 +1,5 @@
 """memlib.device.transient: the candidate moments of a micro-batch, hand-worked on made-up chunks (whole
-numbers of bytes per entry), for the cases tests/test_peak_cpu.py's measured steps do not reach: the ledger
+numbers of bytes per entry), for the cases tests/device/test_peak_cpu.py's measured steps do not reach: the ledger
 walk itself, a chunk without layers, MTP on the last chunk, a chunk that is not the last, the experts' copies."""
 import pytest
 import sympy as sp
@@ -97,3 +97,17 @@ def test_the_dispatched_tokens_copies(kw, copies):
     base = dict(te=True, grouped_gemm=True, dispatcher="alltoall", permute_fusion=True, fp8=False, etp=1,
                 local_experts=8)
     assert moe_copies(**{**base, **kw}) == copies
+
+
+def test_the_batch_mask_once():
+    """The data loader's attention mask is alive at the end of the forward (forward_step holds the batch), counted
+    there as its own term, unless a ledger keeps it already (the local attention's masked_fill, a checkpoint)."""
+    emb = seg("embedding", "embedding", [("embedding.token_ids", 4, dict(keep_full=True))])
+    c = candidates([emb, HEAD], H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=False, batch_mask=64)
+    assert c["forward_end"] == terms(cross_entropy_logits=25, forward_transients=10, batch_attention_mask=64)
+    kept = seg("embedding", "embedding", [("embedding.attention_mask", 64, dict(keep_full=True))])
+    c = candidates([kept, HEAD], H=10, L=25, mtp_depth=0, first=True, last=True, shared_experts=False, batch_mask=64)
+    assert c["forward_end"]["batch_attention_mask"] == 0
+    # a stage in the middle reads no batch: estimate passes 0 there; a first stage's chunk counts it too
+    c = candidates([emb], H=10, L=0, mtp_depth=0, first=True, last=False, shared_experts=False, batch_mask=64)
+    assert c["forward_end"] == terms(forward_transients=10, batch_attention_mask=64)

@@ -1,6 +1,6 @@
 """The activation ledgers without torch: the bytes of each entry of the tiny model's layers (tests/tiny.py),
 worked out by hand from its sizes (h 8, n_h 2, d_h 3, d_h^R 2, d_v 5, d_c' 6, d_c 4, N 4, N_s 1, N_r 2, h_E 4,
-h_F 16) at b = 1, s = 4.  The measured ground truth (tests/test_measure*.py) needs torch; these do not."""
+h_F 16) at b = 1, s = 4.  The measured ground truth (tests/measure/test_measure*.py) needs torch; these do not."""
 from __future__ import annotations
 
 import pytest
