@@ -147,6 +147,15 @@ class Formula:
     attention: str | None = None
     #: the model the equation is shown for when none is given
     example: str = "deepseek-v3"
+    #: the optional blocks (:data:`memlib.model.blocks.BLOCK_NAMES`) a model must have for the book to show the
+    #: equation (a dense FFN's count only where there are dense layers, an expert's only with MoE layers)
+    needs: frozenset = frozenset()
+    #: the description for a model, in the words of its own blocks (``description`` is the example's)
+    describe: Callable[[ModelConfig], str] | None = None
+
+    def description_for(self, model: ModelConfig | str | None = None) -> str:
+        """What the equation counts, in the words of ``model``'s blocks (:attr:`description` for the example)."""
+        return self.describe(load_model(model or self.example)) if self.describe else self.description
 
     def build(self, model: ModelConfig | str | None = None, train: TrainingConfig | None = None) -> Rhs:
         m = load_model(model or self.example)
@@ -399,8 +408,58 @@ def _gpt(policy: str, sp_on: bool):
 # ------------------------------------------------------------------------------------------------
 # the registry
 # ------------------------------------------------------------------------------------------------
-def _f(name, description, lhs, rhs, number=None, defs=(), order=None, attention=None, example="deepseek-v3") -> Formula:
-    return Formula(name, description, lhs, rhs, number, tuple(defs), order, attention, example)
+def _f(name, description, lhs, rhs, number=None, defs=(), order=None, attention=None, example="deepseek-v3",
+       needs=(), describe=None) -> Formula:
+    """A formula; ``describe(model)`` words its description for any model, ``description`` is the example's."""
+    if describe is not None:
+        description = describe(load_model(example))
+    return Formula(name, description, lhs, rhs, number, tuple(defs), order, attention, example, frozenset(needs),
+                   describe)
+
+
+# ------------------------------------------------------------------------------------------------
+# descriptions in the words of a model's own blocks
+# ------------------------------------------------------------------------------------------------
+_COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{_COUNT_WORDS[n] if n < len(_COUNT_WORDS) else n} {noun}{'' if n == 1 else 's'}"
+
+
+def _attention_parts(m: ModelConfig) -> str:
+    """``MLA: eight matrices and two latent norms``, ``GQA: four matrices``: the attention's tensors by kind."""
+    kinds = [t.kind for t in attention_tensors(m)]
+    norm = "latent norm" if m.attention == "mla" else "head norm"
+    parts = [_counted(kinds.count(k), noun) for k, noun in (("matrix", "matrix"), ("bias", "bias"), ("norm", norm))
+             if kinds.count(k)]
+    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    return f"{attention_name(m)}: {text.replace('matrixs', 'matrices').replace('biass', 'biases')}"
+
+
+def _experts(m: ModelConfig, local: bool = False) -> str:
+    """``router, shared and routed experts``, or ``router and routed experts`` without shared experts."""
+    from .model.blocks import model_blocks
+
+    routed = "the local routed experts" if local else "routed experts"
+    return (f"router, shared and {routed}" if "shared_experts" in model_blocks(m) else f"router and {routed}")
+
+
+def _left_out(m: ModelConfig) -> str:
+    """What the main model's count leaves out: `` (no MTP, no buffers)`` for a model with both."""
+    from .model.blocks import model_blocks
+
+    own = model_blocks(m)
+    out = (["no MTP"] if "mtp" in own else []) + (["no buffers"] if "router_bias" in own else [])
+    return f" ({', '.join(out)})" if out else ""
+
+
+def _stage(m: ModelConfig) -> str:
+    return "MoE" if m.has_moe else "dense"
+
+
+def _ffn(m: ModelConfig) -> str:
+    return "MoE" if m.has_moe else "FFN"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -437,57 +496,59 @@ TOKEN_EXAMPLES = {"gqa": "llama-3-8b", "mla": "deepseek-v3"}
 
 FORMULAS: dict[str, Formula] = {f.name: f for f in (
     # chapter 2
-    _f("mla.cq", "MLA: the compressed query latent", "", _mla_eq("mla-cq"), "2.1"),
-    _f("mla.q", "MLA: queries, no-RoPE and RoPE parts", "", _mla_eq("mla-q"), "2.2"),
-    _f("mla.ckv", "MLA: the compressed key-value latent", "", _mla_eq("mla-ckv"), "2.3"),
-    _f("mla.k", "MLA: keys, with the RoPE key shared by every head", "", _mla_eq("mla-k"), "2.4"),
-    _f("mla.v", "MLA: values", "", _mla_eq("mla-v"), "2.5"),
-    _f("mla.o", "MLA: attention output and the output projection", "", _mla_eq("mla-o"), "2.6"),
-    _f("mtp.input", "the input of MTP module k: its projection M of two normalised vectors", "", _mtp_input, "2.7"),
+    _f("mla.cq", "MLA: the compressed query latent", "", _mla_eq("mla-cq"), "2.1", needs=("mla",)),
+    _f("mla.q", "MLA: queries, no-RoPE and RoPE parts", "", _mla_eq("mla-q"), "2.2", needs=("mla",)),
+    _f("mla.ckv", "MLA: the compressed key-value latent", "", _mla_eq("mla-ckv"), "2.3", needs=("mla",)),
+    _f("mla.k", "MLA: keys, with the RoPE key shared by every head", "", _mla_eq("mla-k"), "2.4", needs=("mla",)),
+    _f("mla.v", "MLA: values", "", _mla_eq("mla-v"), "2.5", needs=("mla",)),
+    _f("mla.o", "MLA: attention output and the output projection", "", _mla_eq("mla-o"), "2.6", needs=("mla",)),
+    _f("mtp.input", "the input of MTP module k: its projection M of two normalised vectors", "", _mtp_input, "2.7", needs=("mtp",)),
     # chapter 3
-    _f("params.mla", "attention parameters of one layer (MLA: eight matrices and two latent norms)",
-       _lhs_att(r"P_{\mathrm{MLA}}"), _mla_terms, "3.1"),
+    _f("params.mla", "", _lhs_att(r"P_{\mathrm{MLA}}"), _mla_terms, "3.1",
+       describe=lambda m: f"attention parameters of one layer ({_attention_parts(m)})"),
     _f("params.norms", "block norm parameters of one layer", r"P_{\mathrm{norm}}", _any_layer("norms"), "3.2"),
     _f("params.dense_ffn", "dense FFN parameters of one layer", r"P_{\mathrm{FFN}}", _block("dense", "dense_ffn"),
-       "3.3"),
-    _f("params.moe", "router, shared and routed experts of one MoE layer", r"P_{\mathrm{MoE}}", _moe_terms, "3.4"),
+       "3.3", needs=("dense_layers",)),
+    _f("params.moe", "", r"P_{\mathrm{MoE}}", _moe_terms, "3.4", needs=("moe",),
+       describe=lambda m: f"{_experts(m)} of one MoE layer"),
     _f("params.expert", "parameters of one expert (a SwiGLU of width h_E)", r"P_{\mathrm{expert}}",
-       lambda m, t: expert_params(m), "3.5"),
-    _f("params.total", "parameters of the main model (no MTP, no buffers)", r"P_{\mathrm{total}}", _total_blocks,
+       lambda m, t: expert_params(m), "3.5", needs=("moe",)),
+    _f("params.total", "", r"P_{\mathrm{total}}", _total_blocks,
        "3.6", [(P_MLA, "params.mla"), (P_NORM, "params.norms"), (P_FFN, "params.dense_ffn"), (P_MOE, "params.moe")],
-       "old"),
+       "old", describe=lambda m: f"parameters of the main model{_left_out(m)}"),
     _f("params.activated", "parameters activated per token (embedding counted whole)", r"P_{\mathrm{act}}",
        _activated_blocks, "3.7", [(P_TOTAL, "params.total")], "old"),
-    _f("params.router", "router parameters of one MoE layer", r"P_{\mathrm{router}}", _block("moe", "router")),
+    _f("params.router", "router parameters of one MoE layer", r"P_{\mathrm{router}}", _block("moe", "router"), needs=("moe",)),
     _f("params.shared_experts", "shared-expert parameters of one MoE layer", r"P_{\mathrm{shared}}",
-       _block("moe", "shared_experts")),
+       _block("moe", "shared_experts"), needs=("shared_experts",)),
     _f("params.routed_experts", "routed-expert parameters of one MoE layer", r"P_{\mathrm{routed}}",
-       _block("moe", "routed_experts")),
+       _block("moe", "routed_experts"), needs=("moe",)),
     _f("params.moe_layer", "all parameters of one MoE decoder layer", r"P_{\mathrm{MoE\ layer}}",
-       lambda m, t: readable(_layer(m, "moe").total)),
+       lambda m, t: readable(_layer(m, "moe").total), needs=("moe",)),
     _f("params.dense_layer", "all parameters of one dense decoder layer", r"P_{\mathrm{dense\ layer}}",
-       lambda m, t: readable(_layer(m, "dense").total)),
+       lambda m, t: readable(_layer(m, "dense").total), needs=("dense_layers",)),
     _f("params.mtp", "parameters of the MTP modules (embedding and head shared)", r"P_{\mathrm{MTP}}",
-       lambda m, t: readable(mtp_params(m).total)),
+       lambda m, t: readable(mtp_params(m).total), needs=("mtp",)),
     _f("params.readable_total", "parameters of the main model, every block written out", r"P_{\mathrm{total}}",
        lambda m, t: total_formula(m)),
     # chapter 4
     _f("parallel.edp", "expert data-parallel size: the copies of each expert over a stage's ranks", r"\mathrm{EDP}",
-       lambda m, t: sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP")), "4.1"),
+       lambda m, t: sym("DP") * sym("TP") * sym("CP") / (sym("EP") * sym("ETP")), "4.1", needs=("moe",)),
     _f("parallel.devices", "devices: data, tensor, context and pipeline parallelism", r"\text{devices}",
        lambda m, t: sym("DP") * sym("TP") * sym("CP") * sym("PP"), "4.2"),
-    _f("static.mla_split", "attention parameters split by TP on one device of a stage of MoE layers",
-       _lhs_att(r"P^{split}_{MLA}"), _device("mla_split"), "4.3"),
+    _f("static.mla_split", "", _lhs_att(r"P^{split}_{MLA}"), _device("mla_split"), "4.3",
+       describe=lambda m: f"attention parameters split by TP on one device of a stage of {_stage(m)} layers"),
     _f("static.mla_replicated", "attention parameters replicated over TP, one device", _lhs_att(r"P^{repl}_{MLA}"),
        _device("mla_replicated"), "4.4"),
-    _f("static.norms", "norm parameters (block, latent and head norms), one device", r"P_{norm}", _device("rmsnorm"),
-       "4.5"),
-    _f("static.moe", "MoE parameters (router, shared and the local routed experts; a dense model's FFN), one device",
-       _lhs_ffn(r"P_{MoE}"), _device("moe"), "4.6"),
-    _f("static.device", "parameters one device of a stage of MoE layers (a dense model: dense layers) stores", "P",
-       _device_total, "4.7",
+    _f("static.norms", "", r"P_{norm}", _device("rmsnorm"), "4.5",
+       describe=lambda m: "norm parameters (" + ("block, latent and head" if m.attention == "mla" else "block and head")
+       + " norms), one device"),
+    _f("static.moe", "", _lhs_ffn(r"P_{MoE}"), _device("moe"), "4.6",
+       describe=lambda m: f"MoE parameters ({_experts(m, local=True)}), one device" if m.has_moe
+       else "FFN parameters, one device"),
+    _f("static.device", "", "P", _device_total, "4.7",
        [(P_SPLIT, "static.mla_split"), (P_REPL, "static.mla_replicated"), (P_NORM_DEV, "static.norms"),
-        (P_MOE_DEV, "static.moe")]),
+        (P_MOE_DEV, "static.moe")], describe=lambda m: f"parameters one device of a stage of {_stage(m)} layers stores"),
     # chapter 5
     _f("states.sharded", "parameters one device owns once ZeRO shards them", r"\tilde{P}",
        lambda m, t: sharded_count(), "5.1"),
@@ -496,22 +557,24 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     _f("states.zero1_paper", "ZeRO-1 with the paper's recipe (2, 4 and 8 bytes per parameter)",
        _zero_lhs(ZeroStage.OS), _zero(ZeroStage.OS, "paper"), "5.6", [(P_TILDE, "states.sharded")]),
     # chapter 6
-    _f("activations.paper.mla_unsplit", "MLA activation bytes of one layer per micro-batch, no parallelism",
-       _act_lhs("attention", "unsplit"), _act("attention", "unsplit"), "6.1"),
-    _f("activations.paper.moe_unsplit", "MoE activation bytes of one layer per micro-batch, no parallelism",
-       _act_lhs("moe", "unsplit"), _act("moe", "unsplit"), "6.2"),
-    _f("activations.paper.mla", "MLA activation bytes of one layer per micro-batch on one device",
-       _act_lhs("attention", "device"), _act("attention", "device"), "6.3"),
-    _f("activations.paper.moe", "MoE activation bytes of one layer per micro-batch on one device",
-       _act_lhs("moe", "device"), _act("moe", "device"), "6.4"),
-    _f("activations.paper.mla_config", "MLA activation bytes of one layer, the configuration's sizes substituted",
-       _act_lhs("attention", "config"), _act("attention", "config"), "6.5"),
-    _f("activations.paper.moe_config", "MoE activation bytes of one layer, the configuration's sizes substituted",
-       _act_lhs("moe", "config"), _act("moe", "config"), "6.6"),
-    _f("activations.paper.mla_full", "MLA activation bytes kept under full recomputation",
-       _act_lhs("attention", "config", "full"), _act("attention", "config", "full"), "6.7"),
-    _f("activations.paper.moe_full", "MoE activation bytes kept under full recomputation",
-       _act_lhs("moe", "config", "full"), _act("moe", "config", "full"), "6.8"),
+    _f("activations.paper.mla_unsplit", "", _act_lhs("attention", "unsplit"), _act("attention", "unsplit"), "6.1",
+       describe=lambda m: f"{attention_name(m)} activation bytes of one layer per micro-batch, no parallelism"),
+    _f("activations.paper.moe_unsplit", "", _act_lhs("moe", "unsplit"), _act("moe", "unsplit"), "6.2",
+       describe=lambda m: f"{_ffn(m)} activation bytes of one layer per micro-batch, no parallelism"),
+    _f("activations.paper.mla", "", _act_lhs("attention", "device"), _act("attention", "device"), "6.3",
+       describe=lambda m: f"{attention_name(m)} activation bytes of one layer per micro-batch on one device"),
+    _f("activations.paper.moe", "", _act_lhs("moe", "device"), _act("moe", "device"), "6.4",
+       describe=lambda m: f"{_ffn(m)} activation bytes of one layer per micro-batch on one device"),
+    _f("activations.paper.mla_config", "", _act_lhs("attention", "config"), _act("attention", "config"), "6.5",
+       describe=lambda m: f"{attention_name(m)} activation bytes of one layer, the configuration's sizes "
+       "substituted"),
+    _f("activations.paper.moe_config", "", _act_lhs("moe", "config"), _act("moe", "config"), "6.6",
+       describe=lambda m: f"{_ffn(m)} activation bytes of one layer, the configuration's sizes substituted"),
+    _f("activations.paper.mla_full", "", _act_lhs("attention", "config", "full"),
+       _act("attention", "config", "full"), "6.7",
+       describe=lambda m: f"{attention_name(m)} activation bytes kept under full recomputation"),
+    _f("activations.paper.moe_full", "", _act_lhs("moe", "config", "full"), _act("moe", "config", "full"), "6.8",
+       describe=lambda m: f"{_ffn(m)} activation bytes kept under full recomputation"),
     _f("activations.gpt.layer", "dense GPT layer activation bytes, TP without SP (Korthikanti et al.)",
        r"M_{\mathrm{GPT}}", _gpt("none", False)),
     _f("activations.gpt.layer_sp", "dense GPT layer activation bytes, TP with SP (Korthikanti et al.)",

@@ -1,5 +1,5 @@
 """The book's text for a model, rendered without Sphinx: what ``make book MODEL=...`` would print,
-in a second per model instead of a minute.
+in a second per model instead of a minute: every chapter and the summary page.
 
 Each notebook's code cells run in-process, in order, with :data:`memlib.report.book.BOOK_MODEL`
 set to the model and memlib's glue recorded instead of displayed; then its Markdown is resolved
@@ -21,7 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
+#: the chapters, then the summary page (a notebook too: its equations, fit matrix, ablation and glossary are
+#: the model's like a chapter's)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md")) + [ROOT / "book" / "summary.md"]
 
 
 @dataclass
@@ -85,15 +87,25 @@ def own_text(text: str) -> str:
 
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|:{3,})\{([\w:.-]+)\}\s*(.*)$")
-_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")
+_ROLE = re.compile(r"\{glue:(?:text|md)\}`([^`:]+)(?::myst)?`")
 _XREF = re.compile(r"\{(?:ref|numref|eq|doc|cite|cite:p|cite:t|term)\}`([^`]+)`")
 
 
+#: the builders' tags: a block only one edition prints (``{only} html``: a reference table the PDF leaves out;
+#: ``{only} latex``: the PDF's line that says where it is) is text of the book all the same, and is checked
+BUILDERS = ("html", "latex")
+
+
 def _only(expr: str, tags: set[str]) -> bool:
-    """Sphinx's ``{only}`` expression: tags joined by ``and``, ``or``, ``not`` and parentheses."""
+    """Sphinx's ``{only}`` expression: tags joined by ``and``, ``or``, ``not`` and parentheses; true when it
+    holds in the HTML or in the PDF build of the book."""
     words = re.findall(r"\w+|[()]", expr)
-    py = " ".join(w if w in ("and", "or", "not", "(", ")") else str(w in tags) for w in words)
-    return bool(eval(py))                          # noqa: S307 - built only from True/False/and/or/not
+
+    def holds(builder: str) -> bool:
+        py = " ".join(w if w in ("and", "or", "not", "(", ")") else str(w in tags | {builder}) for w in words)
+        return bool(eval(py))                      # noqa: S307 - built only from True/False/and/or/not
+
+    return any(holds(b) for b in BUILDERS)
 
 
 def _resolve(lines: list[str], glued: dict, tags: set[str]) -> list[str]:

@@ -20,7 +20,8 @@ import re
 
 from ..config import ModelConfig
 
-__all__ = ["BLOCK_NAMES", "VOCABULARY", "SYMBOLS", "model_blocks", "lacking", "words_of_lacking_blocks"]
+__all__ = ["BLOCK_NAMES", "VOCABULARY", "SYMBOLS", "MODULE_BLOCKS", "model_blocks", "lacking", "words_of_lacking_blocks",
+           "own_modules"]
 
 #: each optional block and what it is, in words
 BLOCK_NAMES = {
@@ -60,6 +61,18 @@ SYMBOLS: dict[str, tuple[str, ...]] = {
     "mtp": ("n_mtp",),
     "dense_layers": ("h_F", "k_dense"),
 }
+
+
+#: recompute module (Megatron-Core's ``--recompute-modules``, memlib's policies) -> the block it recomputes in, for
+#: the modules that only a model with the block has (``core_attn``, ``layernorm``, ``mlp`` are every model's)
+MODULE_BLOCKS = {"mla_up_proj": "mla", "moe_act": "moe", "moe": "moe", "shared_experts": "shared_experts"}
+
+
+def own_modules(modules, m: ModelConfig) -> list[str]:
+    """The recompute modules of ``modules`` (in their order) that act on a block ``m`` has: a module list written for
+    DeepSeek-V3 (``core_attn,layernorm,mla_up_proj,moe_act``) is ``core_attn,layernorm`` for a dense GQA model."""
+    own = model_blocks(m)
+    return [x for x in modules if MODULE_BLOCKS.get(x, None) in own | {None}]
 
 
 def model_blocks(m: ModelConfig, paper: bool = False) -> frozenset[str]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..config import ConfigError, TrainingConfig, show
+from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..ledgers import bind_kernels
 from ..ledgers.base import ActProfile
 from ..ledgers.hf import HF_EAGER_PROFILE
 from ..ledgers.megatron import MEGATRON_PROFILE
 from ..ledgers.paper import PAPER_PROFILE
 from .architecture import Tensor
+from .blocks import model_blocks
 
 __all__ = ["PartitionRules", "Profile", "PROFILES", "profile", "act_profile"]
 
@@ -72,25 +73,52 @@ class Profile:
     devices and what its layers save for backward."""
 
     name: str
-    description: str
+    #: what it splits, replicates and places, in the words of a model's blocks (:func:`model_blocks`)
+    words: Callable[[frozenset], str]
     partition: PartitionRules
     activations: ActProfile
+
+    def description_for(self, m: ModelConfig) -> str:
+        """The convention in the words of ``m``'s own blocks (DeepSeek-V3's: the paper's own list)."""
+        return self.words(frozenset(model_blocks(m)))
+
+
+def _listed(items: list[str], serial: bool) -> str:
+    """``a, b and c``; the paper's own list (an MLA or shared-expert model) is comma-separated."""
+    return ", ".join(items) if serial or len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _paper_words(own: frozenset) -> str:
+    mla = "mla" in own
+    split = "W^UQ, W^UK, W^UV, W^O" if mla else "W^Q, W^K, W^V, W^O"
+    repl = (["down-projections", "W^QR"] if mla else []) + ["norms"] + (["router"] if "moe" in own else []) + (
+        ["shared experts"] if "shared_experts" in own else [])
+    return (f"the paper's convention (arXiv 2502.07846 §3): {split} TP-split; "
+            f"{_listed(repl, mla or 'shared_experts' in own)} replicated" + ("; no MTP" if "mtp" in own else ""))
+
+
+def _megatron_words(own: frozenset) -> str:
+    split = (["dense FFN"] if "dense_layers" in own else []) + (
+        ["shared experts"] if "shared_experts" in own else []) + ["the vocab-parallel embedding/head"]
+    return ("Megatron-Core: " + ("W^QR split with W^UQ; " if "mla" in own else "") + f"{_listed(split, False)} TP-split"
+            + ("; MTP on the last stage" if "mtp" in own else ""))
+
+
+def _hf_words(own: frozenset) -> str:
+    return ("transformers' ...ForCausalLM classes (eager attention): tensors split as megatron would"
+            + ("; no MTP (transformers builds none)" if "mtp" in own else ""))
 
 
 #: every profile, by name
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("paper", "the paper's convention (arXiv 2502.07846 §3): W^UQ, W^UK, W^UV, W^O "
-            "TP-split; down-projections, W^QR, norms, router, shared experts replicated; no MTP",
+    Profile("paper", _paper_words,
             PartitionRules(include_mtp=False, tp_splits=_paper_splits,
                            edp_blocks=frozenset({"router", "shared_experts", "routed_experts"})),
             PAPER_PROFILE),
-    Profile("megatron", "Megatron-Core: W^QR split with W^UQ; dense FFN, shared experts and "
-            "the vocab-parallel embedding/head TP-split; MTP on the last stage",
+    Profile("megatron", _megatron_words,
             PartitionRules(include_mtp=True, mtp_like_last_layer=True, megatron_kernels=True),
             MEGATRON_PROFILE),
-    Profile("hf-eager", "transformers' ...ForCausalLM classes (eager attention): tensors split as "
-            "megatron would; no MTP (transformers builds none)",
-            PartitionRules(include_mtp=False), HF_EAGER_PROFILE),
+    Profile("hf-eager", _hf_words, PartitionRules(include_mtp=False), HF_EAGER_PROFILE),
 )}
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from ..device.estimate import Estimate
 from ..data.reference import PYTORCH_ALLOCATOR
+from ..model.architecture import attention_name, attention_tensors
+from ..model.blocks import model_blocks
 from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, plain_log_ticks, stacked_bars
 from .format import fmt_bytes, fmt_count, join_and, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
 from .notation import chapter_notation
 
-__all__ = ["notation", "measure", "values", "miniature_table", "parameter_table", "hf_table", "hf_figure",
+__all__ = ["notation", "measure", "values", "clauses", "miniature_table", "parameter_table", "hf_table", "hf_figure",
            "group_table", "entry_table", "megatron_table", "side_table", "side_figure", "megatron_entry_table",
            "gpu_values", "gpu_config_table", "gpu_bytes_table", "gpu_allocator_table", "step_values", "step_table",
            "problem_values"]
@@ -54,7 +56,8 @@ def _all(flag: bool, yes: str, no: str) -> str:
 
 
 def _kinds(kinds) -> str:
-    return f"{kinds.count('dense')}, {kinds.count('moe')}"
+    """A model's decoder layers by kind, ``1 dense, 1 MoE`` (a kind it lacks left out)."""
+    return ", ".join(f"{kinds.count(k)} {_KIND[k]}" for k in ("dense", "moe") if k in kinds)
 
 
 def notation(est: Estimate) -> str:
@@ -90,14 +93,14 @@ def values(est: Estimate) -> dict[str, str]:
     more = groups["total"]["difference"] >= 0
     return {
         "model": model_name(m), "b": fmt_count(b), "s": fmt_count(s), "kind": _KIND[kind],
+        "attention": attention_name(m), "mini_layers_words": _mini_layers(m, mini),
         # versions
         "torch": ver["installed"]["torch"], "transformers": ver["installed"]["transformers"],
         "mcore": ver["installed"]["megatron_core"], "torch_pinned": ver["pinned"]["torch"],
         "transformers_pinned": ver["pinned"]["transformers"], "mcore_pinned": ver["pinned"]["megatron_core"],
         "versions_pinned": _all(all(ver["same"].values()), "the pinned ones", "not all the pinned ones"),
         # the miniature
-        "mini_layers": fmt_count(mini.num_hidden_layers), "mini_kinds": ", ".join(_KIND[k] for k in mini.layer_kinds),
-        "mini_experts": fmt_count(mini.n_routed_experts or 0), "mini_h": fmt_count(mini.hidden_size),
+        "mini_h": fmt_count(mini.hidden_size),
         # parameters
         "params_verdict": _all(pc[0]["ok"], "agree exactly", "do not agree"),
         "params_class": pc[0]["class"], "params_tensors": fmt_count(len(pc[0]["tensors"])),
@@ -129,23 +132,125 @@ def values(est: Estimate) -> dict[str, str]:
         "scores_hf": fmt_bytes(groups.get("attention scores", zero)["hf-eager"], "MiB"),
         "router_paper": fmt_bytes(groups.get("router", zero)["paper"], "MiB"),
         "router_hf": fmt_bytes(groups.get("router", zero)["hf-eager"], "MiB"),
-        "top_group": top["group"], "top_share": pct(top["share"], 1, 0) if top["share"] is not None else "—",
+        "top_group": sv.group_name(top["group"], m),
+        "top_share": pct(top["share"], 1, 0) if top["share"] is not None else "—",
         # one layer, three implementations
         "k_probs_local": fmt_bytes(kd["probs_local"]), "k_lse_te": fmt_bytes(kd["lse_te"], "MiB"),
         "k_norms_local": fmt_bytes(kd["norms_local"], "MiB"), "k_norms_te": fmt_bytes(kd["norms_te"], "MiB"),
         "k_rope_local": fmt_bytes(kd["rope_local"], "MiB"), "k_total_hf": fmt_bytes(kd["total_hf"]),
         "k_total_local": fmt_bytes(kd["total_local"]), "k_total_te": fmt_bytes(kd["total_te"]),
-        "k_differ": _list(gt["local_te_differ"]), "k_differ_count": fmt_count(len(gt["local_te_differ"])),
+        "k_differ": _list(sv.group_name(g, m) for g in gt["local_te_differ"]),
+        "k_differ_count": fmt_count(len(gt["local_te_differ"])),
         # the allocator
         "min_block": fmt_count(PYTORCH_ALLOCATOR["kMinBlockSize"]),
     }
 
 
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def _n(n: int, one: str, many: str | None = None) -> str:
+    """A count and its noun: ``one MoE layer``, ``4 routed experts``."""
+    return f"{_WORDS.get(n, fmt_count(n))} {one if n == 1 else (many or one + 's')}"
+
+
+def _mini_layers(m, mini) -> str:
+    """The miniature's layers (and routed experts), in words: ``one dense and one MoE layer and 32 routed experts,
+    the fewest multiple of the expert groups that holds twice the experts per token``."""
+    kinds = [k for k in ("dense", "moe") if k in mini.layer_kinds]
+    counts = [mini.layer_kinds.count(k) for k in kinds]
+    if len(kinds) == 1:
+        text = _n(counts[0], f"{_KIND[kinds[0]]} layer")
+    else:
+        text = " and ".join(f"{_WORDS.get(c, fmt_count(c))} {_KIND[k]}" for k, c in zip(kinds, counts)) + " layer"
+    if not mini.has_moe:
+        return text
+    rule = ("the fewest multiple of the expert groups that holds twice the experts per token"
+            if m.family == "deepseek" else "twice the experts per token, at most the model's")
+    return f"{text} and {_n(mini.n_routed_experts, 'routed expert')}, {rule}"
+
+
+def clauses(est: Estimate) -> dict[str, str]:
+    """The clauses of the chapter's prose that name the model's own blocks (Markdown: code and math), chosen from
+    :func:`memlib.model.blocks.model_blocks`: what the miniature keeps, which tensors ``transformers`` fuses, what
+    Megatron-Core's model is built with and where its storages are placed, and what both GPU paths share."""
+    m = est.model
+    own = model_blocks(m)
+    mini = sv.miniature(m)
+    # the miniature keeps: the structure of each block the model has
+    keep = []
+    if "mla" in own:
+        keep.append("query compression" if m.q_lora_rank else "no query compression")
+    if "gqa" in own:
+        keep.append("as many key-value heads as query heads" if m.num_key_value_heads == m.num_attention_heads
+                    else "fewer key-value heads than query heads")
+    if "shared_experts" in own:
+        keep.append("its shared experts")
+    if "moe" in own:
+        keep += ([f"{math('N_r')} = {fmt_count(m.num_experts_per_tok)} experts per token"]
+                 if mini.num_experts_per_tok == m.num_experts_per_tok else [])
+        keep += ([f"{math('n_g')} = {fmt_count(m.n_group)} expert groups, {math('k_g')} = {fmt_count(m.topk_group)}"
+                  " per token"] if m.n_group > 1 else [])
+        keep.append(f"the router's {m.scoring_func}" + (" and its bias" if "router_bias" in own else ""))
+    if "mtp" in own:
+        keep.append("one MTP module")
+    if m.tie_word_embeddings:
+        keep.append("a head tied to the embedding")
+    # transformers' fused tensors: one Hugging Face tensor that holds several of memlib's
+    by_hf: dict[str, list[str]] = {}
+    for t in attention_tensors(m):
+        by_hf.setdefault(t.hf.rsplit(".", 2)[-2] if t.hf.endswith(".weight") else t.hf, []).append(t.latex)
+    fused = [f"`{hf}` holds {join_and(f'${x}$' for x in xs)}" for hf, xs in by_hf.items() if len(xs) > 1]
+    if "moe" in own:
+        fused.append("the routed experts of a layer are stacked into three-dimensional tensors")
+    # Megatron-Core's GPTModel for the model
+    built = ["MLA with its latent RMSNorms" if "mla" in own else
+             f"{'multi-head' if m.num_key_value_heads == m.num_attention_heads else 'grouped-query'} attention"]
+    if "dense_layers" in own and "moe" in own:
+        built.append("dense and MoE layers")
+    elif "moe" in own:
+        built.append("MoE layers")
+    else:
+        built.append("dense layers")
+    if "shared_experts" in own:
+        built.append("shared experts")
+    if "moe" in own:
+        built.append(f"{m.scoring_func} routing" + (" with an expert bias" if "router_bias" in own else "")
+                     + (" and group-limited top-k" if m.n_group > 1 else ""))
+    built.append({"swiglu": "SwiGLU", "gelu": "GELU"}.get(m.mlp, m.mlp))
+    if "mtp" in own:
+        built.append("an MTP module")
+    regions = ["the inputs", "each decoder layer", "the head with the loss"] + (["the MTP module"] if "mtp" in own else [])
+    blocks = (["attention"] + (["the dense FFN"] if "dense_layers" in own else []) + (["the MoE layer"] if "moe" in own
+              else []) + (["the MTP module's own tensors and its head"] if "mtp" in own else []))
+    same = (["the router", "the token permutation"] if "moe" in own else []) + ["the SwiGLU"] + (
+        ["the experts' probability weighting"] if "moe" in own else []) + ["the cross-entropy"] + (
+        ["the MTP loss"] if "mtp" in own else []) + ["the recompute checkpoints"]
+    params = ("Each tensor `transformers` builds is matched to the memlib tensors it holds"
+              + (f" (some are fused: {'; '.join(fused)})" if fused else "") + ", then compared per tensor, per block and "
+              "in total." + (" The router's bias `e_score_correction_bias` is a buffer on both sides."
+                             if "router_bias" in own else ""))
+    rope = ("the shared RoPE key expanded to every head" if "rope_split" in own
+            else "the keys and values repeated to every query head" if "gqa" in own else "one per head")
+    te_norms = "its input and one FP32 `rsigma` per token" + (
+        "; its fused norm and linear of the latents keeps the normalised output for the weight gradient and the "
+        "latents $c^Q$ and $c^{KV}$ before their norm, which the table counts with the MLA latents and projections"
+        if "mla" in own else "")
+    return {"mini_keeps": join_and(keep) if keep else "its blocks", "params_method": params, "rope_copies": rope,
+            "k_norms_te": te_norms,
+            "m_built": join_and(built), "m_regions": join_and(regions), "m_blocks": join_and(blocks),
+            "k_same": join_and(same), "mini_changed": _mini_changed(m, mini)}
+
+
+def _mini_changed(m, mini) -> str:
+    """The widths the miniature shrinks, ``$h$ 7,168 → 32``, in the order of :data:`_MINI_FIELDS`."""
+    return join_and(f"{math(k)} {_field(getattr(m, f))} → {_field(getattr(mini, f))}" for f, k in _mini_fields(m)
+                    if k and getattr(m, f) != getattr(mini, f) and getattr(m, f) is not None)
+
+
 def _others(checks) -> str:
-    """How many other presets were checked, in words: ``the two other shipped presets``."""
-    n = len(checks) - 1
-    words = {0: "no other shipped preset", 1: "the other shipped preset"}
-    return words.get(n, f"the {fmt_count(n)} other shipped presets")
+    """The other presets checked, by name: ``DeepSeek-V2 and DeepSeek-V2-Lite``."""
+    return join_and(model_name(r["model"]) for r in checks[1:]) or "no other preset"
 
 
 def _list(names) -> str:
@@ -155,13 +260,29 @@ def _list(names) -> str:
 # ------------------------------------------------------------------------------------------------
 # the miniature and the parameters
 # ------------------------------------------------------------------------------------------------
-_MINI_FIELDS = (("hidden_size", "h"), ("intermediate_size", "h_F"), ("moe_intermediate_size", "h_E"),
-                ("num_attention_heads", "n_h"), ("qk_nope_head_dim", "d_h"), ("qk_rope_head_dim", "d_hR"),
-                ("v_head_dim", "d_v"), ("q_lora_rank", "d_cq"), ("kv_lora_rank", "d_c"), ("vocab_size", "v"),
-                ("n_routed_experts", "N"), ("n_shared_experts", "N_s"), ("num_experts_per_tok", "N_r"),
-                ("n_group", None), ("topk_group", None), ("scoring_func", None), ("router_bias", None),
-                ("num_hidden_layers", "l"), ("first_k_dense_replace", None), ("num_nextn_predict_layers", None),
-                ("tie_word_embeddings", None))
+#: the config fields the miniature table shows, each with its registry symbol (None: none), per block of the
+#: model (:func:`memlib.model.blocks.model_blocks`; ``None``: every model)
+_MINI_FIELDS = (
+    (None, (("hidden_size", "h"), ("num_attention_heads", "n_h"))),
+    ("gqa", (("num_key_value_heads", "n_kv"), ("head_dim", "d_head"))),
+    ("mla", (("qk_nope_head_dim", "d_h"), ("v_head_dim", "d_v"), ("q_lora_rank", "d_cq"), ("kv_lora_rank", "d_c"))),
+    ("rope_split", (("qk_rope_head_dim", "d_hR"),)),
+    ("dense_layers", (("intermediate_size", "h_F"),)),
+    ("moe", (("moe_intermediate_size", "h_E"), ("n_routed_experts", "N"), ("num_experts_per_tok", "N_r"),
+             ("n_group", "n_g"), ("topk_group", "k_g"), ("scoring_func", None))),
+    ("shared_experts", (("n_shared_experts", "N_s"), ("shared_expert_intermediate_size", "h_S"))),
+    ("router_bias", (("router_bias", None),)),
+    (None, (("vocab_size", "v"), ("num_hidden_layers", "l"))),
+    ("mtp", (("num_nextn_predict_layers", "n_mtp"),)),
+    (None, (("tie_word_embeddings", None),)),
+)
+
+
+def _mini_fields(m) -> list[tuple[str, str | None]]:
+    """The fields of :data:`_MINI_FIELDS` of ``m``'s own blocks (a field it leaves null is left out)."""
+    own = model_blocks(m)
+    return [(f, k) for block, fs in _MINI_FIELDS if block is None or block in own for f, k in fs
+            if getattr(m, f) is not None and (m.n_group > 1 or f not in ("n_group", "topk_group"))]
 
 
 def _field(x) -> str:
@@ -176,14 +297,14 @@ def miniature_table(est: Estimate) -> str:
     """The model beside its miniature, field by field, and whether the miniature keeps the value."""
     m, mini = est.model, sv.miniature(est.model)
     rows = [[f"`{f}`" + (f" ({math(k)})" if k else ""), _field(getattr(m, f)), _field(getattr(mini, f)),
-             yes_no(getattr(m, f) == getattr(mini, f))] for f, k in _MINI_FIELDS]
+             yes_no(getattr(m, f) == getattr(mini, f))] for f, k in _mini_fields(m)]
     return md_table(["field", model_name(m), "in miniature", "same"], rows, "lrrl")
 
 
 def parameter_table(est: Estimate) -> str:
     """The model's parameters at full size, memlib against transformers, per memlib block."""
     r = sv.parameter_checks(est.model)[0]
-    rows = [[x["block"].replace("_", " "), fmt_count(x["memlib"] or 0), fmt_count(x["transformers"] or 0),
+    rows = [[x["block"].replace("_", " ").replace("ffn", "FFN"), fmt_count(x["memlib"] or 0), fmt_count(x["transformers"] or 0),
              _signed(x["difference"])] for x in r["block_rows"]]
     rows.append(["**total**", fmt_count(r["total"]["memlib"]), fmt_count(r["total"]["transformers"]),
                  _signed(r["difference"])])
@@ -203,7 +324,7 @@ def hf_table(est: Estimate) -> str:
                      fmt_count(a["predicted"]), fmt_count(a["measured"]), _signed(a["difference"]),
                      f"{fmt_count(g['measured'])} ({_signed(g['difference'])})",
                      f"{fmt_count(o['measured'])} ({_signed(o['difference'])})"])
-    return md_table(["case", "dense, MoE", "$b$", "$s$", "predicted (bytes)", "measured (bytes)", "Δ",
+    return md_table(["case", "layers", "$b$", "$s$", "predicted (bytes)", "measured (bytes)", "Δ",
                      "gradients (Δ)", "AdamW state (Δ)"], rows, "llrrrrrrr")
 
 
@@ -245,7 +366,7 @@ def group_table(est: Estimate) -> str:
     b, s = _b_s(est)
     rows = []
     for g, v in sv.layer_groups(est.model, _kind(est), b, s).items():
-        rows.append([f"**{g}**" if g == "total" else g, fmt_bytes(v["paper"], "MiB", with_unit=False),
+        rows.append([f"**{g}**" if g == "total" else sv.group_name(g, est.model), fmt_bytes(v["paper"], "MiB", with_unit=False),
                      fmt_bytes(v["hf-eager"], "MiB", with_unit=False),
                      ("+" if v["difference"] >= 0 else "−") + fmt_bytes(abs(v["difference"]), "MiB", with_unit=False),
                      "—" if v["ratio"] is None else ratio(v["ratio"], 1)])
@@ -274,7 +395,7 @@ def megatron_table(est: Estimate) -> str:
                      fmt_count(a["measured"]), _signed(a["difference"]),
                      f"{fmt_count(p['measured'])} ({_signed(p['difference'])})",
                      f"{fmt_count(g['measured'])} ({_signed(g['difference'])})"])
-    return md_table(["case", "dense, MoE", "recompute", "precision", "predicted (bytes)", "measured (bytes)", "Δ",
+    return md_table(["case", "layers", "recompute", "precision", "predicted (bytes)", "measured (bytes)", "Δ",
                      "parameters (Δ)", "main_grad (Δ)"], rows, "llllrrrrr")
 
 
@@ -283,7 +404,7 @@ def side_table(est: Estimate) -> str:
     rows = []
     for g, v in sv.ground_truths(est.model, _kind(est), b, s)["groups"].items():
         cells = [fmt_bytes(v[c], "MiB", with_unit=False) for c in sv.COLUMNS]
-        rows.append([f"**{g}**" if g == "total" else g, *cells])
+        rows.append([f"**{g}**" if g == "total" else sv.group_name(g, est.model), *cells])
     return md_table(["entries"] + [COLUMN_LABELS[c] + ", MiB" for c in sv.COLUMNS], rows, "lrrr")
 
 
@@ -297,7 +418,7 @@ def side_figure(est: Estimate):
     b, s = _b_s(est)
     cols = sv.by_group(est.model, _kind(est), b, s)
     fig, ax = new_figure(height=4.2)
-    series = [Series(g, _GROUP_COLORS[g], [cols[c][g] for c in cols]) for g in sv.SIDE_GROUPS]
+    series = [Series(sv.group_name(g, est.model), _GROUP_COLORS[g], [cols[c][g] for c in cols]) for g in sv.SIDE_GROUPS]
     stacked_bars(ax, [COLUMN_LABELS[c].replace(" (", "\n(") for c in cols], series, digits=2)
     ax.set_ylabel(f"one {_KIND[_kind(est)]} layer, GiB")
     ax.legend(ncol=2)
@@ -308,7 +429,7 @@ def megatron_entry_table(est: Estimate) -> str:
     """Every entry of one megatron layer, local beside Transformer Engine, with where each TE number
     comes from (measured on the CPU, or the kernel source that saves it)."""
     b, s = _b_s(est)
-    rows = [[f"`{e['key']}`", e["group"], "—" if e["local"] is None else fmt_bytes(e["local"], "MiB"),
+    rows = [[f"`{e['key']}`", sv.group_name(e["group"], est.model), "—" if e["local"] is None else fmt_bytes(e["local"], "MiB"),
              "—" if e["te"] is None else fmt_bytes(e["te"], "MiB"), SOURCE_LABELS.get(e["source"], "")]
             for e in sv.megatron_layer_entries(est.model, _kind(est), b, s)]
     return md_table(["entry", "group", "local (measured)", "Transformer Engine", "TE value from"], rows, "llrrl")
@@ -364,7 +485,7 @@ def gpu_config_table() -> str:
                      fmt_count(m.vocab_size), _kinds(m.layer_kinds), fmt_count(b), fmt_count(s),
                      model_name(w) if w else "—"])
     return md_table(["config", "$h$", "$n_h$", "$d_c'$", "$d_c$", "$h_F$", "$h_E$", "$N$", "$N_r$", "$N_s$", "$v$",
-                     "dense, MoE", "$b$", "$s$", "widths of"], rows, "lrrrrrrrrrrlrrl")
+                     "layers", "$b$", "$s$", "widths of"], rows, "lrrrrrrrrrrlrrl")
 
 
 def gpu_bytes_table() -> str:
@@ -488,9 +609,10 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "scores_paper_s2": fmt_bytes(ls["scores_paper_s2"]), "scores_hf_s2": fmt_bytes(ls["scores_hf_s2"]),
         "others_paper_ratio": ratio(ls["others_ratio"]["paper"], 1),
         "others_hf_ratio": ratio(ls["others_ratio"]["hf-eager"], 1),
+        "others_constant": "or constant like the experts' offsets" if est.model.has_moe else "or constant",
         "others_bound": _all(ls["others_at_most_double"], "no other group more than doubles",
                              "other groups more than double too"),
-        "top_group": top["group"], "top_paper": fmt_bytes(top["paper"]), "top_hf": fmt_bytes(top["hf-eager"]),
+        "top_group": sv.group_name(top["group"], est.model), "top_paper": fmt_bytes(top["paper"]), "top_hf": fmt_bytes(top["hf-eager"]),
         "top_diff": fmt_bytes(abs(top["difference"])), "top_share": pct(top["share"], 1, 0) if top["share"] else "—",
         "total_diff": fmt_bytes(abs(top["total_difference"])),
         "total_sign": "more" if top["total_difference"] >= 0 else "less",

@@ -12,6 +12,7 @@ from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
 from ..ledgers.base import POLICIES
+from ..model.blocks import model_blocks, own_modules
 from ..model.profiles import PROFILES
 from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
@@ -35,20 +36,25 @@ def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
 def equations(model, train: TrainingConfig | None = None) -> str:
     """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
     under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
-    (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses).  An
-    equation of a block the model lacks (MLA's, for a model without it) is left out."""
+    (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses), described in
+    the words of the model's blocks (:meth:`memlib.formulas.Formula.description_for`).  An equation of a block the
+    model lacks (:attr:`memlib.formulas.Formula.needs`: MLA's, a dense FFN's for a model without dense layers) or
+    of another attention is left out, as its chapter leaves it out, and so is one that counts nothing for the
+    model (the attention parameters TP replicates, under grouped-query attention)."""
     m = load_model(model)
+    own = model_blocks(m)
     out = []
     for f in book_formulas():
-        if (f.attention not in (None, m.attention) or (f.name.startswith("mla.") and m.attention != "mla")
-                or (f.name.startswith("mtp.") and not m.num_nextn_predict_layers)):
+        if f.attention not in (None, m.attention) or not f.needs <= own:
             continue
         try:
             tex = equation(f.name, m, train)
         except ConfigError:
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
-        out.append(f"**({f.number})** {typeset(f.description)} (`{f.name}`)" + (f": **{v}**" if v else "")
+        if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)
+            continue
+        out.append(f"**({f.number})** {typeset(f.description_for(m))} (`{f.name}`)" + (f": **{v}**" if v else "")
                    + "\n\n" + display_math(tex))
     return "\n\n".join(out)
 
@@ -66,14 +72,17 @@ def equation_setting(model, train: TrainingConfig | None = None) -> dict[str, st
             "stage": str(analysed_stage(Estimate(m, t).partition))}
 
 
-def glossary_values() -> dict[str, str]:
-    """The glossary's definitions that the library holds: each profile's convention, each recompute
-    policy's modules, the FP8 recipes' descriptions, Megatron's FP8 scaling recipes and the ZeRO stages'
-    names (``gl_*`` keys for ``glue_values``-style glue)."""
-    out = {f"profile_{k.replace('-', '_')}": typeset(p.description) for k, p in PROFILES.items()}
+def glossary_values(model="deepseek-v3") -> dict[str, str]:
+    """The glossary's definitions that the library holds, in the words of ``model``'s blocks: each profile's
+    convention (:meth:`memlib.model.profiles.Profile.description_for`), each recompute policy's modules (those of the
+    model's blocks, :func:`memlib.model.blocks.own_modules`), the FP8 recipes' descriptions, Megatron's FP8 scaling
+    recipes and the ZeRO stages' names (``gl_*`` keys for ``glue_values``-style glue)."""
+    m = load_model(model)
+    out = {f"profile_{k.replace('-', '_')}": typeset(p.description_for(m)) for k, p in PROFILES.items()}
     for k, p in POLICIES.items():
+        modules = own_modules(sorted(p.modules), m)
         out[f"policy_{k}"] = ("every layer's input kept, the whole layer run again" if p.full
-                              else "nothing" if not p.modules else ", ".join(f"`{x}`" for x in sorted(p.modules)))
+                              else "nothing" if not modules else ", ".join(f"`{x}`" for x in modules))
     for k in ("deepseek-v3", "megatron-fp8-param"):
         out[f"recipe_{k.replace('-', '_')}"] = RECIPES[k].description
     out["fp8_recipes"] = ", ".join(f"`{x}`" for x in FP8_RECIPES)

@@ -29,7 +29,7 @@ from .activations import MODULE_LIST, POLICIES_COMPARED, policies_compared
 from .overheads import CAPACITY_80GB, base_training
 from .uncertainty import judged_total
 
-__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "Outcome", "grid", "grid_counts",
+__all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "model_policies", "Outcome", "grid", "grid_counts",
            "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
            "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
            "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline", "first_idle",
@@ -44,6 +44,14 @@ OVERHEAD: Overheads = OVERHEAD_PRESETS["low"]
 #: activation function; a model's own, :func:`memlib.scenarios.activations.policies_compared`)
 ZERO_STAGES = tuple(ZeroStage)
 POLICIES = POLICIES_COMPARED
+
+
+def model_policies(m) -> tuple[str, ...]:
+    """:data:`POLICIES` for model ``m``: the module list keeps the modules of ``m``'s own blocks
+    (:func:`memlib.model.blocks.own_modules`: no MLA up-projections for grouped-query attention)."""
+    from ..model.blocks import own_modules
+
+    return POLICIES[:-1] + (",".join(own_modules(MODULE_LIST.split(","), m)),)
 
 
 def fits_all(est: Estimate, capacity: int = CAPACITY_80GB) -> bool:

@@ -50,7 +50,8 @@ __all__ = ["MINIATURE", "miniature", "HF_CASES", "hf_cases", "hf_comparisons", "
            "random_check", "parameter_checks", "versions", "analysed_kind", "GROUPS", "entry_group", "layer_entries",
            "layer_groups", "longer_sequence", "largest_difference", "SIDE_GROUPS", "megatron_group", "ground_truths",
            "megatron_layer_entries", "kernel_differences", "GPU_RESULT", "GPU_CONFIGS",
-           "GPU_TABLE_SYMBOLS", "gpu_model", "gpu_run", "gpu_shared", "widths_of", "WIDTH_FIELDS"]
+           "GPU_TABLE_SYMBOLS", "gpu_model", "gpu_run", "gpu_shared", "widths_of", "WIDTH_FIELDS", "ATTENTION_GROUP",
+           "group_name"]
 
 # ------------------------------------------------------------------------------------------------
 # the model in miniature
@@ -295,8 +296,11 @@ def analysed_kind(model: ModelConfig | str) -> str:
     return "moe" if "moe" in load_model(model).layer_kinds else "dense"
 
 
+#: the group of the attention's tensors other than its scores and norms (named for MLA; :func:`group_name`)
+ATTENTION_GROUP = "MLA latents and projections"
+
 #: entry groups of the paper-against-hf-eager view, in data-flow order
-GROUPS = ("RMSNorms", "MLA latents and projections", "attention scores", "dropout masks", "router",
+GROUPS = ("RMSNorms", ATTENTION_GROUP, "attention scores", "dropout masks", "router",
           "routed experts", "shared experts", "dense FFN")
 
 
@@ -308,7 +312,7 @@ def entry_group(key: str) -> str:
     if "dropout_mask" in rest and "softmax" not in rest:
         return "dropout masks"
     if part == "attention":
-        return "attention scores" if any(w in rest for w in ("softmax", "probs")) else "MLA latents and projections"
+        return "attention scores" if any(w in rest for w in ("softmax", "probs")) else ATTENTION_GROUP
     if part == "dense_ffn":
         return "dense FFN"
     if rest.startswith("routed"):
@@ -390,7 +394,7 @@ def largest_difference(model: ModelConfig | str, kind: str = "moe", b: int | Non
 # one layer under the three implementations (hf-eager, Megatron-Core local, Megatron-Core + TE)
 # ------------------------------------------------------------------------------------------------
 #: entry groups of the side-by-side view, in data-flow order
-SIDE_GROUPS = ("RMSNorms", "MLA latents and projections", "RoPE", "attention scores", "router", "dispatch",
+SIDE_GROUPS = ("RMSNorms", ATTENTION_GROUP, "RoPE", "attention scores", "router", "dispatch",
                "routed experts", "shared experts", "dense FFN")
 
 
@@ -413,7 +417,15 @@ def megatron_group(key: str) -> str:
         return "RoPE"
     if any(w in rest for w in ("softmax", "probs")):
         return "attention scores"
-    return "MLA latents and projections"
+    return ATTENTION_GROUP
+
+
+def group_name(group: str, model: ModelConfig | str) -> str:
+    """The name of ``group`` (of :data:`GROUPS` or :data:`SIDE_GROUPS`) for ``model``: the attention's group is
+    its latents and projections under MLA, its projections otherwise."""
+    if group == ATTENTION_GROUP and load_model(model).attention != "mla":
+        return "attention projections"
+    return group
 
 
 #: the three columns: hf-eager and Megatron-Core local are measured (in miniature), TE read from sources

@@ -1,6 +1,6 @@
 """The book is true for every model it can be built for, tested without building twelve books.
 
-For every preset the chapters' code cells run in-process and their Markdown is resolved as the
+For every preset the chapters' (and the summary page's) code cells run in-process and their Markdown is resolved as the
 build resolves it (tests/book_prose.py, about 20 s a model); then:
 
 * every chapter's glued values are computed without an error (a dense model has no MoE layer, a
@@ -33,23 +33,6 @@ PRESETS = preset_names()
 CHAPTERS = [p.name for p in bp.NOTEBOOKS]
 #: chapters whose subject is other models than the book's (their vocabulary is not checked)
 COMPARATIVE = {"11_measured_peaks.md", "12_other_architectures.md"}
-
-#: model -> {chapter number: the blocks whose words that chapter still uses although the model lacks them}.
-#: Each entry is a known defect of issue 24 ("True for every model"), not an allowance: the test of that
-#: pair is a strict xfail, which turns red (XPASS) the day the chapter is fixed, so that the entry is removed.
-NOT_YET: dict[str, dict[str, str]] = {
-    "deepseek-v2": {"10": "mtp, router_bias"},
-    "deepseek-v2-lite": {"10": "mtp, router_bias"},
-    "kimi-k2": {"10": "mtp"},
-    "llama-3-70b": {"10": "mla, moe, mtp, rope_split, router_bias, shared_experts"},
-    "llama-3-8b": {"10": "mla, moe, mtp, rope_split, router_bias, shared_experts"},
-    "llama-3.1-405b": {"10": "mla, moe, mtp, rope_split, router_bias, shared_experts"},
-    "mixtral-8x22b": {"10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "mixtral-8x7b": {"10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "moonlight-16b-a3b": {"10": "mtp"},
-    "qwen3-235b-a22b": {"10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-    "qwen3-30b-a3b": {"10": "dense_layers, mla, mtp, rope_split, router_bias, shared_experts"},
-}
 
 
 def chapter(model: str, name: str) -> bp.Chapter:
@@ -94,9 +77,7 @@ def _cases():
         for name in CHAPTERS:
             if name in COMPARATIVE:
                 continue
-            why = NOT_YET.get(model, {}).get(name[:2])
-            marks = [pytest.mark.xfail(strict=True, reason=f"issue 24, not yet rewritten: {why}")] if why else []
-            yield pytest.param(model, name, marks=marks, id=f"{model}-{name[:2]}")
+            yield pytest.param(model, name, id=f"{model}-{name[:2]}")
 
 
 @pytest.mark.parametrize("model,name", list(_cases()))
@@ -119,14 +100,7 @@ NONSENSE = [
     r"\b0 (?:MoE layers?|routed experts?|experts?)\b",
 ]
 
-#: presets whose book still counts MoE layers and experts it does not have ("0 MoE layers", "0 experts per device"):
-#: the dense models, whose chapters 3-9 are not yet rewritten (issue 24); a strict xfail, like NOT_YET
-NONSENSE_NOT_YET = {m for m in PRESETS if "moe" not in model_blocks(load_model(m))}
-
-
-@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.xfail(
-    strict=True, reason="issue 24: the dense model's book still counts MoE layers")] if m in NONSENSE_NOT_YET else [])
-    for m in PRESETS])
+@pytest.mark.parametrize("model", PRESETS)
 def test_no_sentence_no_person_would_write(model):
     found = []
     for c in bp.book(model):

@@ -237,9 +237,10 @@ def test_the_latex_has_the_parts_and_no_configuration_cell():
 
 # --- the glossary ------------------------------------------------------------------------------------------------
 def glossary_terms(text: str) -> list[str]:
-    """The terms of the ``{glossary}`` directive of a MyST page: its unindented lines."""
-    body = re.search(r"^```\{glossary\}\n(.*?)^```$", text, re.S | re.M).group(1)
-    return [line for line in body.splitlines() if line and not line[0].isspace()]
+    """The terms of the ``{glossary}`` directives of a MyST page (the summary's MoE terms are a second one, in an
+    ``{only} has_moe`` block): their unindented lines."""
+    bodies = re.findall(r"^```\{glossary\}\n(.*?)^```$", text, re.S | re.M)
+    return [line for body in bodies for line in body.splitlines() if line and not line[0].isspace()]
 
 
 def test_the_glossary_defines_the_books_terms_once():

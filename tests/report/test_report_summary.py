@@ -56,3 +56,41 @@ def test_knob_values_name_the_model_or_say_the_recipe_does_not_apply():
     assert v["model"] == "DeepSeek-V2-Lite" and "| naive baseline |" in v["table"]
     one = ch.knob_values(T.tiny(num_hidden_layers=1, first_k_dense_replace=0))
     assert one["table"].startswith("DeepSeek-V3's recipe does not apply to tiny: num_hidden_layers=1")
+
+
+def test_each_model_is_described_in_the_words_of_its_own_blocks():
+    """Mixtral: four attention matrices, no shared expert, no dense FFN, no MTP; Llama: no MoE equation at all;
+    V2-Lite: seven matrices (no query compression) and one latent norm; DeepSeek-V3's descriptions unchanged."""
+    from memlib import load_model
+    from memlib.model.blocks import words_of_lacking_blocks
+
+    mixtral = ch.equations("mixtral-8x7b")
+    assert "attention parameters of one layer (GQA: four matrices) (`params.mla`)" in mixtral
+    assert "**(3.4)** router and routed experts of one MoE layer" in mixtral
+    assert "(`params.dense_ffn`)" not in mixtral and "(`params.total`): **" in mixtral
+    assert "parameters of the main model (`params.total`)" in mixtral           # nothing left out to name
+    assert words_of_lacking_blocks(mixtral, load_model("mixtral-8x7b")) == []
+    llama = ch.equations("llama-3-8b")
+    assert "(`params.moe`)" not in llama and "(`parallel.edp`)" not in llama and "(`params.expert`)" not in llama
+    assert "**(6.2)** FFN activation bytes" in llama and "dense layers stores (`static.device`)" in llama
+    assert "(MLA: seven matrices and one latent norm)" in ch.equations("deepseek-v2-lite")
+    v3 = ch.equations("deepseek-v3")
+    assert "(MLA: eight matrices and two latent norms)" in v3 and "main model (no MTP, no buffers)" in v3
+
+
+def test_the_glossary_and_the_fit_matrix_name_the_models_own_modules():
+    from memlib import load_model
+    from memlib.scenarios.together import MODULE_LIST, model_policies
+
+    assert ch.glossary_values("mixtral-8x7b")["policy_deepseek"] == "`layernorm`"
+    assert "W^{UQ}" not in ch.glossary_values("llama-3-8b")["profile_paper"]
+    assert model_policies(load_model("deepseek-v3"))[-1] == MODULE_LIST
+    assert model_policies(load_model("mixtral-8x7b"))[-1] == "core_attn,layernorm,moe_act"
+    assert model_policies(load_model("llama-3-8b"))[-1] == "core_attn,layernorm"
+
+
+def test_an_equation_that_counts_nothing_for_the_model_is_left_out():
+    """Grouped-query attention has no down-projection that TP replicates: (4.4) is 0 for Mixtral, and the page
+    would print 'P^repl = 0'; DeepSeek-V3 replicates its down-projections and keeps (4.4)."""
+    assert "(`static.mla_replicated`)" not in ch.equations("mixtral-8x7b")
+    assert "(`static.mla_replicated`): **" in ch.equations("deepseek-v3")
