@@ -196,3 +196,14 @@ def test_the_book_keeps_its_page_budget():
     part_one = part_one_pages(toc.read_text(encoding="utf-8", errors="replace"))
     assert part_one <= PART_I_MAX and pages <= PDF_MAX, (
         f"Part I takes {part_one} pages (budget {PART_I_MAX}), the PDF {pages} (budget {PDF_MAX})")
+
+
+def test_a_part_opens_on_its_first_chapters_page():
+    """A part is a banner over its first chapter (the preamble's \\part), not a page holding only its title: each
+    part's page in the contents is the page of the chapter that follows it, and the patch of \\chapter took."""
+    toc, log = LATEX / "report.toc", LATEX / "report.log"
+    _need(toc.is_file() and log.is_file(), "the PDF is not built (make pdf)")
+    lines = TOC_LINE.findall(toc.read_text(encoding="utf-8", errors="replace"))
+    parts = [(int(page), int(lines[i + 1][3])) for i, (kind, _n, _t, page) in enumerate(lines) if kind == "part"]
+    assert len(parts) == 3 and all(part == chapter for part, chapter in parts), parts
+    assert "chapter not patched" not in log.read_text(encoding="utf-8", errors="replace")
