@@ -228,7 +228,7 @@ def region_figure(model: ModelConfig | str):
     caps = [sf.card(n) for n in (MAIN, *LARGER)][:len(_CARD_STYLES)]
     ncols = min(3, len(reg.pps))
     nrows = -(-len(reg.pps) // ncols)
-    fig, axes = new_figure(height=2.2 * nrows + 0.9, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
+    fig, axes = new_figure(height=1.9 * nrows + 0.7, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
     axes = list(axes.flat)
     for ax in axes[len(reg.pps):]:
         ax.remove()
@@ -253,7 +253,7 @@ def region_figure(model: ModelConfig | str):
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
     handles += [Line2D([], [], color=OKABE_ITO["black"], lw=1.0, ls=ls, label=_card_label(c))
                 for c, ls in zip(caps, _CARD_STYLES)]
-    fig.legend(handles=handles, loc="outside lower center", ncol=2)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4)
     return fig
 
 
@@ -272,7 +272,7 @@ def pareto_figure(model: ModelConfig | str):
     card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
-    fig, ax = new_figure(height=4.0)
+    fig, ax = new_figure(height=3.2)
     if fits.any():
         hb = ax.hexbin(g.cost["step_s"][fits], in_units(g.peak[fits], UNIT), gridsize=60, bins="log", cmap="Greys",
                        xscale="log", mincnt=1, linewidths=0)
