@@ -229,7 +229,7 @@ def dataflow_figure(est: Estimate):
     columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
     classes = _class_labels(est.model)
     n = max(len(rows) for _, rows in columns)
-    fig, ax = new_figure(TEXT_WIDTH, 0.24 * n + 0.9)
+    fig, ax = new_figure(TEXT_WIDTH, 0.21 * n + 0.9)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
         ax.text(x0 + 0.47, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
@@ -323,7 +323,7 @@ def microbatch(est: Estimate):
     words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
              "mb_order": "keep" if facts["same_order"] else "do not keep",
              "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
-    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 3.0, 1, 2)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 2.7, 1, 2)
     for p, rows in sweep.items():
         color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
         bs = [r["b"] for r in rows]
@@ -345,7 +345,7 @@ def seqlen_figure(est: Estimate):
     rows = sact.seqlen_sweep(est)
     cross = sact.crossover(est)
     xs = [r["seq_len"] for r in rows]
-    fig, ax = new_figure(height=2.9)
+    fig, ax = new_figure(height=2.6)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
             label="attention scores (terms in s²)")
     ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],
