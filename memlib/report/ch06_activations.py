@@ -323,7 +323,7 @@ def microbatch(est: Estimate):
     words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
              "mb_order": "keep" if facts["same_order"] else "do not keep",
              "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
-    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 2.7, 1, 2)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 2.5, 1, 2)
     for p, rows in sweep.items():
         color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
         bs = [r["b"] for r in rows]
@@ -345,7 +345,7 @@ def seqlen_figure(est: Estimate):
     rows = sact.seqlen_sweep(est)
     cross = sact.crossover(est)
     xs = [r["seq_len"] for r in rows]
-    fig, ax = new_figure(height=2.6)
+    fig, ax = new_figure(height=2.3)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
             label="attention scores (terms in s²)")
     ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],

@@ -226,7 +226,7 @@ def region_figure(model: ModelConfig | str):
     caps = [sf.card(n) for n in (MAIN, *LARGER)][:len(_CARD_STYLES)]
     ncols = min(3, len(reg.pps))
     nrows = -(-len(reg.pps) // ncols)
-    fig, axes = new_figure(height=1.75 * nrows + 0.7, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
+    fig, axes = new_figure(height=1.65 * nrows + 0.7, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
     axes = list(axes.flat)
     for ax in axes[len(reg.pps):]:
         ax.remove()
@@ -270,7 +270,7 @@ def pareto_figure(model: ModelConfig | str):
     card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
-    fig, ax = new_figure(height=2.9)
+    fig, ax = new_figure(height=2.6)
     if fits.any():
         hb = ax.hexbin(g.cost["step_s"][fits], in_units(g.peak[fits], UNIT), gridsize=60, bins="log", cmap="Greys",
                        xscale="log", mincnt=1, linewidths=0)
