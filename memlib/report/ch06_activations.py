@@ -202,13 +202,13 @@ def ledger_table(est: Estimate, block: str) -> str:
     for r in pact.ledger_rows(est, pact.ffn_block(est.model) if block == "ffn" else block):
         div = ", ".join(f"${d}$" for d in r["divisors"]) or "—"
         if r["mean_rows"]:
-            div += " (tokens rounded up)"
-        mods = ", ".join(f"`{m}`" for m in r["modules"]) or "—"
-        pols = f" (policies: {', '.join(r['policies'])})" if r["policies"] else " (kept by every policy)"
-        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), f"{mods}{pols}",
+            div += r" $\uparrow$"
+        mods = ", ".join(f"`{m}`" for m in r["modules"])
+        dropped = f"{mods} ({', '.join(r['policies'])})" if r["policies"] else mods or "none (kept)"
+        rows.append([r["name"], math(r["elements"]), _dtype(r), div, fmt_count(r["bytes"]), dropped,
                      r["note"] or "—"])
-    return md_table(["saved tensor", "elements", "bytes per element", "divided by", "bytes per device",
-                     "dropped by (recompute modules)", "note"], rows, "llllrll")
+    return md_table(["saved tensor", "elements", "bytes per element", r"divided by ($\uparrow$: tokens rounded up)",
+                     "bytes per device", "dropped by: modules (policies)", "note"], rows, "llllrll")
 
 
 def _short_name(name: str) -> str:
@@ -229,7 +229,7 @@ def dataflow_figure(est: Estimate):
     columns = [(blk, pact.ledger_rows(est, blk)) for blk in labels]
     classes = _class_labels(est.model)
     n = max(len(rows) for _, rows in columns)
-    fig, ax = new_figure(TEXT_WIDTH, 0.3 * n + 1.1)
+    fig, ax = new_figure(TEXT_WIDTH, 0.21 * n + 0.9)
     for col, (blk, rows) in enumerate(columns):
         x0 = col * 1.0
         ax.text(x0 + 0.47, 0.3, f"{labels[blk]} block", ha="center", va="bottom", fontsize=10,
@@ -323,7 +323,7 @@ def microbatch(est: Estimate):
     words = {"mb_proportional": "grow in proportion to" if facts["proportional"] else "do not grow in proportion to",
              "mb_order": "keep" if facts["same_order"] else "do not keep",
              "mb_max": fmt_count(next(iter(sweep.values()))[-1]["b"])}
-    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 3.4, 1, 2)
+    fig, (ax1, ax2) = new_figure(TEXT_WIDTH, 2.5, 1, 2)
     for p, rows in sweep.items():
         color = POLICY_COLORS.get(p, POLICY_COLORS["modules"])
         bs = [r["b"] for r in rows]
@@ -345,7 +345,7 @@ def seqlen_figure(est: Estimate):
     rows = sact.seqlen_sweep(est)
     cross = sact.crossover(est)
     xs = [r["seq_len"] for r in rows]
-    fig, ax = new_figure(height=3.8)
+    fig, ax = new_figure(height=2.3)
     ax.plot(xs, [in_unit(r["quadratic"]) for r in rows], color=OKABE_ITO["vermillion"],
             label="attention scores (terms in s²)")
     ax.plot(xs, [in_unit(r["linear"]) for r in rows], color=OKABE_ITO["black"],

@@ -191,11 +191,9 @@ def memory_table(model: ModelConfig | str) -> str:
     for gpus in sf.GPU_COUNTS:
         for name in LARGER:
             m = sf.memory_buys(model, gpus, MAIN, name)
-            rows.append([fmt_count(gpus), f"{MAIN} → {name}", f"{fmt_count(m.small.fitting)} → {fmt_count(m.large.fitting)}",
-                         f"{_s(m.small.best_step_s)} → {_s(m.large.best_step_s)}", _s(m.same_gpu_step_s),
-                         _pct(m.memory_gain), _pct(m.gain)])
-    return md_table(["GPUs", "card", "configurations that fit", "fastest step", f"its memory on the {MAIN}",
-                     "memory alone", "memory and GPU"], rows, "rllrrrr")
+            rows.append([fmt_count(gpus), f"{MAIN} → {name}", _s(m.same_gpu_step_s), _pct(m.memory_gain), _pct(m.gain)])
+    return md_table(["GPUs", "card", f"larger card's fastest, on the {MAIN}'s GPU", "memory alone", "memory and GPU"],
+                    rows, "rlrrr")
 
 
 def recipe_table(model: ModelConfig | str) -> str:
@@ -228,7 +226,7 @@ def region_figure(model: ModelConfig | str):
     caps = [sf.card(n) for n in (MAIN, *LARGER)][:len(_CARD_STYLES)]
     ncols = min(3, len(reg.pps))
     nrows = -(-len(reg.pps) // ncols)
-    fig, axes = new_figure(height=2.2 * nrows + 0.9, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
+    fig, axes = new_figure(height=1.65 * nrows + 0.7, nrows=nrows, ncols=ncols, sharey=True, squeeze=False)
     axes = list(axes.flat)
     for ax in axes[len(reg.pps):]:
         ax.remove()
@@ -253,7 +251,7 @@ def region_figure(model: ModelConfig | str):
     handles = [Line2D([], [], color=color, marker="o", ms=3, lw=1.4, label=f"TP {tp}") for tp, color in zip(tps, _TP_COLORS)]
     handles += [Line2D([], [], color=OKABE_ITO["black"], lw=1.0, ls=ls, label=_card_label(c))
                 for c, ls in zip(caps, _CARD_STYLES)]
-    fig.legend(handles=handles, loc="outside lower center", ncol=2)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4)
     return fig
 
 
@@ -272,7 +270,7 @@ def pareto_figure(model: ModelConfig | str):
     card = sf.card(MAIN)
     fits = g.fits(card.capacity)
     front = sf.pareto(g, card.capacity)
-    fig, ax = new_figure(height=4.0)
+    fig, ax = new_figure(height=2.6)
     if fits.any():
         hb = ax.hexbin(g.cost["step_s"][fits], in_units(g.peak[fits], UNIT), gridsize=60, bins="log", cmap="Greys",
                        xscale="log", mincnt=1, linewidths=0)
