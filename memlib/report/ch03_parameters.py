@@ -20,7 +20,8 @@ from ..scenarios import models as sm
 from ..config.precision import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
-    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layer_word, layout_text, md_table, model_name, pct, span, tex,
+    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, join_and, layer_word, layout_text, md_table, model_name, pct,
+    span, tex,
 )
 from .notation import chapter_notation
 
@@ -155,8 +156,11 @@ def _block_words(est: Estimate) -> dict[str, str]:
         "ffn_word": ffn, "a_layer": f"{article.capitalize()} {word}", "a_layer_lc": f"{article} {word}",
         "split_kinds": "tensor or expert parallelism" if "moe" in own else "tensor parallelism",
         "split_word": "tensor or expert split" if "moe" in own else "tensor split",
-        "fig_routed": (f"The routed experts are the largest block in {fmt_count(rl['routed_largest'])} of the "
-                       f"{fmt_count(rl['moe_stages'])} stages that hold an MoE layer; the first stage"
+        "fig_routed": (("The routed experts are the largest block in every stage that holds an MoE layer; "
+                        "the first stage"
+                        if rl["routed_largest"] == rl["moe_stages"] else
+                        f"The routed experts are the largest block in {fmt_count(rl['routed_largest'])} of the "
+                        f"{fmt_count(rl['moe_stages'])} stages that hold an MoE layer; the first stage")
                        if "moe" in own else "The first stage"),
     }
 
@@ -193,7 +197,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
     card = off[("activated", "activated")]
     s0 = pp.printed_stage_sum(pp.paper_layers_of_stage(0))
     moe = t3["3-59"]
-    disagree = [f"the {what} of {kind} {k.replace('-', '–')}"
+    disagree = [f"the {what} of {kind if '-' in k else kind[:-1]} {k.replace('-', '–')}"
                 for rows, kind in ((t3, "layers"), (t4, "stages")) for k, r in rows.items()
                 for what, ok in (("count", r["params_agree"]), ("GiB", r["gib_agree"])) if ok is False]
     return {
@@ -206,7 +210,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
         "moe_layer_gib2": _gib(moe["bytes"], 2),
         "moe_gib_from_rounded": fmt_decimal(moe["gib_from_rounded"], 3) + " GiB",
         "moe_rounded_b": fmt_billions(moe["params"]),
-        "disagree": "; ".join(disagree) or "none",
+        "disagree": join_and(disagree) or "none",
         "disagree_n": fmt_count(len(disagree)),
         "paper_stage0": PAPER["table4"]["0"]["params"],
         "stage0_sum_terms": " + ".join(p for _, p in s0["terms"]) + " = " + fmt_decimal(s0["sum"], 2) + "B",
