@@ -93,7 +93,11 @@ def values(est: Estimate) -> dict[str, str]:
         # per stage
         "stage_max": fmt_count(st["largest"]), "stage_max_b": fmt_billions(st["largest"]),
         "stage_max_gib": _gib(st["largest_bytes"]), "stage_max_n": fmt_count(len(st["largest_stages"])),
-        "stage_max_stages": stages_text(st["largest_stages"]), "moe_stages": stages_text(st["moe_stages"]),
+        "stage_max_stages": stages_text(st["largest_stages"]),
+        "heaviest": (f"The heaviest stages, {stages_text(st['largest_stages'])} "
+                     f"({fmt_count(len(st['largest_stages']))} of them), each hold"
+                     if len(st["largest_stages"]) > 1 else
+                     f"The heaviest stage, {stages_text(st['largest_stages'])}, holds"), "moe_stages": stages_text(st["moe_stages"]),
         "largest_match": "the heaviest stages are exactly these" if st["largest_are_moe_stages"]
         else "the heaviest stages are not exactly these",
         "stage0": fmt_count(st["first"]), "stage0_b": fmt_billions(st["first"]), "stage_last": fmt_count(st["last"]),
@@ -128,6 +132,11 @@ def values(est: Estimate) -> dict[str, str]:
         "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
                                          if m.attention == "mla" else ""),
         "norms_kind": "block and latent" if m.attention == "mla" else "block",
+        "mla_split": (f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices and "
+                      f"{fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla"
+                      else f", all in its {fmt_count(b['mla_matrix_count'])} matrices" if b["mla_matrices"] == b["mla"]
+                      else f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices"),
+        "norms_clause": ", block and latent together," if m.attention == "mla" else "",
         "attention": attention_name(m),
         "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",
         **_block_words(est),
