@@ -164,6 +164,7 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
                    f"{fmt_bytes(v['best'])}.")
     ds = v["policy_fits"].get("deepseek", 0)
     deepseek = ("it fails with every ZeRO stage, for the same reason" if ds == 0 and n_fit == 0 else
+                "it fits with every ZeRO stage" if ds == n else
                 f"it fits with {fmt_count(ds)} of the {fmt_count(n)} ZeRO stages")
     dropping = [_policy_words(p) for p, d in v["drops_scores"].items() if d]
     keeping_fit = [_policy_words(p) for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
@@ -300,6 +301,9 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
             "peak_rank": fmt_count(ot.peak_rank), "peak": fmt_bytes(pk.allocated),
             "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
             "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
+            "last_sentence": ("" if ot.peak_rank == len(ot.peaks) - 1 else
+                              f"The last rank, {fmt_count(len(ot.peaks) - 1)}, holds {fmt_count(last.microbatches)} "
+                              f"at a time and peaks at {fmt_bytes(last.allocated)}."),
             "f": fmt_count(DURATION["F"]), "b": fmt_count(DURATION["B"])}
 
 
