@@ -475,6 +475,8 @@ def gpu_values(est: Estimate) -> dict[str, str]:
         "order": ", ".join(run["order"]),
         "shared": ", ".join(f"{math(k)} = {fmt_count(v)}" for k, v in sv.gpu_shared().items()),
         "configs": fmt_count(run["configs"]), "exact": fmt_count(run["exact"]),
+        "in_exact": (f"In all {fmt_count(run['configs'])} configurations" if run["exact"] == run["configs"] > 1 else
+                     f"In {fmt_count(run['exact'])} of {fmt_count(run['configs'])} configurations"),
         "verdict": _all(run["all_exact"], "equals", "does not always equal"),
         "prediction_same": _all(run["all_same_prediction"], "gives the same predictions", "gives other predictions"),
         "big": big["config"], "big_widths": f"{model_name(widths)}'s widths" if widths else "the widths of no shipped preset",
