@@ -111,10 +111,11 @@ def _parameter_items(est: Estimate) -> list[Erratum]:
         Erratum("t4-stage0-params", "parameters", "paper, stage table", "rounding", t4["0"]["params"],
                 "{stage0} ({stage0_exact})",
                 "The printed count is the sum of the rounded per-layer counts ({l0} + two of {l1} + {moe}); the "
-                "exact layers are {layers} (the first with the embedding added in the table).",
+                "exact layers are {layers}.",
                 {"stage0": Q(stage0, "billions"), "stage0_exact": Q(stage0), "l0": Q(t3["0"]["params"], "text"),
                  "l1": Q(t3["1-2"]["params"], "text"), "moe": Q(t3["3-59"]["params"], "text"),
-                 "layers": Q(", ".join(f"{x:,}" for x in layers[:4]), "text")}),
+                 "layers": Q(", ".join([f"{stage0 - sum(layers[1:4]):,} (the first, with the embedding)"]
+                                       + [f"{x:,}" for x in layers[1:3]]) + f" and {layers[3]:,}", "text")}),
         Erratum("ds-activated", "parameters", "DeepSeek-V3 model card and weights documentation", "statement",
                 f"{off['activated']}B and {off['activated_weights_doc']}B",
                 "{act} ({act_exact}) with the embedding; {act_ne} ({act_ne_exact}) without it",

@@ -20,7 +20,8 @@ from ..scenarios import models as sm
 from ..config.precision import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
 from .format import (
-    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, layer_word, layout_text, md_table, model_name, pct, span, tex,
+    fmt_billions, fmt_bytes, fmt_count, fmt_decimal, join_and, layer_word, layout_text, md_table, model_name, pct,
+    span, tex,
 )
 from .notation import chapter_notation
 
@@ -92,7 +93,11 @@ def values(est: Estimate) -> dict[str, str]:
         # per stage
         "stage_max": fmt_count(st["largest"]), "stage_max_b": fmt_billions(st["largest"]),
         "stage_max_gib": _gib(st["largest_bytes"]), "stage_max_n": fmt_count(len(st["largest_stages"])),
-        "stage_max_stages": stages_text(st["largest_stages"]), "moe_stages": stages_text(st["moe_stages"]),
+        "stage_max_stages": stages_text(st["largest_stages"]),
+        "heaviest": (f"The heaviest stages, {stages_text(st['largest_stages'])} "
+                     f"({fmt_count(len(st['largest_stages']))} of them), each hold"
+                     if len(st["largest_stages"]) > 1 else
+                     f"The heaviest stage, {stages_text(st['largest_stages'])}, holds"), "moe_stages": stages_text(st["moe_stages"]),
         "largest_match": "the heaviest stages are exactly these" if st["largest_are_moe_stages"]
         else "the heaviest stages are not exactly these",
         "stage0": fmt_count(st["first"]), "stage0_b": fmt_billions(st["first"]), "stage_last": fmt_count(st["last"]),
@@ -127,6 +132,11 @@ def values(est: Estimate) -> dict[str, str]:
         "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
                                          if m.attention == "mla" else ""),
         "norms_kind": "block and latent" if m.attention == "mla" else "block",
+        "mla_split": (f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices and "
+                      f"{fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla"
+                      else f", all in its {fmt_count(b['mla_matrix_count'])} matrices" if b["mla_matrices"] == b["mla"]
+                      else f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices"),
+        "norms_clause": ", block and latent together," if m.attention == "mla" else "",
         "attention": attention_name(m),
         "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",
         **_block_words(est),
@@ -155,8 +165,11 @@ def _block_words(est: Estimate) -> dict[str, str]:
         "ffn_word": ffn, "a_layer": f"{article.capitalize()} {word}", "a_layer_lc": f"{article} {word}",
         "split_kinds": "tensor or expert parallelism" if "moe" in own else "tensor parallelism",
         "split_word": "tensor or expert split" if "moe" in own else "tensor split",
-        "fig_routed": (f"The routed experts are the largest block in {fmt_count(rl['routed_largest'])} of the "
-                       f"{fmt_count(rl['moe_stages'])} stages that hold an MoE layer; the first stage"
+        "fig_routed": (("The routed experts are the largest block in every stage that holds an MoE layer; "
+                        "the first stage"
+                        if rl["routed_largest"] == rl["moe_stages"] else
+                        f"The routed experts are the largest block in {fmt_count(rl['routed_largest'])} of the "
+                        f"{fmt_count(rl['moe_stages'])} stages that hold an MoE layer; the first stage")
                        if "moe" in own else "The first stage"),
     }
 
@@ -193,7 +206,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
     card = off[("activated", "activated")]
     s0 = pp.printed_stage_sum(pp.paper_layers_of_stage(0))
     moe = t3["3-59"]
-    disagree = [f"the {what} of {kind} {k.replace('-', '–')}"
+    disagree = [f"the {what} of {kind if '-' in k else kind[:-1]} {k.replace('-', '–')}"
                 for rows, kind in ((t3, "layers"), (t4, "stages")) for k, r in rows.items()
                 for what, ok in (("count", r["params_agree"]), ("GiB", r["gib_agree"])) if ok is False]
     return {
@@ -206,7 +219,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
         "moe_layer_gib2": _gib(moe["bytes"], 2),
         "moe_gib_from_rounded": fmt_decimal(moe["gib_from_rounded"], 3) + " GiB",
         "moe_rounded_b": fmt_billions(moe["params"]),
-        "disagree": "; ".join(disagree) or "none",
+        "disagree": join_and(disagree) or "none",
         "disagree_n": fmt_count(len(disagree)),
         "paper_stage0": PAPER["table4"]["0"]["params"],
         "stage0_sum_terms": " + ".join(p for _, p in s0["terms"]) + " = " + fmt_decimal(s0["sum"], 2) + "B",

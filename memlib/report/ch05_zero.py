@@ -180,7 +180,11 @@ def ep_values(est: Estimate) -> dict[str, str]:
             "megatron_rises": "rise" if rises("megatron") else "never rise",
             "ep_first": fmt_count(rows[0]["ep"]), "ep_last": fmt_count(rows[-1]["ep"]),
             "paper_first": fmt_bytes(rows[0]["paper"]), "paper_last": fmt_bytes(rows[-1]["paper"]),
-            "megatron_first": fmt_bytes(rows[0]["megatron"]), "megatron_last": fmt_bytes(rows[-1]["megatron"])}
+            "megatron_first": fmt_bytes(rows[0]["megatron"]), "megatron_last": fmt_bytes(rows[-1]["megatron"]),
+            "megatron_clause": (f"stay at {fmt_bytes(rows[0]['megatron'])}"
+                                if all(r["megatron"] == rows[0]["megatron"] for r in rows) else
+                                f"{'rise' if rises('megatron') else 'never rise'} ({fmt_bytes(rows[0]['megatron'])} "
+                                f"to {fmt_bytes(rows[-1]['megatron'])})")}
 
 
 def ep_table(est: Estimate) -> str:

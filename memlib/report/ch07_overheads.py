@@ -181,7 +181,7 @@ def problem_values(base: Estimate) -> dict[str, str]:
         high = ("this device fits under any overhead in the paper's ranges" if h["high_fits"]
                 else "this device does not fit at the high end of the paper's ranges")
         answer = f"Up to {pct(h['max_fraction'], 1, 1)} of the allocated memory, {band}: {high}."
-    return {"p1_run": f"{run['model']} ({run['parallel']})", "p1_measured": pct(m["fraction"], 1, 1),
+    return {"p1_run": f"{run['model']}, {run['parallel']}", "p1_measured": pct(m["fraction"], 1, 1),
             "p1_why": "a measured run of this model" if own else ("the measured MoE run with the largest gap"
                                                                   if base.model.has_moe else
                                                                   "the measured run with the largest gap"),

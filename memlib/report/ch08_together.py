@@ -18,7 +18,7 @@ from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, layout_text, md_table, pct, zero_name
+from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, join_and, layout_text, md_table, pct, zero_name
 from .notation import chapter_notation
 from .tables import band_text
 from ..scenarios.uncertainty import measured_band
@@ -164,6 +164,7 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
                    f"{fmt_bytes(v['best'])}.")
     ds = v["policy_fits"].get("deepseek", 0)
     deepseek = ("it fails with every ZeRO stage, for the same reason" if ds == 0 and n_fit == 0 else
+                "it fits with every ZeRO stage" if ds == n else
                 f"it fits with {fmt_count(ds)} of the {fmt_count(n)} ZeRO stages")
     dropping = [_policy_words(p) for p, d in v["drops_scores"].items() if d]
     keeping_fit = [_policy_words(p) for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
@@ -300,6 +301,9 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
             "peak_rank": fmt_count(ot.peak_rank), "peak": fmt_bytes(pk.allocated),
             "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
             "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
+            "last_sentence": ("" if ot.peak_rank == len(ot.peaks) - 1 else
+                              f"The last rank, {fmt_count(len(ot.peaks) - 1)}, holds {fmt_count(last.microbatches)} "
+                              f"at a time and peaks at {fmt_bytes(last.allocated)}."),
             "f": fmt_count(DURATION["F"]), "b": fmt_count(DURATION["B"])}
 
 
@@ -364,7 +368,7 @@ def routed_values(eff: dict) -> dict[str, str]:
     lost = eff["lost"]
     return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
             "lost": ("none of them" if not lost else
-                     "; ".join(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
+                     join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
             "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),

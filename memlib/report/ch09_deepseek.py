@@ -88,6 +88,7 @@ def _block_clauses(m) -> dict[str, str]:
                          f"the layout that its {fmt_count(m.num_hidden_layers)} layers allow"),
         "high_precision": "The output head, the router and the norms" if moe else "The output head and the norms",
         "upproj_clause": " and its attention's up-projections" if mla else "",
+        "swiglu_clause": (", and the routed experts' SwiGLU output from its cached input" if moe else ""),
         "balanced_clause": ", balanced expert load" if moe else "",
         "ep_clause": ("; expert parallelism does not divide activations either, because each device dispatches its "
                       "own tokens and receives as many for its experts") if moe else "",
@@ -142,6 +143,13 @@ def values(est: Estimate) -> dict[str, str]:
         "rank0_holds": ("the embedding, the output head and the MTP module" if r0["mtp"] == 1 else
                         f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
                         "the embedding and the output head"),
+        "rank0_sentence": (
+            f"Rank zero, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
+            if r0["is_peak"] else
+            f"Rank zero, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
+            f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
+            + (f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
+               f"{fmt_bytes(r0['difference'])} more than the peak")),
         # one layer's ledger
         "ledger_kind": "MoE" if kind == "moe" else "dense",
         "layer_plain": fmt_bytes(layer["plain"], "MiB"), "layer_recipe": fmt_bytes(layer["recipe"], "MiB"),
@@ -323,6 +331,12 @@ _CHUNK_WORDS = {0: "shallow", 1: "deep"}
 _OP_WORDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
 
 
+def _rank0_holds(r0: dict) -> str:
+    return ("the embedding, the output head and the MTP module" if r0["mtp"] == 1 else
+            f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
+            "the embedding and the output head")
+
+
 def memory_time_values(ot: OverTime) -> dict[str, str]:
     """One DualPipe iteration on the clock: the peak rank's busiest step and what it holds then."""
     pk = ot.peak
@@ -332,7 +346,10 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
     return {"m": fmt_count(ot.microbatches), "length": fmt_count(ot.length), "peak_rank": fmt_count(ot.peak_rank),
             "peak": fmt_bytes(pk.allocated), "peak_start": fmt_count(pk.slot.start), "ops": ops,
             "shallow": fmt_count(pk.counts[0]), "deep": fmt_count(pk.counts[1]), "total": fmt_count(pk.microbatches),
-            "r0_shallow": fmt_count(r0.counts[0]), "r0_deep": fmt_count(r0.counts[1]), "r0_peak": fmt_bytes(r0.allocated)}
+            "r0_shallow": fmt_count(r0.counts[0]), "r0_deep": fmt_count(r0.counts[1]), "r0_peak": fmt_bytes(r0.allocated),
+            "r0_sentence": ("" if ot.peak_rank == 0 else
+                            f"Rank zero holds {fmt_count(r0.counts[0])} and {fmt_count(r0.counts[1])} at its peak, "
+                            f"{fmt_bytes(r0.allocated)}.")}
 
 
 def memory_time_figure(ot: OverTime):

@@ -55,6 +55,16 @@ def _all(flag: bool, yes: str, no: str) -> str:
     return yes if flag else no
 
 
+def _of(part: int, whole: int, noun: str, verb: str) -> str:
+    """``'all 3 cases match'``, ``'2 of 3 cases match'``, ``'none of the 18 regions differs'``: a count of a
+    whole in words (``verb`` in the plural; its singular adds an s)."""
+    if part == whole and whole > 1:
+        return f"all {fmt_count(whole)} {noun} {verb}"
+    if part == 0:
+        return f"none of the {fmt_count(whole)} {noun} {verb.split(' ', 1)[0]}s{verb[len(verb.split(' ', 1)[0]):]}"
+    return f"{fmt_count(part)} of {fmt_count(whole)} {noun} {verb}"
+
+
 def _kinds(kinds) -> str:
     """A model's decoder layers by kind, ``1 dense, 1 MoE`` (a kind it lacks left out)."""
     return ", ".join(f"{kinds.count(k)} {_KIND[k]}" for k in ("dense", "moe") if k in kinds)
@@ -99,12 +109,17 @@ def values(est: Estimate) -> dict[str, str]:
         "mcore": ver["installed"]["megatron_core"], "torch_pinned": ver["pinned"]["torch"],
         "transformers_pinned": ver["pinned"]["transformers"], "mcore_pinned": ver["pinned"]["megatron_core"],
         "versions_pinned": _all(all(ver["same"].values()), "the pinned ones", "not all the pinned ones"),
+        "versions_ran": _all(all(ver["same"].values()), "This chapter ran with exactly these.",
+                             f"This chapter ran with transformers {ver['installed']['transformers']}, PyTorch "
+                             f"{ver['installed']['torch']} and megatron-core {ver['installed']['megatron_core']}: "
+                             f"not all the pinned ones."),
         # the miniature
         "mini_h": fmt_count(mini.hidden_size),
         # parameters
         "params_verdict": _all(pc[0]["ok"], "agree exactly", "do not agree"),
         "params_class": pc[0]["class"], "params_tensors": fmt_count(len(pc[0]["tensors"])),
         "params_differing": fmt_count(pc[0]["tensors_differing"]),
+        "params_differ_clause": _of(pc[0]["tensors_differing"], len(pc[0]["tensors"]), "tensors", "differ"),
         "params_buffers": fmt_count(pc[0]["buffers"]["transformers"]),
         "others": _others(pc),
         "others_verdict": _all(all(r["ok"] for r in pc[1:]), "agree exactly as well", "do not all agree"),
@@ -113,6 +128,10 @@ def values(est: Estimate) -> dict[str, str]:
         "hf_regions": fmt_count(hf["regions"]), "hf_mismatched": fmt_count(hf["mismatched_regions"]),
         "hf_storages": fmt_count(hf["storages"]), "hf_bytes": fmt_count(hf["measured_bytes"]),
         "hf_verdict": _all(hf["all_exact"], "match exactly", "do not all match"),
+        "hf_cases": _of(hf["exact_configs"], hf["configs"], "cases", "match exactly"),
+        "hf_regions_clause": _of(hf["mismatched_regions"], hf["regions"], "regions compared", "differ by any byte"),
+        "random_clause": _of(rc["exact"], rc["configs"],
+                             f"random small configurations drawn from seed {fmt_count(rc['seed'])}", "match exactly"),
         "random_configs": fmt_count(rc["configs"]), "random_exact": fmt_count(rc["exact"]),
         "random_seed": fmt_count(rc["seed"]),
         # megatron, measured
@@ -121,6 +140,8 @@ def values(est: Estimate) -> dict[str, str]:
         "m_storages": fmt_count(mc["storages"]), "m_param_bytes": fmt_count(mc["parameter_bytes"]),
         "m_grad_bytes": fmt_count(mc["main_grad_bytes"]),
         "m_verdict": _all(mc["all_exact"], "agree byte for byte", "do not all agree"),
+        "m_cases": _of(mc["exact_configs"], mc["configs"], "cases", "agree byte for byte"),
+        "m_blocks_clause": _of(mc["mismatched_blocks"], mc["blocks"], "blocks", "differ"),
         "m_states_verdict": _all(mc["parameter_difference"] == 0 and mc["main_grad_difference"] == 0,
                                  "equal", "differ from"),
         # one layer: the paper's ledger against hf-eager
@@ -454,6 +475,8 @@ def gpu_values(est: Estimate) -> dict[str, str]:
         "order": ", ".join(run["order"]),
         "shared": ", ".join(f"{math(k)} = {fmt_count(v)}" for k, v in sv.gpu_shared().items()),
         "configs": fmt_count(run["configs"]), "exact": fmt_count(run["exact"]),
+        "in_exact": (f"In all {fmt_count(run['configs'])} configurations" if run["exact"] == run["configs"] > 1 else
+                     f"In {fmt_count(run['exact'])} of {fmt_count(run['configs'])} configurations"),
         "verdict": _all(run["all_exact"], "equals", "does not always equal"),
         "prediction_same": _all(run["all_same_prediction"], "gives the same predictions", "gives other predictions"),
         "big": big["config"], "big_widths": f"{model_name(widths)}'s widths" if widths else "the widths of no shipped preset",
@@ -609,6 +632,10 @@ def problem_values(est: Estimate) -> dict[str, str]:
         "scores_paper_s2": fmt_bytes(ls["scores_paper_s2"]), "scores_hf_s2": fmt_bytes(ls["scores_hf_s2"]),
         "others_paper_ratio": ratio(ls["others_ratio"]["paper"], 1),
         "others_hf_ratio": ratio(ls["others_ratio"]["hf-eager"], 1),
+        "others_growth": (f"under both ledgers by a factor of {ratio(ls['others_ratio']['paper'], 1)}"
+                          if ratio(ls["others_ratio"]["paper"], 1) == ratio(ls["others_ratio"]["hf-eager"], 1) else
+                          f"by a factor of {ratio(ls['others_ratio']['paper'], 1)} under the paper's ledger and "
+                          f"{ratio(ls['others_ratio']['hf-eager'], 1)} under hf-eager"),
         "others_constant": "or constant like the experts' offsets" if est.model.has_moe else "or constant",
         "others_bound": _all(ls["others_at_most_double"], "no other group more than doubles",
                              "other groups more than double too"),

@@ -192,6 +192,13 @@ def published_values() -> dict[str, str]:
         "n_runs": fmt_count(p.n_runs), "n_rows": fmt_count(p.n_rows), "n_within": fmt_count(p.n_within),
         "max_abs": _abs(p.max_abs), "mean_abs": _abs(p.mean_abs),
         "stage_max_abs": _abs(p.stage_max_abs), "n_stage_over": fmt_count(p.n_stage_over),
+        "within_runs": (f"all {fmt_count(p.n_runs)}" if p.n_within == p.n_runs > 1 else
+                        f"{fmt_count(p.n_within)} of the {fmt_count(p.n_runs)}"),
+        "within_runs_cap": (f"All {fmt_count(p.n_runs)}" if p.n_within == p.n_runs > 1 else
+                            f"{fmt_count(p.n_within)} of the {fmt_count(p.n_runs)}"),
+        "stage_over_clause": ("every stage is within the target" if p.n_stage_over == 0 else
+                              f"{fmt_count(p.n_stage_over)} stages are outside the target"
+                              if p.n_stage_over > 1 else "one stage is outside the target"),
         "simumax_commit": SIMUMAX_COMMIT[:10], "megatron_commit": SIMUMAX_SETUP["megatron_commit"][0][:8],
         "gpu": SIMUMAX_SETUP["gpu"][0][0], "world": fmt_count(SIMUMAX_SETUP["world_size"][0]),
         "n_not_used": fmt_count(len(sm.PUBLISHED_NOT_USED)),

@@ -154,7 +154,7 @@ def band_text(band) -> str:
         return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
                 f"prediction's alone")
     where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
-    return (f"between {signed_pct(band.low, 2)} and {signed_pct(band.high, 2)} of the measured peaks on "
+    return (f"off the measured peaks by {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} on "
             f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
 
 

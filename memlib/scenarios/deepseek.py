@@ -118,8 +118,10 @@ def ablation_steps(train: TrainingConfig, m: ModelConfig | None = None) -> tuple
              + (" (the EDP ranks for the routed experts)" if moe else ""), "states", zero),
         Step("bf16_moments", "+ BF16 moments", "AdamW moments in bf16 (master weights and gradients stay fp32)",
              "states", zero.with_(precision="paper")),
-        Step("fp8_activations", "+ FP8 activations", "Linear inputs cached in FP8 (the attention output in E5M6), "
-             "the SwiGLU input in FP8 and its output recomputed", "activations",
+        Step("fp8_activations", "+ FP8 activations", "Linear inputs cached in FP8"
+             + (" (the attention output in E5M6)" if mla else "")
+             + (", the SwiGLU input in FP8 and the routed experts' SwiGLU output recomputed" if moe
+                else " and the SwiGLU input in FP8"), "activations",
              zero.with_(precision=train.precision)),
         Step("recompute", "+ recompute norms" + (" and up-projections" if mla else ""), "every RMSNorm output"
              + (" and the MLA up-projections" if mla else "") + " recomputed in backward: the full recipe",

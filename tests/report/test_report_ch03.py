@@ -43,7 +43,7 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
     assert not [n for n in V3_NUMBERS if n not in text]
     p = ch.paper_values(est("deepseek-v3"))
     assert p["mla_exact"] == p["moe_ffn_exact"] == "exactly" and p["layout_is_papers"] == "is"
-    assert p["disagree"] == "the GiB of layers 3–59; the count of stages 0"
+    assert p["disagree"] == "the GiB of layers 3–59 and the count of stage 0"
     assert p["stage0_sum_terms"] == "1.5B + 0.58B + 0.58B + 11.5B = 14.16B" and p["stage0_sum_is_printed"] == "is"
     assert p["card_relation"] == "truncates to it" and p["doc_gap"] == "0.07B"
     assert p["mtp_block_relation"] == "rounds and truncates to it" and p["checkpoint_b"] == "684.49B"

@@ -204,5 +204,5 @@ def test_routed_values_in_words():
     v = ch8.routed_values(S8.routed_count_effect(g, S8.held_count_grid(g)))
     assert (v["fit_paper"], v["fit_held"], v["held_total"], v["held_verdict"]) == ("8", "5", "53.44 GiB",
                                                                                     "and still fits")
-    assert v["lost"] == ("ZeRO-1 with the module list; ZeRO-2 with selective recomputation; "
+    assert v["lost"] == ("ZeRO-1 with the module list, ZeRO-2 with selective recomputation and "
                          "ZeRO-3 with selective recomputation") and v["lost_verb"] == "stop"
