@@ -71,8 +71,11 @@ def _layers_sentence(m, s: dict) -> str:
     text = f"{name} has {fmt_count(m.num_hidden_layers)} decoder layers" + (
         f": {' and '.join(kinds)}" if len(kinds) > 1 else f", all {kinds[0].split(' ', 1)[1]}")
     if "moe" in own:
-        shared = f" and {fmt_count(m.n_shared_experts)} shared" if "shared_experts" in own and m.n_shared_experts else ""
-        text += (f", each MoE layer with {fmt_count(m.n_routed_experts)} routed{shared} experts, "
+        routed = f"{fmt_count(m.n_routed_experts)} routed experts"
+        if "shared_experts" in own and m.n_shared_experts:
+            n = m.n_shared_experts
+            routed += f" and {fmt_count(n)} shared expert{'s' if n > 1 else ''}"
+        text += (f", each MoE layer with {routed}, "
                  f"{fmt_count(m.num_experts_per_tok)} routed experts active per token")
     return text + "."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlib import estimate
+from memlib import estimate, load_model
 from memlib.paper import paper_training
 from memlib.report import ch02_architecture as ch
 from memlib.report.format import model_name
@@ -81,3 +81,15 @@ def test_another_architecture_says_what_it_has(model):
     assert ("a dense SwiGLU FFN in every layer" in v["note"]) == (model == "llama-3-8b")
     assert v["N"] == ("8" if model == "mixtral-8x7b" else "0") and v["N_s"] == "0"
     assert "every section applies" in ch.values(est("deepseek-v2-lite"))["note"]
+
+
+def test_the_layers_sentence_counts_shared_experts_in_the_right_number():
+    """'1 shared expert', '2 shared experts'; no shared experts named for Mixtral, no MoE layer for Llama."""
+    from memlib.report.ch02_architecture import _layers_sentence
+    from memlib.scenarios import models as sm
+
+    said = {n: _layers_sentence(load_model(n), sm.preset_summary(load_model(n)))
+            for n in ("deepseek-v3", "deepseek-v2", "mixtral-8x7b", "llama-3-8b")}
+    assert "256 routed experts and 1 shared expert," in said["deepseek-v3"]
+    assert "160 routed experts and 2 shared experts," in said["deepseek-v2"]
+    assert "shared" not in said["mixtral-8x7b"] and said["llama-3-8b"].endswith("32 decoder layers, all dense.")
