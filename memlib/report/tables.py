@@ -34,13 +34,15 @@ def _value(n, model, train) -> str:
 
 
 def _not_own(model) -> set[str]:
-    """The registry symbols of the blocks ``model`` lacks (none without a model): a notation table lists only
-    the symbols of the model's own blocks."""
+    """The registry symbols of the blocks ``model`` lacks, and those of the configuration fields it leaves null
+    (Qwen2-MoE's shared-expert width, a classic GPT's learned positions in a DeepSeek book; none without a
+    model): a notation table lists only the symbols the model's own blocks and fields give a value."""
     if model is None:
         return set()
     from ..model.blocks import SYMBOLS as OWN, lacking
 
-    return {k for b in lacking(model) for k in OWN.get(b, ())}
+    unset = {n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(model, n.field, None) is None}
+    return {k for b in lacking(model) for k in OWN.get(b, ())} | unset
 
 
 def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
