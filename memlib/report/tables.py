@@ -98,7 +98,8 @@ def render(template: str, values: dict[str, Q]) -> str:
 
 
 def errata_rows(items: list[Erratum], chapter: str | None = None) -> list[list[str]]:
-    return [[e.id, e.source, KINDS[e.kind][0], e.printed, render(e.computed, e.values), render(e.reason, e.values)]
+    """One row per item; its kind by the key :func:`kinds_table` defines, not the meaning repeated on every row."""
+    return [[e.id, e.source, e.kind, e.printed, render(e.computed, e.values), render(e.reason, e.values)]
             for e in items if chapter is None or e.chapter == chapter]
 
 
