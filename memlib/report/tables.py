@@ -104,8 +104,8 @@ def errata_rows(items: list[Erratum], chapter: str | None = None) -> list[list[s
 
 
 def errata_table(items: list[Erratum], chapter: str | None = None) -> str:
-    """The items (of one chapter, or all); the paper's printed "GB" are GiB."""
-    return md_table(["id", "where", "kind", "printed (\"GB\" = GiB)", "memlib (exact)", "why"],
+    """The items (of one chapter, or all); the paper's printed "GB" are GiB, which the chapter says once."""
+    return md_table(["id", "where", "kind", "printed", "memlib (exact)", "why"],
                     errata_rows(items, chapter), "llllll")
 
 
