@@ -202,8 +202,8 @@ def _zero_items(est: Estimate) -> list[Erratum]:
         Erratum("s4-edp-rule", "zero", "paper, §4", "convention", f"{PAPER['zero_sharded_params']:,}",
                 "{paper} (paper's rule); {megatron} (Megatron-Core's rule)",
                 "The paper shards the router's and shared expert's states over EDP = {edp}, as the routed experts'; "
-                "replicated on every rank of a stage, they are sharded by Megatron-Core over DP CP = {ne_div}: "
-                "{diff} fewer parameters' states per device.",
+                "Megatron-Core shards them, replicated on every rank of a stage, over DP CP = {ne_div}: {diff} "
+                "fewer parameters' states per device.",
                 {"paper": Q(sh["paper"]["shard"]), "megatron": Q(sh["megatron"]["shard"]),
                  "edp": Q(sh["paper"]["e_div"]), "ne_div": Q(sh["paper"]["ne_div"]),
                  "diff": Q(sh["difference"]["shard"])}),
