@@ -190,7 +190,7 @@ def _zero_items(est: Estimate) -> list[Erratum]:
         Erratum("t8-one-decimal", "zero", "paper, Table 8", "rounding",
                 f"{p8[0]['gradients']} and {p8[0]['optimizer_states']}", "{g} and {o}",
                 "The unsharded gradients and optimizer states are printed to one decimal, every other cell to "
-                "two; this is what moves the two totals above.",
+                "two: this moves the two totals above.",
                 {"g": Q(none["gradients"], "GiB"), "o": Q(none["optimizer_states"], "GiB")}),
         Erratum("s4-prose-swap", "zero", "paper, §4 prose (as transcribed)", "label",
                 f"{p8[0]['gradients']} called optimizer states (× {swap['B_g']}); "
@@ -202,9 +202,9 @@ def _zero_items(est: Estimate) -> list[Erratum]:
                  "bo": Q(swap["B_o"])}),
         Erratum("s4-edp-rule", "zero", "paper, §4", "convention", f"{PAPER['zero_sharded_params']:,}",
                 "{paper} (paper's rule); {megatron} (Megatron-Core's rule)",
-                "The paper shards the router's and the shared expert's states over EDP = {edp} with the routed "
-                "experts; they are replicated on every rank of a stage, and Megatron-Core shards them over "
-                "DP CP = {ne_div}, which leaves {diff} fewer parameters' states per device.",
+                "The paper shards the router's and shared expert's states over EDP = {edp}, as the routed experts'; "
+                "Megatron-Core shards them, replicated on every rank of a stage, over DP CP = {ne_div}: {diff} "
+                "fewer parameters' states per device.",
                 {"paper": Q(sh["paper"]["shard"]), "megatron": Q(sh["megatron"]["shard"]),
                  "edp": Q(sh["paper"]["e_div"]), "ne_div": Q(sh["paper"]["ne_div"]),
                  "diff": Q(sh["difference"]["shard"])}),
@@ -239,24 +239,24 @@ def _activation_items(est: Estimate) -> list[Erratum]:
         Erratum("s5-routed-tokens", "activations", "paper, §5.2", "accounting",
                 f"(N/EP) E_token = b s N_r / EP = {paper_tokens:,} routed token copies per device",
                 "b s N_r ETP / TP = {held} per device (balanced routing)",
-                "The paper's E_token counts the tokens of one micro-batch; expert parallelism is carved out of data "
-                "parallelism, so the all-to-all brings each device the tokens its experts receive from every rank of "
-                "the EP group, as many as it sends. EP does not divide the routed activations; the paper profile "
-                "keeps the paper's count, the megatron profile the stored one.",
+                "The paper's E_token counts one micro-batch's tokens, but EP is carved out of data parallelism: "
+                "each device receives its experts' tokens from every EP rank, as many as it sends, so EP does not "
+                "divide the routed activations. The paper profile keeps the paper's count, the megatron profile "
+                "the stored one.",
                 {"held": Q(held_tokens)}),
         Erratum("s5-full-checkpoints", "activations", "paper, §5 and Table 10, AC = Full", "convention",
                 f"8 b s h + 8 b s N_r = {stage_bytes(paper_layer, full):,} bytes for {moe_layers} layers",
                 "{megatron} bytes in Megatron-Core (megatron profile)",
-                "The paper keeps each block's input, the attention's and the MoE's, and the routing map; "
-                "Megatron-Core's full recomputation checkpoints one tensor per layer, the layer's input, and "
-                "recomputes the rest from it, routing included.",
+                "The paper keeps each block's input (the attention's and the MoE's) and the routing map; "
+                "Megatron-Core's full recomputation keeps one tensor per layer, its input, and recomputes the rest "
+                "from it, routing included.",
                 {"megatron": Q(stage_bytes(megatron_layer, full))}),
         Erratum("s5-latent-norms", "activations", "paper, §5.1", "convention",
                 f"2 b s (d_c' + d_c) = {latent_bytes(paper_layer, latents):,} bytes per layer, without parallelism",
                 "{megatron} bytes in Megatron-Core (megatron profile)",
-                "The paper counts each latent, c^Q and c^KV, once; the latent RMSNorm keeps its input for its own "
-                "backward and the up-projection keeps the norm's output for its weight gradient, so an "
-                "implementation holds each latent twice (plus one fp32 statistic per token).",
+                "The paper counts each latent, c^Q and c^KV, once; the latent RMSNorm keeps its input for its "
+                "backward and the up-projection the norm's output for its weight gradient: an implementation "
+                "holds each latent twice (plus one fp32 statistic per token).",
                 {"megatron": Q(latent_bytes(megatron_layer, {f"{k}{x}" for k in latents for x in ("", "_normed")}))}),
         Erratum("s5-value-dim", "activations", "paper, §5.1", "convention", "2 b s d_h n_h (values, attention output)",
                 "2 b s d_v n_h", "The paper writes d_h for the value head dimension; DeepSeek's configs keep it apart "

@@ -100,13 +100,14 @@ def render(template: str, values: dict[str, Q]) -> str:
 
 
 def errata_rows(items: list[Erratum], chapter: str | None = None) -> list[list[str]]:
-    return [[e.id, e.source, KINDS[e.kind][0], e.printed, render(e.computed, e.values), render(e.reason, e.values)]
+    """One row per item; its kind by the key :func:`kinds_table` defines, not the meaning repeated on every row."""
+    return [[e.id, e.source, e.kind, e.printed, render(e.computed, e.values), render(e.reason, e.values)]
             for e in items if chapter is None or e.chapter == chapter]
 
 
 def errata_table(items: list[Erratum], chapter: str | None = None) -> str:
-    """The items (of one chapter, or all); the paper's printed "GB" are GiB."""
-    return md_table(["id", "where", "kind", "printed (\"GB\" = GiB)", "memlib (exact)", "why"],
+    """The items (of one chapter, or all); the paper's printed "GB" are GiB, which the chapter says once."""
+    return md_table(["id", "where", "kind", "printed", "memlib (exact)", "why"],
                     errata_rows(items, chapter), "llllll")
 
 
