@@ -83,3 +83,16 @@ def test_number_formats_are_spelled_in_capitals_in_prose():
              if re.search(r"(?<![\w\-./=])(bf16|fp8|fp32)(?![\w\-/]|\.\w)", line)]
     assert found == []
     assert list(_prose_lines("```{code-cell} ipython3\nx = 'bf16'\n```\nin bf16 `bf16`")) == ["in bf16 "]
+
+
+def test_a_notation_table_has_no_row_for_a_field_the_model_leaves_null():
+    """DeepSeek-V3 sets no shared_expert_intermediate_size (Qwen2-MoE's) and no max_position_embeddings-driven
+    learned positions field; V2-Lite no q_lora_rank: none of them is a row printing '(null)'."""
+    from memlib import load_model
+    from memlib.report.tables import notation_table
+
+    for name in ("deepseek-v3", "deepseek-v2-lite", "llama-3-8b", "mixtral-8x7b"):
+        table = notation_table(("model",), load_model(name))
+        assert "(null)" not in table, name
+    assert "q_lora_rank" in notation_table(("model",), load_model("deepseek-v3"))
+    assert "q_lora_rank" not in notation_table(("model",), load_model("deepseek-v2-lite"))
