@@ -90,9 +90,7 @@ def _block_words(m) -> dict[str, str]:
             "full_policy": "everything but each layer's input and the routing map" if m.has_moe
             else "everything but each layer's input","attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
             "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
-            if whole else " The norms' weights are replicated.",
-            "deepseek_policy_rest": "and the MLA up-projections (modules layernorm and mla_up_proj" if mla
-            else "(module layernorm; the model has no up-projection to recompute"}
+            if whole else " The norms' weights are replicated."}
 
 
 def values(est: Estimate) -> dict[str, str]:
@@ -138,7 +136,7 @@ def values(est: Estimate) -> dict[str, str]:
         "crossover": fmt_count(cross["s"]) if cross else "no",
         # policies
         **{f"{p}_total": fmt_bytes(pol[p]["total"]) for p in pact.POLICY_ORDER},
-        "list_total": fmt_bytes(pol[sact.module_list(est.model)]["total"]), "module_list": sact.module_list(est.model),
+        "list_total": fmt_bytes(pol[sact.module_list(est.model)]["total"]),
         "full_held": fmt_bytes(pol["full"]["held"]), "full_working": fmt_bytes(pol["full"]["working"]),
     }
 
@@ -376,16 +374,19 @@ def _recomputes(r: dict) -> str:
     return ", ".join(f"`{m}`" for m in r["modules"]) or "nothing"
 
 
+def _policy_name(policy: str) -> str:
+    """A named policy in code; a list of modules as "module list" (its modules are in the next column)."""
+    return "module list" if "," in policy else f"`{policy}`"
+
+
 def policy_table(est: Estimate) -> str:
-    rows = [[f"`{r['policy']}`", _recomputes(r), fmt_count(r["layer"]),
-             fmt_bytes(r["layer"], digits=3, with_unit=False),
-             fmt_bytes(r["per_microbatch"], digits=3, with_unit=False), fmt_count(r["in_flight"]),
-             fmt_bytes(r["held"], with_unit=False), fmt_bytes(r["working"], with_unit=False),
+    rows = [[_policy_name(r["policy"]), _recomputes(r), fmt_count(r["layer"]),
+             fmt_bytes(r["per_microbatch"], digits=3, with_unit=False), fmt_bytes(r["held"], with_unit=False), fmt_bytes(r["working"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**"] for r in sact.policy_comparison(est)]
     layer = _layer_name(est.model)
-    return md_table(["policy", "recomputes", f"one {layer} (bytes)", f"one {layer} (GiB)",
-                     "stage, one micro-batch (GiB)", "micro-batches in flight", "in flight (GiB)",
-                     "recompute working set (GiB)", "stage total (GiB)"], rows, "llrrrrrrr")
+    return md_table(["policy", "recomputes", f"one {layer} (bytes)",
+                     "stage, one micro-batch (GiB)", "micro-batches in flight (GiB)",
+                     "recompute working set (GiB)", "stage total (GiB)"], rows, "llrrrrr")
 
 
 def problem_values(est: Estimate) -> dict[str, str]:
