@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from memlib.ledgers.base import POLICIES
-from memlib.model import profiles
+from memlib.model.profiles import PROFILES as REGISTRY
 from memlib.config.precision import RECIPES
 
-PROFILES = sorted(profiles.PROFILES)
+PROFILES = sorted(REGISTRY)
 RECIPE_NAMES = sorted(RECIPES)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipe")
 
@@ -77,7 +77,7 @@ def cases(draw, profiles=PROFILES, schedules=SCHEDULES, policies=None, recipes=R
     dp = ep * etp * draw(st.sampled_from((1, 2)))          # EP ETP divides DP TP CP
     seq = cp * tp * draw(st.integers(1, 6))
     if policies is None:
-        modules = sorted(profiles.PROFILES[profile].activations.modules)
+        modules = sorted(REGISTRY[profile].activations.modules)
         policy = draw(st.one_of(
             st.sampled_from(sorted(POLICIES)),
             st.integers(1, 3).map(lambda k: f"full-block:{k}"),

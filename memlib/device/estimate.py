@@ -620,7 +620,8 @@ class Estimate:
                             permute_fusion=fw.permute_fusion, fp8=self.act_recipe.fp8_activations, etp=t.etp,
                             local_experts=max(1, (m.n_routed_experts or 0) // t.ep))
         extra: dict = {}
-        if t.profile == "megatron":       # the loss's and the output layer's backward; the embedding's backward
+        mcore = self.partition.profile.megatron_kernels     # the Megatron-Core implementation (megatron profile)
+        if mcore:       # the loss's and the output layer's backward; the embedding's backward
             act, vocab = self.recipe.activations, int(self.partition.values[sym("v")])
             full = t.micro_batch * -(-t.seq_len // t.cp)          # tokens of a micro-batch on a CP rank
             extra["loss"] = loss_kind(t.cross_entropy_loss_fusion, t.cross_entropy_fusion_impl.value)
@@ -636,14 +637,14 @@ class Estimate:
         # (megatron/training/utils.py: torch.empty((micro_batch_size, 1, seq_length, seq_length), dtype=torch.bool)
         # under create_attention_mask_in_dataloader; get_batch_on_this_cp_rank keeps s/CP of its rows)
         extra["batch_mask"] = (t.micro_batch * -(-t.seq_len // t.cp) * t.seq_len
-                               if t.profile == "megatron" and fw.attention_mask_in_batch
+                               if mcore and fw.attention_mask_in_batch
                                and (chunk.first or chunk.last) else 0)
         # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
         # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
-        compiled_ce = (chunk.last and t.profile == "megatron" and t.runtime is Runtime.CUDA
+        compiled_ce = (chunk.last and mcore and t.runtime is Runtime.CUDA
                        and t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl is CrossEntropyFusionImpl.NATIVE)
         extra["ce_workspace"] = logits // self.recipe.activations * 4 if compiled_ce else 0
-        if (chunk.last and t.profile == "megatron" and depth
+        if (chunk.last and mcore and depth
                 and _version(t.megatron_version).mtp_logits_through_main_loss):
             extra["mtp_logits"] = logits
         return candidates(segs, H=H, L=logits, mtp_depth=depth, first=chunk.first, last=chunk.last,

@@ -144,7 +144,7 @@ def chunk_params(part: Partition, chunk: Chunk) -> list[MegatronParam]:
     Their element counts are memlib's (:meth:`Partition.tensors`); the total is checked against
     :meth:`Partition.params` for the chunk."""
     m, t = part.model, part.train
-    if t.profile != "megatron":
+    if not part.profile.megatron_kernels:
         raise ConfigError(f"profile={t.profile}: Megatron-Core's buffers need the megatron profile")
     vals = part.values
     experts = _expert_buffer(t)

@@ -234,7 +234,7 @@ def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], fra
     model states ``states`` (parameters, gradients, optimizer_states)."""
     t = part.train
     states_held = tuple((k, b) for k, b in optimizer if k != "main_grad")
-    if t.profile == "megatron" and t.zero <= ZeroStage.OS and states_held == MEGATRON_OPTIMIZER:
+    if part.profile.megatron_kernels and t.zero <= ZeroStage.OS and states_held == MEGATRON_OPTIMIZER:
         from .megatron_buffers import persistent_memory
 
         opts = framework.buffer_options(t, grad_dtype_bytes, param_dtype_bytes)

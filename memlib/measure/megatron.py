@@ -377,8 +377,9 @@ def _param_block(name: str) -> str:
 def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
     """What megatron-core on the CPU cannot run, named before a process is started."""
     from ..ledgers.base import parse_policy
+    from ..model.profiles import profile
 
-    if t.profile != "megatron":
+    if not profile(t.profile).partition.megatron_kernels:
         raise ConfigError(f"profile={t.profile}: framework=megatron-core measures the megatron profile")
     if t.transformer_impl.uses_te:
         raise ConfigError(f"transformer_impl={t.transformer_impl}: Transformer Engine needs a GPU; "

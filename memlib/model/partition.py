@@ -239,7 +239,7 @@ class Partition:
             raise ConfigError(f"tp={t.tp} must divide num_attention_heads={m.num_attention_heads}")
         if m.attention == "gqa" and m.num_key_value_heads % t.tp:
             kv = m.num_key_value_heads
-            if t.profile != "megatron":
+            if not self.profile.megatron_kernels:
                 raise ConfigError(f"tp={t.tp} must divide num_key_value_heads={kv} under the {t.profile} profile "
                                   f"(each rank holds whole key-value groups; the megatron profile replicates a group "
                                   f"over tp/num_key_value_heads ranks, as Megatron-Core does)")

@@ -47,7 +47,7 @@ import sympy as sp
 
 from ..config import ConfigError, ModelConfig, Schedule, TrainingConfig, ZeroStage, load_model
 from ..config.strategies import CP_A2A
-from ..model.profiles import act_profile
+from ..model.profiles import act_profile, profile
 from ..device.estimate import Estimate, estimate
 from ..device.overhead import Overheads
 from ..model.partition import Stage, build_stages, resolve_layout
@@ -402,7 +402,7 @@ class Family:
         self.train = train
         self.overhead = overhead if overhead is not None else Overheads()
         base = self.canonical(train)
-        if not train.transformer_impl.uses_te and train.profile == "megatron":
+        if not train.transformer_impl.uses_te and profile(train.profile).partition.megatron_kernels:
             raise ConfigError("transformer_impl=local: the compiled evaluator covers transformer_engine only "
                               "(the local modules split MLA's down-projections only when TP > 1)")
         #: the estimate whose methods give every expression

@@ -487,7 +487,7 @@ def search(model: ModelConfig | str, gpus: int, space: SearchSpace = SearchSpace
     pps = [p for p in _divisors(gpus) if p <= m.num_hidden_layers and fix.get("pp", p) == p]
     groups = []
     for fam, axes in families:
-        zeros_here = space.stages(fam.train.profile == "megatron")
+        zeros_here = space.stages(profile(fam.train.profile).partition.megatron_kernels)
         for pp in pps:
             rows = rows_for(pp, axes, fam.train.sp, zeros_here)
             if not len(rows):
