@@ -27,7 +27,7 @@ frac dfrac tfrac sqrt left right big Big bigl bigr Bigl Bigr cdot cdots ldots do
 sum prod int lceil rceil lfloor rfloor langle rangle lvert rvert vert mid quad qquad
 text textrm textit textbf mathrm mathit mathbf mathbb mathcal mathsf mathtt operatorname boldsymbol
 hat tilde bar overline underline widehat widetilde vec
-le leq ge geq ne neq approx equiv sim simeq propto to rightarrow leftarrow Rightarrow mapsto in notin
+le leq ge geq ne neq approx equiv sim simeq propto to rightarrow leftarrow Rightarrow mapsto in notin uparrow
 subset subseteq cup cap emptyset infty partial nabla forall exists min max log ln exp lim
 begin end array aligned align cases matrix pmatrix bmatrix hline displaystyle textstyle scriptstyle
 top prime ell vee wedge lor land neg

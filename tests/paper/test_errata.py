@@ -54,4 +54,4 @@ def test_the_moe_ledger_table_prints_bytes_per_element():
     assert rows and all("EP (" not in r.split("|")[3] for r in rows)
     cells = {r.split("|")[3].strip() for r in rows}
     assert cells == {"2 (bf16)", "1 (mask)"}
-    assert all("$EP$" in r.split("|")[4] and "rounded up" in r.split("|")[4] for r in rows)
+    assert all("$EP$" in r.split("|")[4] and r"$\uparrow$" in r.split("|")[4] for r in rows)   # tokens rounded up
