@@ -121,13 +121,13 @@ def values(est: Estimate) -> dict[str, str]:
         "official_count": fmt_count(len(pp.official(m))),
         "official_intro": _official_intro(m),
         "blocks_phrase": _blocks_phrase(m),
-        "apart": _capital(_and_words((["buffers that no optimizer updates (the router's bias)"]
+        "apart": _capital(join_and((["buffers that no optimizer updates (the router's bias)"]
                                       if m.has_moe and m.router_bias else [])
                                      + (["the MTP modules, which the paper leaves out,"]
                                         if m.num_nextn_predict_layers else []))) + " are counted apart."
         if (m.has_moe and m.router_bias) or m.num_nextn_predict_layers
         else "Every tensor of the model is trained, and all of them are counted.",
-        "beyond": _and_words(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
+        "beyond": join_and(["activated parameters"] + (["the MTP modules"] if m.num_nextn_predict_layers else [])
                              + (["the router's bias buffer"] if m.has_moe and m.router_bias else [])),
         "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
                                          if m.attention == "mla" else ""),
@@ -320,10 +320,6 @@ def _stated(off: dict, key: str) -> str:
 
 def _capital(text: str) -> str:
     return f"{text[:1].upper()}{text[1:]}"
-
-
-def _and_words(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _blocks_phrase(m) -> str:

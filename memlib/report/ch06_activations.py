@@ -80,7 +80,7 @@ def _block_words(m) -> dict[str, str]:
         intro = "The dense FFN, which sees every token:"
     whole = (["the key-value latent (and the query latent where the queries are compressed)"] if mla else []) \
         + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
-    listed = ", ".join(whole[:-1]) + " and " + whole[-1] if len(whole) > 1 else "".join(whole)
+    listed = join_and(whole)
     layer = _layer_name(m)
     return {"layer_name": layer, "layer_name_cap": f"{layer[:1].upper()}{layer[1:]}",
             "full_keeps": "each block's input (split by sequence parallelism) and, in the MoE block, the routing "
