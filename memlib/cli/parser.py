@@ -260,6 +260,21 @@ def _framework_options(p: argparse.ArgumentParser) -> None:
                    help="megatron profile: the experts as one Linear pair each (memlib assumes --moe-grouped-gemm)")
     p.add_argument("--no-moe-permute-fusion", dest="permute_fusion", action="store_false", default=None,
                    help="megatron profile: the token permutation unfused (memlib assumes --moe-permute-fusion)")
+    p.add_argument("--create-attention-mask-in-dataloader", dest="attention_mask_in_batch", action="store_true",
+                   default=None, help="megatron profile: the data loader's [b, 1, s, s] bool attention mask is in "
+                                      "every micro-batch (Megatron-LM's default; memlib's is off)")
+    p.add_argument("--no-create-attention-mask-in-dataloader", dest="attention_mask_in_batch",
+                   action="store_false", default=None,
+                   help="megatron profile: no attention mask in the batch (Megatron-LM's flag)")
+    p.add_argument("--deterministic-mode", dest="deterministic", action="store_true", default=None,
+                   help="megatron profile: deterministic kernels (Megatron-LM's flag): the embedding's backward "
+                        "without partial sums")
+    p.add_argument("--cublas-workspace-config", default=None, metavar=":SIZE:COUNT", type=_cublas_config,
+                   help="megatron profile: the CUBLAS_WORKSPACE_CONFIG environment variable (KiB and count per "
+                        "pair), which sets torch's cuBLAS workspaces")
+    p.add_argument("--no-expandable-segments", dest="expandable_segments", action="store_false", default=None,
+                   help="megatron profile: PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True (the caching "
+                        "allocator rounds large tensors to fresh segments)")
     p.add_argument("--moe-token-dispatcher-type", dest="token_dispatcher", default=None,
                    choices=("alltoall", "allgather", "flex"),
                    help="megatron profile: the MoE token dispatcher (default alltoall)")
@@ -314,6 +329,15 @@ def _probability(name: str):
     return parse
 
 
+def _cublas_config(text: str):
+    from ..device.megatron_buffers import cublas_workspace_pairs
+    try:
+        cublas_workspace_pairs(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _imbalance(text: str):
     try:
         return parse_number(text)
@@ -331,7 +355,8 @@ _TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "
                   "runtime")
 #: the estimate options that set memlib.device.peak.Framework fields (None: not given)
 _FRAMEWORK_OPTIONS = ("gradient_accumulation_fusion", "rope_fusion", "moe_grouped_gemm", "permute_fusion",
-                      "token_dispatcher")
+                      "token_dispatcher", "attention_mask_in_batch", "deterministic", "cublas_workspace_config",
+                      "expandable_segments")
 
 
 def _explicit(argv: list[str]) -> set[str]:

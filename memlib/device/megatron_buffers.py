@@ -359,6 +359,17 @@ def te_cublas_workspace_bytes(compute_capability: int) -> int:
     return 32 * MiB + 1024 if compute_capability >= 9 else 4 * MiB
 
 
+def cublas_workspace_pairs(text: str) -> list[tuple[int, int]]:
+    """The ``(KiB, count)`` pairs of a ``CUBLAS_WORKSPACE_CONFIG`` value (``:SIZE:COUNT`` repeated).
+
+    >>> cublas_workspace_pairs(":4096:8:16:8")
+    [(4096, 8), (16, 8)]
+    """
+    if not isinstance(text, str) or not re.fullmatch(r"(:[0-9]+:[0-9]+)+", text.strip()):
+        raise ConfigError(f"cublas_workspace_config={show(text)} must be :SIZE:COUNT pairs (KiB), e.g. :4096:8")
+    return [(int(a), int(b)) for a, b in re.findall(r":([0-9]+):([0-9]+)", text)]
+
+
 def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_config: Optional[str] = None,
                                  minor: int = 0, blackwell_32mib: bool = True) -> int:
     """PyTorch's cuBLAS workspace, one per (handle, stream): ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT``
@@ -374,11 +385,7 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
     """
     _check_flag("blackwell_32mib", blackwell_32mib)
     if cublas_workspace_config is not None:
-        pairs = re.findall(r":([0-9]+):([0-9]+)", cublas_workspace_config)
-        if not pairs:
-            raise ConfigError(f"cublas_workspace_config={show(cublas_workspace_config)} must be :SIZE:COUNT pairs "
-                              f"(KiB), e.g. :4096:8")
-        return sum(int(a) * 1024 * int(b) for a, b in pairs)
+        return sum(a * 1024 * b for a, b in cublas_workspace_pairs(cublas_workspace_config))
     big = (9, 10, 12) if blackwell_32mib else (9,)
     return 4096 * 8 * 1024 if compute_capability in big else 4096 * 1024 * 2 + 16 * 1024 * 8
 

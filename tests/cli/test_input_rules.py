@@ -237,3 +237,21 @@ def test_the_known_moe_flags_are_megatron_lms():
     fields = {"--" + n.target.id.replace("_", "-") for n in cls.body
               if isinstance(n, ast.AnnAssign) and n.target.id.startswith("moe_")}
     assert fields and fields <= MOE_FLAGS, sorted(fields - MOE_FLAGS)
+
+
+@pytest.mark.parametrize("value", ["foo", ":4096", "4096:8", ":4096:8:", ":a:8"])
+def test_a_cublas_workspace_config_that_is_not_size_count_pairs_is_refused(value, capsys):
+    """``CUBLAS_WORKSPACE_CONFIG`` is ``:SIZE:COUNT`` pairs: anything else would set no workspace at all."""
+    _refused(["estimate", "--model", "llama-3-8b", "--cublas-workspace-config", value], capsys,
+             "cublas_workspace_config=")
+
+
+def test_a_cublas_workspace_config_sets_the_workspaces(capsys):
+    """Eight 4 MiB workspaces (:4096:8) on an A100 replace its default 4096 KiB x 2 + 16 KiB x 8 on each of the two
+    cuBLAS handles torch makes in a Megatron-LM step: 2 x (24 MiB - 128 KiB) more on every rank (a Megatron-LM
+    functional test's setting)."""
+    def peak(*extra):
+        assert main(["estimate", "--model", "llama-3-8b", "--profile", "megatron", "--precision", "megatron", "--gpu",
+                     "A100", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["peak_allocated"]
+    assert peak("--cublas-workspace-config", ":4096:8") - peak() == 2 * (32 * 2**20 - (8 * 2**20 + 128 * 2**10))

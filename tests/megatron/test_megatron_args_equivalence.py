@@ -90,6 +90,24 @@ def options(train) -> list[str]:
     return out
 
 
+#: the Framework fields an estimate option sets, and the option (a switch that turns the default off, or on)
+FRAMEWORK_OPTIONS = {"gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+                     "rope_fusion": "--no-rope-fusion", "moe_grouped_gemm": "--no-moe-grouped-gemm",
+                     "permute_fusion": "--no-moe-permute-fusion",
+                     "attention_mask_in_batch": "--create-attention-mask-in-dataloader",
+                     "deterministic": "--deterministic-mode", "expandable_segments": "--no-expandable-segments"}
+
+
+def framework_options(fw: Framework) -> list[str]:
+    """``memlib estimate`` options for the framework fields an option sets."""
+    out = [flag for name, flag in FRAMEWORK_OPTIONS.items() if getattr(fw, name) != getattr(Framework(), name)]
+    if fw.cublas_workspace_config is not None:
+        out += ["--cublas-workspace-config", fw.cublas_workspace_config]
+    if fw.token_dispatcher != Framework().token_dispatcher:
+        out += ["--moe-token-dispatcher-type", fw.token_dispatcher]
+    return out
+
+
 def run_json(capsys, argv) -> dict:
     assert main([*argv, "--json"]) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)
@@ -109,7 +127,7 @@ def _cases():
 def test_every_case_reads_to_the_same_bytes_as_the_options(tmp_path, capsys):
     import yaml
 
-    checked = unrepresentable = 0
+    checked = unrepresentable = peaks_compared = 0
     for i, c in enumerate(_cases()):
         g = c.golden
         d = config_json(c.run.model)
@@ -131,18 +149,21 @@ def test_every_case_reads_to_the_same_bytes_as_the_options(tmp_path, capsys):
         a = run_json(capsys, ["estimate", "--megatron-args", str(flags), "--world-size", str(c.world_size),
                               "--megatron-version", g.version, "--attention-backend", c.run.train.attention_backend.value,
                               *gpu])
-        b = run_json(capsys, ["estimate", "--model", str(cfg), *options(c.run.train), *gpu])
+        fw = replace(c.run.framework, compute_capability=g.compute_capability)
+        b = run_json(capsys, ["estimate", "--model", str(cfg), *options(c.run.train), *framework_options(fw), *gpu])
         assert {k: v for k, v in a["config"].items() if k != "framework"} == \
             {k: v for k, v in b["config"].items() if k != "framework"}, g.key
         for sa, sb in zip(a["stages"], b["stages"]):
             assert (sa["bytes"], sa["activations"]) == (sb["bytes"], sb["activations"]), (g.key, sa["stage"])
-        # the peak: on the command line where the flags leave the framework at memlib's defaults, else the options'
+        # the peak: on the command line where every framework field the flags set has an option, else the options'
         # training configuration with the framework the flags build (no option sets it)
-        fw = replace(c.run.framework, compute_capability=g.compute_capability)
-        if fw == Framework(compute_capability=g.compute_capability):
+        settable = ("token_dispatcher", "compute_capability", "cublas_workspace_config", *FRAMEWORK_OPTIONS)
+        if replace(fw, **{k: getattr(Framework(), k) for k in settable}) == Framework():
             assert a["peak_allocated"] == b["peak_allocated"], g.key
+            peaks_compared += 1
         assert estimate(model_from_dict(d), c.run.train, NONE, framework=fw).to_dict()["peak_allocated"] == \
             a["peak_allocated"], g.key
     # the families read most cases back (the others build a model no family's config.json describes, e.g. a
     # GPT shell with RoPE)
     assert checked > 2 * unrepresentable and checked >= 100, (checked, unrepresentable)
+    assert peaks_compared >= 20, peaks_compared
