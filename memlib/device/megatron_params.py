@@ -82,11 +82,27 @@ _LAYER_PARAMS: tuple[tuple[str, tuple[str, ...], object, bool], ...] = (
     ("pre_mlp_layernorm.weight", ("moe:norms.ffn_norm",), None, False),
     ("pre_mlp_layernorm.bias", ("moe:norms.ffn_norm_bias",), None, False),
     ("mlp.router.weight", ("router.gate",), h, False),
+    ("mlp.router.bias", ("router.bias",), None, False),
+    # the experts follow the model's MLP (SwiGLU: [gate; up] and down; GeLU: fc1 and fc2); TE's GroupedLinear
+    # registers weight{i} then bias{i} for each expert in turn (grouped_linear.py:1450-1477 at v2.18)
     ("mlp.experts.linear_fc1.weight{e}", ("routed_experts.gate", "routed_experts.up"), h, True),
+    ("mlp.experts.linear_fc1.weight{e}", ("routed_experts.fc1",), h, True),
+    ("mlp.experts.linear_fc1.bias{e}", ("routed_experts.gate_bias", "routed_experts.up_bias"), None, False),
+    ("mlp.experts.linear_fc1.bias{e}", ("routed_experts.fc1_bias",), None, False),
     ("mlp.experts.linear_fc2.weight{e}", ("routed_experts.down",), h_E / ETP, True),
+    ("mlp.experts.linear_fc2.weight{e}", ("routed_experts.fc2",), h_E / ETP, True),
+    ("mlp.experts.linear_fc2.bias{e}", ("routed_experts.down_bias",), None, False),
+    ("mlp.experts.linear_fc2.bias{e}", ("routed_experts.fc2_bias",), None, False),
     ("mlp.shared_experts.linear_fc1.weight", ("shared_experts.gate", "shared_experts.up"), h, True),
+    ("mlp.shared_experts.linear_fc1.weight", ("shared_experts.fc1",), h, True),
+    ("mlp.shared_experts.linear_fc1.bias", ("shared_experts.gate_bias", "shared_experts.up_bias"), None, False),
+    ("mlp.shared_experts.linear_fc1.bias", ("shared_experts.fc1_bias",), None, False),
     ("mlp.shared_experts.linear_fc2.weight", ("deepseek:shared_experts.down",), N_s * h_E / TP, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("deepseek:shared_experts.fc2",), N_s * h_E / TP, True),
     ("mlp.shared_experts.linear_fc2.weight", ("qwen2_moe:shared_experts.down",), h_S / TP, True),
+    ("mlp.shared_experts.linear_fc2.weight", ("qwen2_moe:shared_experts.fc2",), h_S / TP, True),
+    ("mlp.shared_experts.linear_fc2.bias", ("shared_experts.down_bias",), None, False),
+    ("mlp.shared_experts.linear_fc2.bias", ("shared_experts.fc2_bias",), None, False),
     ("mlp.shared_experts.gate_weight", ("shared_experts.gate_weight",), h, False),
 )
 
@@ -114,17 +130,18 @@ def _layer_params(part: Partition, prefix: str, tensors: list[Tensor], kind: str
             continue      # the parameter exists when its first tensor does (W^Q without q LoRA, W^UQ with it)
         used.update(wanted)
         numel = sum(_local(part, by_key[k]) for k in wanted)
-        if cols is None:
-            shapes = [(numel,)]
+        per = local_experts if "{e}" in name else 1
+        c = 1 if cols is None else int(sp.sympify(cols).xreplace(part.values))
+        if numel % (per * c):  # pragma: no cover - a wrong column count in the table
+            raise ConfigError(f"megatron_buffers: {name} has {numel} elements, not a multiple of {per} x {c}")
+        shapes = [(numel // per,) if cols is None else (numel // per // c, c)] * per
+        made = [MegatronParam(prefix + name.format(e=e), shape, expert=expert_buffer and "{e}" in name,
+                              te_gemm=te, dummy_wgrad=te) for e, shape in enumerate(shapes)]
+        if "bias{e}" in name:      # each expert's bias right after its weight (TE GroupedLinear's order)
+            weights = out[-per:]
+            out[-per:] = [x for pair in zip(weights, made) for x in pair]
         else:
-            c = int(sp.sympify(cols).xreplace(part.values))
-            per = local_experts if "{e}" in name else 1
-            if numel % (per * c):  # pragma: no cover - a wrong column count in the table
-                raise ConfigError(f"megatron_buffers: {name} has {numel} elements, not a multiple of {per} x {c}")
-            shapes = [(numel // per // c, c)] * per
-        for e, shape in enumerate(shapes):
-            out.append(MegatronParam(prefix + name.format(e=e), shape, expert=expert_buffer and "{e}" in name,
-                                     te_gemm=te, dummy_wgrad=te))
+            out += made
     missing = set(by_key) - used
     if missing:  # pragma: no cover - a tensor memlib knows and this table does not
         raise ConfigError(f"megatron_buffers: no Megatron-Core parameter for {sorted(missing)}")

@@ -492,8 +492,13 @@ def _aux_loss(k: Kernels, sigmoid: bool, tok: set) -> list[Saved]:
 def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
     bs = b * s
     ETP = sym("ETP")
+    if m.mlp == "gelu" and m.mlp_bias and k.swiglu_fusion:
+        raise ConfigError("bias_swiglu_fusion=True (Megatron's bias_activation_fusion: --bias-gelu-fusion for a GeLU "
+                          "model) with GeLU experts and biases: Megatron-Core fuses only SwiGLU and quick-GeGLU in its "
+                          "experts (moe/experts.py raises 'Only support fusion of swiglu and quick_gelu'); use "
+                          "--no-bias-swiglu-fusion (--no-bias-gelu-fusion)")
     out = _norm("moe", "the MoE block input (residual stream after attention)", h, k, modules={"layernorm"},
-                checkpoint_module="layernorm", output_linear=False,
+                checkpoint_module="layernorm", output_linear=False, layernorm=m.norm == "layernorm",
                 output_name="pre-MLP RMSNorm output, input of the router" + (
                     " and the shared experts" if m.has_shared_experts else ""),
                 output_note=("kept in bf16: the router's GEMM needs it in high precision, and under FP8 Megatron has "
@@ -521,19 +526,63 @@ def _moe(m: ModelConfig, k: Kernels) -> list[Saved]:
            shard={"SP", "CP"}, modules={"moe"}, linear_input=True, width=h,
            note=routed_note + "; kept by fc1 (" + ("SequentialMLP's ColumnParallelLinear, " + _MEASURED
                                                    if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"),
-        _S("moe.routed.probs", "routing probabilities of the dispatched tokens, fp32 (applied in the SwiGLU)",
-           routed, "fp32", shard={"SP", "CP"}, modules={"moe"}, note=_SHARED_CODE),
+        _S("moe.routed.probs", "routing probabilities of the dispatched tokens, fp32 (applied after the "
+           "activation)", routed, "fp32", shard={"SP", "CP"}, modules={"moe"}, note=_SHARED_CODE),
     ]
     # width h_E / ETP on the b s N_r ETP / TP dispatched tokens (ETP cancels in the bytes, not in the FP8 tiles)
-    out += _swiglu("moe.routed", "routed experts'", routed, h_E, {"SP", "CP", "ETP"}, {"moe"},
-                   {"moe", "moe_act"}, k, weighted=True,
-                   note="moe_act recomputes it from the SwiGLU input (output-discarding checkpoint)")
+    if m.mlp == "gelu":
+        out += _gelu_experts(routed, k)
+    else:
+        out += _swiglu("moe.routed", "routed experts'", routed, h_E, {"SP", "CP", "ETP"}, {"moe"},
+                       {"moe", "moe_act"}, k, weighted=True,
+                       note="moe_act recomputes it from the SwiGLU input (output-discarding checkpoint)")
     if m.n_shared_experts:
-        out += _swiglu("moe.shared", "shared experts'", bs, N_s * h_E, {"TP", "CP"}, {"moe", "shared_experts"},
-                       {"moe", "shared_experts"}, k,
-                       note="TP-split like the dense FFN over all s tokens (fc1 gathers its SP input); "
-                            "Megatron's moe_act covers the routed experts only")
+        shared_note = ("TP-split like the dense FFN over all s tokens (fc1 gathers its SP input); Megatron's moe_act "
+                       "covers the routed experts only")
+        if m.mlp == "gelu":
+            out += _gelu_mlp("moe.shared", "shared experts'", bs, N_s * h_E, {"moe", "shared_experts"}, k,
+                             note=shared_note)
+        else:
+            out += _swiglu("moe.shared", "shared experts'", bs, N_s * h_E, {"TP", "CP"}, {"moe", "shared_experts"},
+                           {"moe", "shared_experts"}, k, note=shared_note)
     return out
+
+
+def _gelu_experts(routed, k: Kernels) -> list[Saved]:
+    """Routed GeLU experts (no --swiglu): fc1's output, the GeLU's input; the GeLU's output, kept by its product
+    with the fp32 routing probabilities; that product cast back to the activation dtype, fc2's input (in fp32
+    training the cast returns the product itself: still its own tensor).  TEGroupedMLP and SequentialMLP alike
+    (moe/experts.py and transformer/mlp.py at the pin: with a GeLU and the probabilities Megatron-Core has no
+    fused kernel, so bias_activation_fusion must be off); a bias adds nothing kept: fc1's is added before the
+    GeLU (the sum is its input), fc2's is scaled by the probabilities the block already keeps."""
+    shard = {"SP", "CP", "ETP"}
+    return [
+        _S("moe.routed.gelu_input", "routed experts' fc1 output (with its bias), the GeLU's input", routed * h_E,
+           shard=shard, modules={"moe"},
+           note="F.gelu keeps its input; moe_act's output-discarding checkpoint keeps it as its input; "
+                + _SHARED_CODE),
+        _S("moe.routed.gelu_output", "routed experts' GeLU output, kept by its product with the routing "
+           "probabilities", routed * h_E, shard=shard, modules={"moe", "moe_act"}, note=_SHARED_CODE),
+        _S("moe.routed.act_output", "routed experts' weighted GeLU output (cast back from the fp32 product), input "
+           "of fc2", routed * h_E, shard=shard, modules={"moe", "moe_act"}, linear_input=True, width=h_E,
+           note="the fp32 product itself is freed by the cast; kept by fc2 (" + (
+               "SequentialMLP's RowParallelLinear, " + _MEASURED if k.local_norm else KERNEL_SOURCES["te_linear"])
+                + "); moe_act recomputes it from the GeLU input"),
+    ]
+
+
+def _gelu_mlp(prefix: str, label: str, tokens, width, modules: set, k: Kernels, *, note: str = "") -> list[Saved]:
+    """A GeLU MLP's fc1 output (the GeLU's input; the fused bias-GeLU keeps the same) and its GeLU output, fc2's
+    input (TP-split)."""
+    return [
+        _S(f"{prefix}.gelu_input", f"{label} fc1 output, the GeLU's input", tokens * width, shard={"TP", "CP"},
+           modules=modules, note="fused_bias_gelu.py keeps its input and the bias; F.gelu keeps its input: the same "
+                                 "bytes; " + _SHARED_CODE),
+        _S(f"{prefix}.act_output", f"{label} GeLU output, input of fc2", tokens * width, shard={"TP", "CP"},
+           modules=modules, linear_input=True, width=width,
+           note=note + ("; " if note else "") + "kept by fc2 (" + ("ColumnParallelLinear/RowParallelLinear, "
+                + _MEASURED if k.local_norm else KERNEL_SOURCES["te_linear"]) + ")"),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -446,7 +446,7 @@ class _Mapper(ModelFlags):
                "attention_dropout": f.number("--attention-dropout", Fraction(1, 10)),
                "megatron_version": self.version.text}
         out |= {"transformer_impl": impl, "attention_backend": backend, "attention_softmax_in_fp32": softmax_fp32,
-               "bias_swiglu_fusion": not f.switch("--no-bias-swiglu-fusion"), "cross_entropy_loss_fusion": fusion,
+               "bias_swiglu_fusion": self.bias_activation_fusion(), "cross_entropy_loss_fusion": fusion,
                "cross_entropy_fusion_impl": ce_impl, "moe_a2a_overlap": f.switch("--overlap-moe-expert-parallel-comm")}
         offload = f.switch("--fine-grained-activation-offloading")
         mods = f.many("--offload-modules")
@@ -464,6 +464,16 @@ class _Mapper(ModelFlags):
             out["offload_modules"] = tuple(dict.fromkeys(mods))
         out["moe_aux_loss"] = LoadBalancing.NONE if dense else self.load_balancing()
         return out
+
+    def bias_activation_fusion(self) -> bool:
+        """Megatron-LM's ``bias_activation_fusion`` (memlib's ``bias_swiglu_fusion``): ``--bias-swiglu-fusion``
+        with ``--swiglu``, else ``--bias-gelu-fusion``, which Megatron-LM turns off without biases
+        (argument_utils.py:317-319, arguments.py:1605-1606 at the pin)."""
+        f = self.f
+        swiglu_off, gelu_off = f.switch("--no-bias-swiglu-fusion"), f.switch("--no-bias-gelu-fusion")
+        if f.switch("--swiglu"):
+            return not swiglu_off
+        return not gelu_off and not f.switch("--disable-bias-linear")
 
     def load_balancing(self) -> LoadBalancing:
         f = self.f

@@ -91,16 +91,19 @@ class ModelFlags:
         if group_topk and not groups:
             raise ConfigError(f"--moe-router-group-topk={group_topk} needs --moe-router-num-groups (Megatron-Core's rule)")
         pre_softmax = f.switch("--moe-router-pre-softmax")      # sigmoid scores: it changes nothing
-        if topk == 1 and score == "softmax" and not pre_softmax:
-            raise ConfigError("--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax (Megatron-Core's rule)")
+        sinkhorn = "sinkhorn" in (f.many("--moe-router-load-balancing-type") or ())
+        if topk == 1 and score == "softmax" and not pre_softmax and not sinkhorn:
+            raise ConfigError("--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax (Megatron-Core's "
+                              "rule, sinkhorn load balancing excepted)")
         return moe_ffn, shared, topk, k, freq, score, bias, groups, group_topk, pre_softmax
 
     def gqa_fields(self) -> tuple[dict, bool]:
         """A model without ``--multi-latent-attention``: grouped-query (or multi-head) attention, the dense FFN
         (SwiGLU with ``--swiglu``, else GeLU), LayerNorm or RMSNorm, learned absolute positions or RoPE, biases
         unless ``--disable-bias-linear`` (``--add-qkv-bias`` keeps those of q, k, v), Mixtral-style MoE layers
-        (softmax after the top-k) or DeepSeek-style ones (softmax first or sigmoid scores, shared experts) with
-        SwiGLU experts: ModelConfig's fields, given directly (``family`` names the nearest preset family)."""
+        (softmax after the top-k) or DeepSeek-style ones (softmax first or sigmoid scores, shared experts) whose
+        experts are MLPs of the model's kind (SwiGLU or GeLU, biased with the rest): ModelConfig's fields, given
+        directly (``family`` names the nearest preset family)."""
         f = self.f
         layers, hidden, heads = self._sizes()
         head_dim = f.int("--kv-channels", hidden // heads)
@@ -155,9 +158,6 @@ class ModelFlags:
                      first_k_dense_replace=layers, moe_layer_freq=1, moe=None,
                      family="llama" if swiglu else "gpt")
             return m, True
-        if not swiglu:
-            raise ConfigError(f"--num-experts={experts} without --swiglu: memlib's routed experts are SwiGLU MLPs; "
-                              f"GeLU experts cannot be expressed yet")
         if f.switch("--moe-shared-expert-gate"):
             raise ConfigError("--moe-shared-expert-gate=on cannot be expressed without --multi-latent-attention yet")
         moe_ffn, shared, topk, k, freq, score, bias_e, groups, group_topk, pre_softmax = self._router(layers, ffn)

@@ -218,31 +218,78 @@ def dense_ffn_tensors(m: ModelConfig | None = None) -> list[Tensor]:
 
 
 def _router(m: ModelConfig) -> list[Tensor]:
+    """The router's weight, its bias where ``mlp_bias`` (Megatron-Core's TopKRouter has one with
+    add_bias_linear, moe/router.py:67-72 at the pin) and the expert-bias buffer of ``noaux_tc`` routing."""
     t = [Tensor("router.gate", "W^{G}", (N, h), "mlp.gate.weight")]
+    if m.mlp_bias:
+        t.append(Tensor("router.bias", "b^{R}", (N,), "mlp.gate.bias", "bias"))
     if m.router_bias:
         t.append(Tensor("router.e_score_correction_bias", "b^{G}", (N,), "mlp.gate.e_score_correction_bias", "buffer"))
     return t
 
 
 def _routed(m: ModelConfig) -> list[Tensor]:
-    return [
+    """The N routed experts, each an MLP of width h_E of the model's own kind (Megatron-Core's experts follow
+    ``gated_linear_unit`` and ``activation_func`` as its dense MLP does): SwiGLU (gate, up, down) or GeLU (fc1,
+    fc2), with biases when ``mlp_bias`` (``add_bias_linear`` biases the experts too).  A bias of fc1 (and gate,
+    up) splits with the expert's width over ETP; fc2's (down's) is the expert's output bias, replicated over
+    ETP (:data:`ETP_REPLICATED`)."""
+    if m.mlp == "gelu":
+        t = [Tensor("routed_experts.fc1", r"W^{fc1}_{i}", (N, h_E, h), "mlp.experts.*.c_fc.weight", expert=True)]
+        if m.mlp_bias:
+            t.append(Tensor("routed_experts.fc1_bias", r"b^{fc1}_{i}", (N, h_E), "mlp.experts.*.c_fc.bias", "bias",
+                            expert=True))
+        t.append(Tensor("routed_experts.fc2", r"W^{fc2}_{i}", (N, h, h_E), "mlp.experts.*.c_proj.weight", expert=True))
+        if m.mlp_bias:
+            t.append(Tensor("routed_experts.fc2_bias", r"b^{fc2}_{i}", (N, h), "mlp.experts.*.c_proj.bias", "bias",
+                            expert=True))
+        return t
+    t = [
         Tensor("routed_experts.gate", r"W^{gate}_{i}", (N, h_E, h), "mlp.experts.*.gate_proj.weight", expert=True),
         Tensor("routed_experts.up", r"W^{up}_{i}", (N, h_E, h), "mlp.experts.*.up_proj.weight", expert=True),
         Tensor("routed_experts.down", r"W^{down}_{i}", (N, h, h_E), "mlp.experts.*.down_proj.weight", expert=True),
     ]
+    if m.mlp_bias:
+        t += [Tensor("routed_experts.gate_bias", r"b^{gate}_{i}", (N, h_E), "mlp.experts.*.gate_proj.bias", "bias",
+                     expert=True),
+              Tensor("routed_experts.up_bias", r"b^{up}_{i}", (N, h_E), "mlp.experts.*.up_proj.bias", "bias",
+                     expert=True),
+              Tensor("routed_experts.down_bias", r"b^{down}_{i}", (N, h), "mlp.experts.*.down_proj.bias", "bias",
+                     expert=True)]
+    return t
 
 
-def _shared(width, hf: str) -> list[Tensor]:
-    return [
+#: routed-expert tensors split by EP only, replicated over the ETP ranks of an expert: the output biases (the
+#: row-parallel fc2's bias, added after the reduction over ETP)
+ETP_REPLICATED = frozenset({"routed_experts.fc2_bias", "routed_experts.down_bias"})
+
+
+def _shared(m: ModelConfig, width, hf: str) -> list[Tensor]:
+    """Shared experts: one MLP of ``width`` of the model's kind (SwiGLU or GeLU, Megatron-Core's
+    SharedExpertMLP), TP-split like the dense FFN, biased when ``mlp_bias``."""
+    if m.mlp == "gelu":
+        t = [Tensor("shared_experts.fc1", r"W^{fc1}_{s}", (width, h), f"mlp.{hf}.c_fc.weight", tp_dim=width)]
+        if m.mlp_bias:
+            t.append(_bias("shared_experts.fc1_bias", "b^{fc1}_{s}", width, f"mlp.{hf}.c_fc.bias", width))
+        t.append(Tensor("shared_experts.fc2", r"W^{fc2}_{s}", (h, width), f"mlp.{hf}.c_proj.weight", tp_dim=width))
+        if m.mlp_bias:
+            t.append(_bias("shared_experts.fc2_bias", "b^{fc2}_{s}", h, f"mlp.{hf}.c_proj.bias"))
+        return t
+    t = [
         Tensor("shared_experts.gate", r"W^{gate}_{s}", (width, h), f"mlp.{hf}.gate_proj.weight", tp_dim=width),
         Tensor("shared_experts.up", r"W^{up}_{s}", (width, h), f"mlp.{hf}.up_proj.weight", tp_dim=width),
         Tensor("shared_experts.down", r"W^{down}_{s}", (h, width), f"mlp.{hf}.down_proj.weight", tp_dim=width),
     ]
+    if m.mlp_bias:
+        t += [_bias("shared_experts.gate_bias", "b^{gate}_{s}", width, f"mlp.{hf}.gate_proj.bias", width),
+              _bias("shared_experts.up_bias", "b^{up}_{s}", width, f"mlp.{hf}.up_proj.bias", width),
+              _bias("shared_experts.down_bias", "b^{down}_{s}", h, f"mlp.{hf}.down_proj.bias")]
+    return t
 
 
 def _deepseek_moe(m: ModelConfig) -> list[Tensor]:
     """Router (and its bias buffer), shared experts (one MLP of width N_s h_E), routed experts."""
-    return _router(m) + (_shared(N_s * h_E, "shared_experts") if m.n_shared_experts else []) + _routed(m)
+    return _router(m) + (_shared(m, N_s * h_E, "shared_experts") if m.n_shared_experts else []) + _routed(m)
 
 
 def _topk_moe(m: ModelConfig) -> list[Tensor]:
@@ -253,7 +300,7 @@ def _topk_moe(m: ModelConfig) -> list[Tensor]:
 
 def _qwen2_moe(m: ModelConfig) -> list[Tensor]:
     """Qwen2-MoE: router, routed experts, one shared expert of width h_S and its sigmoid gate (1 x h)."""
-    return (_router(m) + _routed(m) + _shared(h_S, "shared_expert")
+    return (_router(m) + _routed(m) + _shared(m, h_S, "shared_expert")
             + [Tensor("shared_experts.gate_weight", r"W^{gate}_{S}", (1, h), "mlp.shared_expert_gate.weight")])
 
 

@@ -57,7 +57,8 @@ __all__ = ["Stage", "Partition", "resolve_layout", "default_layout", "balanced_l
 TP, EP, ETP = sym("TP"), sym("EP"), sym("ETP")
 
 #: how a tensor is laid over the ranks of a stage, with the divisor of its element count
-SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by EP and ETP"}
+SHARDING = {"tp": "split by TP", "replicated": "replicated", "expert": "split by EP and ETP",
+            "expert_ep": "split by EP, replicated over ETP"}
 
 #: Megatron-Core's local spec (transformer_impl=local) builds MLA's down-projections as ColumnParallelLinear
 #: (then gathers their outputs): W^DQ split over d_c', the fused [W^DKV; W^KR] over d_c + d_h^R
@@ -67,7 +68,7 @@ _LOCAL_TP = {"attention.W_DQ": sym("d_cq"), "attention.W_DKV": sym("d_c") + sym(
 
 def shard_divisor(kind: str) -> sp.Expr:
     """Divisor of a tensor's element count on one device."""
-    return {"tp": TP, "replicated": sp.Integer(1), "expert": EP * ETP}[kind]
+    return {"tp": TP, "replicated": sp.Integer(1), "expert": EP * ETP, "expert_ep": EP}[kind]
 
 
 def parallel_values(train: TrainingConfig) -> dict:
@@ -347,13 +348,14 @@ class Partition:
         return Breakdown([(t.key, n * t.numel) for t, n in self.tensors(stage) if t.kind != "buffer"])
 
     def split(self, stage: Stage) -> dict[str, Breakdown]:
-        """Per-device parameters grouped by sharding: ``tp``, ``replicated``, ``expert``."""
+        """Per-device parameters grouped by sharding: ``tp``, ``replicated``, ``expert`` (the experts' output
+        biases, split by EP only, among them)."""
         groups: dict[str, list] = {"tp": [], "replicated": [], "expert": []}
         for t, n in self.tensors(stage):
             if t.kind == "buffer":
                 continue
             kind = self.sharding(t)
-            groups[kind].append((t.key, n * t.numel / shard_divisor(kind)))
+            groups["expert" if kind == "expert_ep" else kind].append((t.key, n * t.numel / shard_divisor(kind)))
         return {k: Breakdown(v) for k, v in groups.items()}
 
     def edp_keys(self, stage: Stage) -> set[str]:

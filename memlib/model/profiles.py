@@ -19,7 +19,7 @@ from ..ledgers.base import ActProfile
 from ..ledgers.hf import HF_EAGER_PROFILE
 from ..ledgers.megatron import MEGATRON_PROFILE
 from ..ledgers.paper import PAPER_PROFILE
-from .architecture import Tensor
+from .architecture import ETP_REPLICATED, Tensor
 from .blocks import model_blocks
 
 __all__ = ["PartitionRules", "Profile", "PROFILES", "profile", "act_profile"]
@@ -59,9 +59,9 @@ class PartitionRules:
     megatron_kernels: bool = False
 
     def sharding(self, t: Tensor) -> str:
-        """``"tp"``, ``"replicated"`` or ``"expert"`` for tensor ``t``."""
+        """``"tp"``, ``"replicated"``, ``"expert"`` or ``"expert_ep"`` (an expert's output bias) for tensor ``t``."""
         if t.expert:
-            return "expert"
+            return "expert_ep" if t.key.removeprefix("mtp.") in ETP_REPLICATED else "expert"
         if t.kind == "buffer" or t.tp_dim is None:
             return "replicated"
         return "tp" if self.tp_splits(t) else "replicated"

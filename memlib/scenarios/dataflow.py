@@ -44,7 +44,7 @@ __all__ = ["BLOCKS", "FlowNode", "FlowEdge", "FlowGraph", "block_flow", "ffn_blo
 BLOCKS = ("attention", "moe", "dense_ffn")
 
 #: what slices a weight on one device, by the partition's sharding kind
-_WEIGHT_SLICES = {"tp": ("TP",), "expert": ("EP", "ETP"), "replicated": ()}
+_WEIGHT_SLICES = {"tp": ("TP",), "expert": ("EP", "ETP"), "expert_ep": ("EP",), "replicated": ()}
 #: the order the slicing sizes of a value are listed in
 _SLICE_ORDER = ("TP", "ETP", "EP", "SP", "CP")
 _b, _s = sym("b"), sym("s")
