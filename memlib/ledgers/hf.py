@@ -390,6 +390,9 @@ def hf_code(m: ModelConfig) -> HfCode:
                           f"{', '.join(HF_CODE)}")
     if code.check is not None:
         code.check(m)
+    if m.has_moe and m.mlp != "swiglu":
+        raise ConfigError(f"mlp={m.mlp} with MoE layers: transformers' MoE classes ({', '.join(sorted(MOE_HF))}) have "
+                          f"SwiGLU experts; profile=hf-eager has no ledger for {m.mlp} experts (profile megatron has)")
     if m.hidden_act not in ACTIVATIONS_HF:
         raise ConfigError(f"hidden_act={show(m.hidden_act)}: profile=hf-eager knows what "
                           f"{', '.join(ACTIVATIONS_HF)} keep for backward, not this activation")

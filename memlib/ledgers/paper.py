@@ -77,9 +77,10 @@ def _paper_attention(m: ModelConfig) -> list[Saved]:
 
 
 def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, module: str,
-               label: str, input_mask: bool, mean_rows: bool = False) -> list[Saved]:
+               label: str, input_mask: bool, mean_rows: bool = False, gelu: bool = False) -> list[Saved]:
     """A SwiGLU FFN as the paper counts an expert: input (and its mask), gate, up, SiLU, product.
-    ``mean_rows``: ``tokens`` is an expected count (routed experts), rounded up on a device."""
+    ``mean_rows``: ``tokens`` is an expected count (routed experts), rounded up on a device.  ``gelu``: an
+    expert of a model without SwiGLU (fc1, GeLU, fc2), counted alike: fc1's output and the GeLU's output."""
     out = []
     kw = {"mean_rows": mean_rows}
     if input_mask:
@@ -88,6 +89,14 @@ def _paper_ffn(prefix: str, width, tokens, *, shard_w: set, shard_in: set, modul
                width=h, **kw),
             _S(f"{prefix}.input_mask", f"{label} input mask", tokens * h, "mask", shard=shard_in, modules={module},
                width=h, note="the paper's 3 E_token h: input (2 bytes) and a 1-byte mask", **kw),
+        ]
+    if gelu:
+        act = {module, "moe_act"} if prefix == "routed" else {module}
+        return out + [
+            _S(f"{prefix}.fc1_out", f"{label} fc1 output (GeLU input)", tokens * width, shard=shard_w,
+               modules={module}, width=width, **kw),
+            _S(f"{prefix}.act_out", f"{label} GeLU output, input of fc2", tokens * width, shard=shard_w, modules=act,
+               linear_input=True, width=width, **kw),
         ]
     out += [
         _S(f"{prefix}.gate_out", f"{label} gate projection output (SwiGLU input)", tokens * width,
@@ -116,10 +125,11 @@ def _paper_moe(m: ModelConfig) -> list[Saved]:
            keep_full=True, note="kept under full recomputation so that routing is reproduced exactly"),
     ]
     out += [e for e in _paper_ffn("routed", h_E, routed_tokens, shard_w={"CP", "EP", "ETP"}, shard_in={"CP", "EP"},
-                                  module="moe", label="routed experts'", input_mask=True, mean_rows=True)]
+                                  module="moe", label="routed experts'", input_mask=True, mean_rows=True,
+                                  gelu=m.mlp == "gelu")]
     if m.n_shared_experts:
         out += _paper_ffn("shared", N_s * h_E, bs, shard_w={"CP"}, shard_in={"CP"}, module="shared_experts",
-                          label="shared experts'", input_mask=True)
+                          label="shared experts'", input_mask=True, gelu=m.mlp == "gelu")
     return [e if e.key.startswith("moe.") else renamed(e, "moe." + e.key) for e in out]
 
 

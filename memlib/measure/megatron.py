@@ -394,6 +394,10 @@ def _check_request(m: ModelConfig, t: TrainingConfig) -> None:
     if m.mlp_bias and "mlp" in parse_policy(t.recompute).modules:
         raise ConfigError(f"recompute={t.recompute} with mlp_bias=True: megatron-core {MCORE_VERSION}'s mlp checkpoint "
                           f"returns the bias parameter as an output and its backward recurses without end")
+    if m.has_moe and m.mlp_bias:
+        raise ConfigError(f"mlp_bias=True with MoE layers: megatron-core {MCORE_VERSION}'s SequentialMLP (the CPU's "
+                          f"experts) adds each expert's fc2 bias in place on a view of its output, which autograd "
+                          f"refuses with TP 1; framework=megatron-core measures MoE models without biases")
     if m.mlp == "gelu" and t.bias_swiglu_fusion and not m.mlp_bias:
         raise ConfigError("bias_swiglu_fusion=True with a GeLU MLP without mlp_bias: Megatron-Core's fused bias-GeLU "
                           "needs the bias (--no-bias-swiglu-fusion)")

@@ -9,6 +9,7 @@ generator it is given, so a seed reproduces a batch.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..ledgers.base import parse_policy
@@ -184,8 +185,10 @@ def random_family_request(rng: random.Random, seed: int = 0) -> Request:
 
     Grouped-query and multi-head attention (n_kv = n_h one time in three), biases where Megatron-Core can
     place them (its add_bias_linear biases linear_proj and the MLP together: Llama's attention_bias and
-    mlp_bias are drawn equal, the GPT's too; the MoE families have no output or expert bias), tied and
-    untied embeddings."""
+    mlp_bias are drawn equal, the GPT's too; the MoE families have no output or expert bias: megatron-core's
+    SequentialMLP adds an expert's fc2 bias in place on a view, which autograd refuses on the CPU), tied and
+    untied embeddings; every second Mixtral has GeLU experts (no --swiglu), half of them with LayerNorm and
+    learned positions."""
     from ..config import model_from_dict
 
     fam = MCORE_RANDOM_FAMILIES[seed % len(MCORE_RANDOM_FAMILIES)]
@@ -217,6 +220,13 @@ def random_family_request(rng: random.Random, seed: int = 0) -> Request:
             if fam == "qwen2_moe":
                 d.update(shared_expert_intermediate_size=rng.randint(2, 24), qkv_bias=rng.random() < 0.7)
     m = model_from_dict(d, name="random-" + fam)
+    if fam == "mixtral" and (seed // len(MCORE_RANDOM_FAMILIES)) % 2:
+        # every second Mixtral: GeLU experts, as Megatron-LM builds them without --swiglu (its GPT MoE tests), half
+        # of them with the GPT's LayerNorm and learned positions
+        ln = rng.random() < 0.5
+        m = replace(m, name="random-gelu-moe", mlp="gelu", hidden_act="gelu", norm="layernorm" if ln else m.norm,
+                    positions="learned" if ln else m.positions,
+                    max_position_embeddings=rng.randint(24, 40) if ln else None)
     train = TrainingConfig(
         dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", runtime="cpu",
         precision="fp32" if seed % 4 == 3 else "megatron",

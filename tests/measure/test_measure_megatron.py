@@ -210,6 +210,7 @@ def test_family_random_configs_cover_what_they_must(family_batch):
         pytest.skip("fewer family configs than two per recompute policy")
     ms, ts = [r.model for r in reqs], [r.train for r in reqs]
     assert {m.family for m in ms} == set(MCORE_RANDOM_FAMILIES)
+    assert any(m.has_moe and m.mlp == "gelu" for m in ms)          # GeLU experts (no --swiglu)
     assert {t.recompute for t in ts} == set(GQA_CPU_RECOMPUTE)
     assert {t.precision for t in ts} == {"megatron", "fp32"}
     assert {m.num_key_value_heads == m.num_attention_heads for m in ms} == {True, False}, f"MEMLIB_MCORE_SEED={seed}"
@@ -257,9 +258,102 @@ def test_family_local_ledger_by_hand():
     assert sel == 4200 + 2840 - 400 - 2 * 480 + 240 + 960 + 4
 
 
+def _gelu_moe(bias: bool = False, ln: bool = True, layers: int = 2):
+    """A GPT MoE shell as Megatron-LM builds it without --swiglu: GeLU experts (4 of h_E = 8, top-2), h = 16 in 4
+    heads, LayerNorm and learned positions (``ln``) or RMSNorm and RoPE."""
+    from dataclasses import replace
+
+    mix = model_from_dict({"architectures": ["MixtralForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+                           "num_key_value_heads": 4, "head_dim": 4, "num_hidden_layers": layers, "vocab_size": 32,
+                           "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 8}, name="gelu-moe")
+    return replace(mix, mlp="gelu", hidden_act="gelu", norm="layernorm" if ln else "rmsnorm",
+                   positions="learned" if ln else "rope", max_position_embeddings=16 if ln else None, mlp_bias=bias,
+                   o_bias=bias, qkv_bias=bias)
+
+
+def test_gelu_experts_local_ledger_by_hand():
+    """Without megatron-core: one GeLU-expert MoE layer, b = 2, s = 5 (10 tokens, 20 dispatched copies), bf16, as
+    megatron-core 0.19.2 saved it on the CPU.  Attention as the GPT's, 2360.  MoE: LayerNorm input, mean, 1/std
+    320 + 20 + 20, its output (the router's input) 320; top-k indices 160 and fp32 probabilities 80 (softmax after
+    the top-k); seq_aux_loss: fp32 scores 160, b N int64 counts 64, the loss 4; the permutation's argsort 10 x 4 x 8
+    = 320 and token indices 160; fc1's input 20 x 16 x 2 = 640, the fp32 probabilities 80; the GeLU's input, its
+    output and the cast product fc2 keeps, 3 x 20 x 8 x 2 = 960: 3308."""
+    from memlib.measure.megatron_compare import predicted
+
+    p = predicted(_gelu_moe(layers=1), local(micro_batch=2, seq_len=5, bias_swiglu_fusion=False))
+    assert p["regions"]["layer.0"] == 2360 + 3308
+    moe = {k: x for k, x in p["entries"]["layer.0"].items() if k.startswith("moe.")}
+    assert sum(moe.values()) == 3308
+    assert {k: moe[k] for k in ("moe.routed.gelu_input", "moe.routed.gelu_output", "moe.routed.act_output")} == {
+        "moe.routed.gelu_input": 320, "moe.routed.gelu_output": 320, "moe.routed.act_output": 320}
+
+
+def test_gelu_experts_exact(mcore):
+    """GeLU experts (Megatron-LM without --swiglu) against megatron-core's SequentialMLP on the CPU, to the byte per
+    region and block, with the parameters and main_grad buffers: LayerNorm or RMSNorm, bf16 or fp32, with and
+    without the moe, layernorm and full recompute, both load-balancing losses."""
+    from memlib.measure.megatron_compare import compare_many
+
+    t = dict(micro_batch=2, seq_len=5, bias_swiglu_fusion=False)
+    pairs = [(_gelu_moe(), local(**t)), (_gelu_moe(ln=False), local(**t)), (_gelu_moe(), local(precision="fp32", **t)),
+             (_gelu_moe(), local(recompute="moe", **t)), (_gelu_moe(), local(recompute="layernorm,moe", **t)),
+             (_gelu_moe(ln=False), local(recompute="full", **t)), (_gelu_moe(), local(moe_aux_loss="aux_loss", **t))]
+    for (m, tr), r in zip(pairs, compare_many(pairs, step=True)):
+        assert r["exact"], (tr.recompute, tr.precision, m.norm, _differences(r))
+
+
+_PARAMS_SCRIPT = """
+import json, sys
+from dataclasses import replace
+from memlib.config import TrainingConfig, model_from_dict
+from memlib.measure.megatron import Request, _install_shims, _init_distributed, _param_blocks
+from memlib.measure.megatron_model import _build
+_install_shims(); _init_distributed(1, 0, None)
+out = []
+for mlp in ("gelu", "swiglu"):
+    mix = model_from_dict(json.loads(sys.argv[1]), name="biased")
+    m = replace(mix, mlp=mlp, hidden_act="gelu" if mlp == "gelu" else "silu", mlp_bias=True, o_bias=True,
+                qkv_bias=True)
+    t = TrainingConfig(dp=1, tp=1, pp=1, ep=1, etp=1, profile="megatron", transformer_impl="local", runtime="cpu",
+                       bias_swiglu_fusion=False, micro_batch=1, seq_len=4)
+    model, cfg = _build(Request(m, t).to_json())
+    out.append({k: v["count"] for k, v in _param_blocks(model, model.module.module).items()})
+print(json.dumps(out))
+"""
+
+
+def test_biased_experts_parameters(mcore):
+    """With biases (Megatron's add_bias_linear, no --disable-bias-linear) megatron-core gives every expert's fc1 and
+    fc2 a bias and the router one too: the parameters per block of the model it builds are memlib's, for GeLU and
+    SwiGLU experts.  (Its forward cannot run on the CPU: SequentialMLP adds the fc2 bias in place on a view.)"""
+    import subprocess
+    import sys
+
+    from memlib.model.partition import Partition
+    from memlib.model.params import by_block
+
+    d = {"architectures": ["MixtralForCausalLM"], "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 4, "num_hidden_layers": 2, "vocab_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
+         "intermediate_size": 8}
+    run = subprocess.run([sys.executable, "-c", _PARAMS_SCRIPT, json.dumps(d)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    measured = json.loads(run.stdout.strip().splitlines()[-1])
+    from dataclasses import replace
+    for mlp, got in zip(("gelu", "swiglu"), measured):
+        m = replace(model_from_dict(d), mlp=mlp, mlp_bias=True, o_bias=True, qkv_bias=True)
+        part = Partition(m, local(bias_swiglu_fusion=False))
+        want = {k: x for k, x in by_block(part.params(part.stages[0])).evaluate(part.values).items() if x}
+        assert got == want, mlp
+        assert got["router"] == 2 * (4 * 16 + 4)
+        assert got["routed_experts"] == 2 * 4 * ((2 if mlp == "gelu" else 3) * 16 * 8 + (1 if mlp == "gelu" else 2) * 8
+                                                 + 16)
+
+
 def test_family_requests_megatron_core_cannot_build():
     """Named before a process starts: Megatron-Core biases linear_proj and the MLP together (add_bias_linear),
-    its fused bias-GeLU needs the bias, and its mlp checkpoint with a bias recurses in backward."""
+    its fused bias-GeLU needs the bias, its mlp checkpoint with a bias recurses in backward, and its
+    SequentialMLP's biased experts cannot run on the CPU."""
     from memlib.measure.megatron import _check_request
 
     llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
@@ -274,6 +368,9 @@ def test_family_requests_megatron_core_cannot_build():
             _check_request(model_from_dict(d), local(**kw))
     _check_request(model_from_dict({**gpt, "attention_bias": False, "mlp_bias": False}),
                    local(bias_swiglu_fusion=False))
+    with pytest.raises(ConfigError, match="SequentialMLP"):
+        _check_request(_gelu_moe(bias=True), local(bias_swiglu_fusion=False))
+    _check_request(_gelu_moe(), local(bias_swiglu_fusion=False))
 
 
 # ------------------------------------------------------------------------------------------------

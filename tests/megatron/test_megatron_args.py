@@ -153,12 +153,22 @@ def test_functional_test_case(case):
     assert all(s.total > 0 for s in est.stages)
 
 
-def test_the_gelu_expert_case_is_refused_with_one_line():
-    """Grouped-query attention reads now; its GeLU experts are what memlib cannot express."""
+def test_the_gelu_expert_case_reads():
+    """A GPT MoE shell without --swiglu reads: its experts are GeLU MLPs of --moe-ffn-hidden-size (fc1 and fc2,
+    2 h h_E each, no biases with --disable-bias-linear); what memlib does not count is named (the allgather
+    dispatcher, a router without --moe-router-dtype)."""
+    from memlib.model.architecture import model_values
+    from memlib.model.params import expert_params
+
     case = "moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4"
-    with pytest.raises(ConfigError, match=r"^--num-experts=8 without --swiglu: .* GeLU experts") as exc:
-        parse_megatron_args(fixture(case).read_text(), world_size=WORLD[case])
-    assert "\n" not in str(exc.value)
+    run = parse_megatron_args(fixture(case).read_text(), world_size=WORLD[case])
+    m = run.model
+    assert (m.mlp, m.hidden_act, m.norm, m.positions, m.mlp_bias) == ("gelu", "gelu", "layernorm", "learned", False)
+    assert (m.n_routed_experts, m.num_experts_per_tok, m.moe_intermediate_size, m.hidden_size) == (8, 2, 2048, 512)
+    assert expert_params(m).xreplace(model_values(m)) == 2 * 512 * 2048
+    assert not run.train.bias_swiglu_fusion          # Megatron-LM turns bias-GeLU fusion off without biases
+    assert run.not_modelled == ("--moe-token-dispatcher-type=allgather (Megatron's default; memlib counts alltoall)",
+                                "no --moe-router-dtype (memlib counts an fp32 router)")
 
 
 @pytest.mark.parametrize("case", sorted(WORLD))
@@ -283,7 +293,8 @@ def test_pattern_to_hf_round_trips_every_expressible_pattern():
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(multi_latent_attention=False, num_experts="8", swiglu=False), r"GeLU experts cannot be expressed"),
+    (dict(multi_latent_attention=False, num_experts="8", swiglu=False, moe_router_topk="1",
+          moe_router_load_balancing_type="sinkhorn"), r"--moe-router-load-balancing-type=sinkhorn cannot be expressed"),
     (dict(group_query_attention=None), r"--group-query-attention=on with --multi-latent-attention"),
     (dict(hybrid_layer_pattern="M*M*"), r"hybrid \(Mamba\) models"),
     (dict(num_layers=False), r"--num-layers is required"),
@@ -372,8 +383,31 @@ def test_models_without_mla():
     assert estimate(m, mixtral.train).stages[0].total > 0
 
 
+def test_biased_gelu_experts_need_the_bias_gelu_fusion_off():
+    """Megatron-LM's bias-GeLU fusion is on by default where the Linears have biases; Megatron-Core's experts have
+    no fused weighted GeLU, so it refuses them (with --disable-bias-linear Megatron-LM turns the fusion off)."""
+    run = parse_megatron_args(GQA + " --num-experts 4")
+    assert run.model.mlp_bias and run.train.bias_swiglu_fusion
+    with pytest.raises(ConfigError, match=r"^bias_swiglu_fusion=True .* with GeLU experts and biases: Megatron-Core "
+                                          r"fuses only SwiGLU") as exc:
+        estimate(run.model, run.train).stages
+    assert "\n" not in str(exc.value)
+    run = parse_megatron_args(GQA + " --num-experts 4 --no-bias-gelu-fusion")
+    assert not run.train.bias_swiglu_fusion and estimate(run.model, run.train).stages[0].total > 0
+    assert not parse_megatron_args(GQA + " --num-experts 4 --disable-bias-linear").train.bias_swiglu_fusion
+
+
 @pytest.mark.parametrize("extra, message", [
-    (" --num-experts 4", "GeLU experts cannot be expressed"),
+    (" --num-experts 4 --moe-router-topk 1", "--moe-router-topk=1 with softmax scores needs --moe-router-pre-softmax"),
+    (" --num-experts 4 --moe-router-topk 1 --moe-router-load-balancing-type sinkhorn", "sinkhorn cannot be expressed"),
+])
+def test_gelu_expert_errors(extra, message):
+    """The top-1 rule is Megatron-Core's: sinkhorn routing is excepted (and then refused for itself)."""
+    with pytest.raises(ConfigError, match=message):
+        parse_megatron_args(GQA + extra)
+
+
+@pytest.mark.parametrize("extra, message", [
     (" --squared-relu", "--squared-relu=on"),
     (" --position-embedding-type none", "--position-embedding-type=none"),
     (" --group-query-attention --num-query-groups 3", "--num-query-groups=3 must divide --num-attention-heads=8"),
@@ -1018,7 +1052,7 @@ def test_cli_reads_standard_input():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (("--world-size", 8), r"^memlib: error: --num-experts=8 without --swiglu"),
+    (("--world-size", 8, "--ep", 3), r"^memlib: error: --expert-model-parallel-size=3 must divide --num-experts=8"),
     (("--model", "deepseek-v3"), r"model: --megatron-args gives the model; leave --model out"),
 ])
 def test_cli_errors_are_one_line(argv, message):

@@ -330,3 +330,91 @@ def test_megatron_ledger_tp_above_kv_heads_is_refused():
 
     with pytest.raises(ConfigError, match="tp=16 > num_key_value_heads=8"):
         estimate("llama-3-70b", TrainingConfig(profile="megatron", tp=16, ep=1, pp=1)).stages
+
+
+# ------------------------------------------------------------------------------------------------
+# GeLU experts: a Megatron-LM MoE without --swiglu (the GPT MoE functional tests)
+# ------------------------------------------------------------------------------------------------
+def _gelu_moe(bias: bool, **kw):
+    """h = 16 (4 heads of 4, MHA), N = 4 experts of h_E = 8, top-2, one layer, v = 32, LayerNorm, learned positions:
+    the flag reader's model of ``--num-experts 4`` without ``--swiglu``."""
+    from dataclasses import replace
+
+    mix = model_from_dict({"architectures": ["MixtralForCausalLM"], "hidden_size": 16, "num_attention_heads": 4,
+                           "num_key_value_heads": 4, "head_dim": 4, "num_hidden_layers": 1, "vocab_size": 32,
+                           "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 8}, name="gelu-moe")
+    return replace(mix, **{"mlp": "gelu", "hidden_act": "gelu", "norm": "layernorm", "positions": "learned",
+                            "max_position_embeddings": 16, "mlp_bias": bias, "o_bias": bias, "qkv_bias": bias, **kw})
+
+
+def test_gelu_experts_parameters_by_hand():
+    """A GeLU expert is fc1 (h_E x h) and fc2 (h x h_E): 2 h h_E = 256, not SwiGLU's 3 h h_E; with biases (Megatron's
+    add_bias_linear) 8 + 16 more, and the router a bias of N.  On EP 2 x ETP 2 each device holds a quarter of the
+    weights and of fc1's bias, and half of fc2's bias (an expert's output bias is replicated over ETP)."""
+    from memlib.model.params import expert_params, layer_params
+
+    m, plain = _gelu_moe(True), _gelu_moe(False)
+    vals = values(m)
+    assert expert_params(plain).xreplace(vals) == 2 * 16 * 8 == 256
+    assert expert_params(m).xreplace(vals) == 256 + 8 + 16 == 280
+    moe = layer_params(m, "moe").evaluate(vals)
+    assert {k: x for k, x in moe.items() if k.startswith(("router", "routed"))} == {
+        "router.gate": 4 * 16, "router.bias": 4, "routed_experts.fc1": 4 * 8 * 16, "routed_experts.fc1_bias": 4 * 8,
+        "routed_experts.fc2": 4 * 16 * 8, "routed_experts.fc2_bias": 4 * 16}
+    p = Partition(m, TrainingConfig(tp=2, ep=2, etp=2, dp=2, pp=1, profile="megatron", bias_swiglu_fusion=False))
+    dev = p.params(p.stages[0]).evaluate(p.values)
+    assert (dev["routed_experts.fc1"], dev["routed_experts.fc1_bias"], dev["routed_experts.fc2"],
+            dev["routed_experts.fc2_bias"]) == (512 // 4, 32 // 4, 512 // 4, 64 // 2)
+    assert p.sharding(next(t for t, _ in p.tensors(p.stages[0]) if t.key == "routed_experts.fc2_bias")) == "expert_ep"
+    swiglu = Partition(_gelu_moe(True, mlp="swiglu", hidden_act="silu"), TrainingConfig(
+        tp=2, ep=2, etp=2, dp=2, pp=1, profile="megatron")).params(p.stages[0]).evaluate(p.values)
+    assert (swiglu["routed_experts.gate"], swiglu["routed_experts.down_bias"]) == (512 // 4, 64 // 2)
+
+
+def test_gelu_experts_megatron_parameters_in_grouped_linear_order():
+    """Megatron-Core (TE spec, TEGroupedMLP) registers the router's weight and bias, then each local expert's fc1
+    weight and bias in turn (TE GroupedLinear: weight{i}, bias{i}), then fc2's."""
+    from memlib.device.megatron_params import rank_params
+
+    p = Partition(_gelu_moe(True), TrainingConfig(tp=1, ep=2, etp=1, dp=2, pp=1, profile="megatron",
+                                                    bias_swiglu_fusion=False))
+    got = [(x.name.removeprefix("decoder.layers.0.mlp."), x.shape, x.expert) for x in rank_params(p)[0]
+           if ".mlp." in x.name]
+    assert got == [("router.weight", (4, 16), False), ("router.bias", (4,), False),
+                   ("experts.linear_fc1.weight0", (8, 16), True), ("experts.linear_fc1.bias0", (8,), True),
+                   ("experts.linear_fc1.weight1", (8, 16), True), ("experts.linear_fc1.bias1", (8,), True),
+                   ("experts.linear_fc2.weight0", (16, 8), True), ("experts.linear_fc2.bias0", (16,), True),
+                   ("experts.linear_fc2.weight1", (16, 8), True), ("experts.linear_fc2.bias1", (16,), True)]
+
+
+def test_gelu_experts_activations_by_hand():
+    """b = 2, s = 5, top-2: 20 dispatched copies.  megatron: fc1's output (the GeLU's input), the GeLU's output (kept
+    by its product with the fp32 probabilities) and the cast product fc2 keeps, 20 x 8 x 2 = 320 bytes each; TE's
+    moe_act recompute keeps only the first.  paper: fc1's output and the GeLU's output (SwiGLU's gate, up, SiLU and
+    product are four).  hf-eager: transformers has no GeLU-expert MoE, a one-line refusal."""
+    from memlib.device.estimate import estimate
+    from memlib.ledgers.base import ledger_bytes, parse_policy, training_values
+    from memlib.ledgers.megatron import megatron_layer
+    from memlib.ledgers.megatron_blocks import Kernels
+    from memlib.ledgers.paper import paper_layer
+    from memlib.model.partition import parallel_values
+
+    m = _gelu_moe(False)
+    for recompute, kept in (("none", {"gelu_input": 320, "gelu_output": 320, "act_output": 320}),
+                            ("moe_act", {"gelu_input": 320})):
+        train = TrainingConfig(tp=1, ep=1, pp=1, micro_batch=2, seq_len=5, profile="megatron", recompute=recompute,
+                               bias_swiglu_fusion=False)
+        vals = {**values(m), **training_values(train), **parallel_values(train)}
+        got = ledger_bytes(megatron_layer(m, "moe", Kernels.of(train)), train,
+                           policy=parse_policy(recompute)).evaluate(vals)
+        assert {k.removeprefix("moe.routed."): x for k, x in got.items()
+                if k.startswith("moe.routed.") and k not in ("moe.routed.fc1_input", "moe.routed.probs") and x} == kept
+    train = TrainingConfig(tp=1, ep=1, pp=1, micro_batch=2, seq_len=5)
+    vals = {**values(m), **training_values(train), **parallel_values(train)}
+    paper = ledger_bytes(paper_layer(m, "moe"), train).evaluate(vals)
+    assert {k: x for k, x in paper.items() if k.startswith("moe.routed.")} == {
+        "moe.routed.input": 20 * 16 * 2, "moe.routed.input_mask": 20 * 16, "moe.routed.fc1_out": 320,
+        "moe.routed.act_out": 320}
+    with pytest.raises(ConfigError, match=r"^mlp=gelu with MoE layers: transformers' MoE classes") as exc:
+        estimate(m, TrainingConfig(profile="hf-eager", ep=1, pp=1, seq_len=8)).stages
+    assert "\n" not in str(exc.value)
