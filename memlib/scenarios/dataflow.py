@@ -271,8 +271,20 @@ def _swiglu(f: _Builder, prefix: str, src: str, names: tuple, group: str) -> str
     keys = tuple(f"{prefix}.{k}" for k in ("gate_out", "up_out", "act_out", "product"))
     f.value(f"{group}_swiglu", "", "SwiGLU: $g$, $u$,\n$\\mathrm{SiLU}(g)$, $\\mathrm{SiLU}(g) \\odot u$", keys,
             group=group)
-    f.edge(src, f"{group}_swiglu", (gate, up))
+    f.edge(src, f"{group}_swiglu", (gate, up, gate + "_bias", up + "_bias"))
     return f"{group}_swiglu"
+
+
+def _expert_mlp(f: _Builder, m: ModelConfig, prefix: str, src: str, tensors: str, group: str) -> tuple[str, tuple]:
+    """An expert of the model's MLP kind from ``src`` (SwiGLU, or fc1 and GeLU): its last value's id and the
+    output projection's tensors (the weight and its bias)."""
+    if m.mlp == "gelu":
+        f.value(f"{group}_gelu", "", "fc1 output $a$, $\\mathrm{GeLU}(a)$",
+                (f"{prefix}.fc1_out", f"{prefix}.act_out"), group=group)
+        f.edge(src, f"{group}_gelu", (f"{tensors}.fc1", f"{tensors}.fc1_bias"))
+        return f"{group}_gelu", (f"{tensors}.fc2", f"{tensors}.fc2_bias")
+    last = _swiglu(f, prefix, src, tuple(f"{tensors}.{k}" for k in ("gate", "up", "down")), group)
+    return last, (f"{tensors}.down", f"{tensors}.down_bias")
 
 
 def _moe(f: _Builder, m: ModelConfig) -> None:
@@ -282,7 +294,7 @@ def _moe(f: _Builder, m: ModelConfig) -> None:
     f.groups.update(router="router")
     f.value("scores", "", "router logits and probabilities", (p + "router_logits", p + "router_probs"),
             group="router")
-    f.edge(x, "scores", ("router.gate",), ops=(r"\mathrm{" + m.scoring_func + "}",))
+    f.edge(x, "scores", ("router.gate", "router.bias"), ops=(r"\mathrm{" + m.scoring_func + "}",))
     choice = [r"\text{top-}N_{r}"]
     if m.n_group > 1:
         choice.append(r"\text{in }k_{g}\text{ of }n_{g}\text{ groups}")
@@ -294,27 +306,25 @@ def _moe(f: _Builder, m: ModelConfig) -> None:
     f.edge("routing", "dispatch")
     f.value("routed_in", "", "dispatched tokens", (p + "routed.input",), group="routed")
     f.edge("dispatch", "routed_in")
-    names = ("routed_experts.gate", "routed_experts.up", "routed_experts.down")
-    last = _swiglu(f, p + "routed", "routed_in", names, "routed")
+    last, down = _expert_mlp(f, m, p + "routed", "routed_in", "routed_experts", "routed")
     f.op("combine", "", "combine (all-to-all back),\nweighted by the router probabilities")
-    f.edge(last, "combine", (names[2],))
+    f.edge(last, "combine", down)
     f.edge("scores", "combine")
     add = _residual(f, "combine")
     if k["shared"]:                       # the shared experts' output joins the same sum
         f.groups["shared"] = "shared expert" if m.moe == "qwen2_moe" else r"shared experts ($N_{s}$)"
         f.value("shared_in", "", "every token", (p + "shared.input",), group="shared")
         f.edge(x, "shared_in")
-        names_s = ("shared_experts.gate", "shared_experts.up", "shared_experts.down")
-        last_s = _swiglu(f, p + "shared", "shared_in", names_s, "shared")
+        last_s, down_s = _expert_mlp(f, m, p + "shared", "shared_in", "shared_experts", "shared")
         if f.has("shared_experts.gate_weight"):     # Qwen2-MoE: the shared expert's output scaled by a sigmoid gate
             f.value("shared_gate", "", "shared expert's gate", (p + "shared.gate_sigmoid",), group="shared")
             f.edge("shared_in", "shared_gate", ("shared_experts.gate_weight",), ops=(r"\mathrm{sigmoid}",))
             f.op("scale_shared", r"\times", group="shared")
-            f.edge(last_s, "scale_shared", (names_s[2],))
+            f.edge(last_s, "scale_shared", down_s)
             f.edge("shared_gate", "scale_shared")
             f.edge("scale_shared", add)
         else:
-            f.edge(last_s, add, (names_s[2],))
+            f.edge(last_s, add, down_s)
 
 
 def _dense(f: _Builder, m: ModelConfig) -> None:

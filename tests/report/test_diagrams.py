@@ -49,6 +49,11 @@ def _variants():
     for family in ("llama", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt2"):
         r = random.Random(f"issue-24-{family}")
         out += [model_from_dict(_random(family, r)) for _ in range(2)]
+    # Megatron-LM's MoE without --swiglu: GeLU experts, biased (and the router) without --disable-bias-linear
+    from dataclasses import replace
+    mix = model_from_dict(_random("mixtral", random.Random("issue-22-gelu-experts")))
+    out += [replace(mix, name="gelu-experts-biased", mlp="gelu", hidden_act="gelu", mlp_bias=True, o_bias=True),
+            replace(mix, name="gelu-shared-experts", mlp="gelu", hidden_act="gelu", n_shared_experts=1, moe="deepseek")]
     return out
 
 
