@@ -9,6 +9,8 @@ in recent releases).
 """
 from __future__ import annotations
 
+import bisect
+
 from ..core.units import MiB
 
 __all__ = ["PYTORCH_ALLOCATOR", "BLOCK", "allocation", "segment_size", "splits", "CachingAllocator",
@@ -94,20 +96,14 @@ class CachingAllocator:
         self._next_ptr = 0
 
     def _insert(self, b: _Block) -> None:
-        import bisect
-
         bisect.insort(self._free[b.small], (b.size, b.ptr, b))
 
     def _take(self, b: _Block) -> None:
-        import bisect
-
         pool = self._free[b.small]
         del pool[bisect.bisect_left(pool, (b.size, b.ptr), key=lambda e: e[:2])]
 
     def malloc(self, nbytes: int) -> _Block:
         """Allocate ``nbytes`` (> 0); the block it is served from (a handle for :meth:`free`)."""
-        import bisect
-
         size = allocation(nbytes)
         small = size <= PYTORCH_ALLOCATOR["kSmallSize"]
         pool = self._free[small]
