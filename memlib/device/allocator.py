@@ -131,22 +131,21 @@ class CachingAllocator:
         """Return ``b``'s block to its pool, merged with its free neighbours."""
         self.allocated -= b.size
         b.free = True
-        p = b.prev
-        if p is not None and p.free:
-            self._take(p)
-            p.size += b.size
-            p.next = b.next
-            if b.next is not None:
-                b.next.prev = p
-            b = p
-        n = b.next
-        if n is not None and n.free:
-            self._take(n)
-            b.size += n.size
-            b.next = n.next
-            if n.next is not None:
-                n.next.prev = b
+        if b.prev is not None and b.prev.free:
+            b = self._merge(b.prev, b, cached=b.prev)
+        if b.next is not None and b.next.free:
+            b = self._merge(b, b.next, cached=b.next)
         self._insert(b)
+
+    def _merge(self, first: _Block, second: _Block, cached: _Block) -> _Block:
+        """``second`` merged into the adjacent ``first`` before it; ``cached``, the one of them in its pool's free
+        list, leaves it."""
+        self._take(cached)
+        first.size += second.size
+        first.next = second.next
+        if second.next is not None:
+            second.next.prev = first
+        return first
 
     @staticmethod
     def size_of(b: _Block) -> int:
