@@ -40,9 +40,13 @@ fraction of it (PyTorch's ``max_memory_reserved`` minus ``max_memory_allocated``
 
 What is not modelled (and so missing from the peak where a run has it): a kernel's internal workspace
 that is not a tensor (cuDNN, cuBLASLt), NCCL's own buffers, the flex dispatcher's (DeepEP, HybridEP)
-buffers, CUDA graph pools, the allocator's unsplit remainders without ``expandable_segments``, and
-FP8 recipes' effect on the saved activations (:attr:`~memlib.config.TrainingConfig.fp8` changes only
-the persistent FP8 weight copies).
+buffers, CUDA graph pools, the allocator's unsplit remainders of activations without ``expandable_segments``
+(a request served from a cached block at most 1 MiB larger holds all of it; none can when every large
+activation is a multiple of 2 MiB, :func:`memlib.device.allocator.unsplit_remainders_impossible`, and the
+step replayed on the CPU, :attr:`memlib.measure.step.PeakResult.fixed_segments`, shows about 1 MiB a layer
+where a 3 MiB QKV output meets 4 MiB residual-stream tensors: how many depends on the order of every
+request, which the ledgers do not hold), and FP8 recipes' effect on the saved activations
+(:attr:`~memlib.config.TrainingConfig.fp8` changes only the persistent FP8 weight copies).
 """
 from __future__ import annotations
 

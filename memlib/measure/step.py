@@ -306,7 +306,10 @@ def _collectives_on_copies(tracker) -> list:
     collective does is counted (gloo's coalesced reduce-scatter, for one, copies).  And gloo's worker thread
     holds the tensors of a collective until it drops its work, after the work is complete: a tensor whose
     last reference that was would be freed in that thread at a moment that varies from run to run.  So
-    gloo gets copies (made and dropped untracked) and the results are copied back once the work is done."""
+    gloo gets copies (made and dropped untracked) and the results are copied back once the work is done;
+    in a group of several processes too (tensor parallelism, benchmarks/allocator_replay.py), where every
+    rank runs the same collective, so waiting for it at once cannot hang; point-to-point ``send`` and
+    ``recv`` run as they are."""
     import torch
     from torch._C._distributed_c10d import ProcessGroup, Work
     from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -321,7 +324,7 @@ def _collectives_on_copies(tracker) -> list:
 
         def run(*args, **kwargs):
             with tracker.paused():
-                if not (on_copies and args and args[0].size() == 1):
+                if not (on_copies and args):
                     return fn(*args, **kwargs)
                 leaves, spec = tree_flatten((args[1:], kwargs))
                 copies = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in leaves]
@@ -339,7 +342,7 @@ def _collectives_on_copies(tracker) -> list:
         undo.append(lambda: setattr(cls, name, descriptor))
 
     for name in _COLLECTIVES:
-        wrap(ProcessGroup, name, on_copies=not name.endswith("_coalescing"))
+        wrap(ProcessGroup, name, on_copies=not name.endswith("_coalescing") and name not in ("send", "recv"))
     wrap(Work, "wait", on_copies=False)
     return undo
 
@@ -532,6 +535,7 @@ def _summary(tracker, iters, persistent, model, opt, req) -> dict:
         "iterations": iters,
         "max": tracker.peak,
         "max_window": top["window"], "max_label": peak_window.label,
+        "fixed_segments": _fixed_segments(tracker),
         "windows": windows,
         "persistent": persistent_bytes,
         "baseline": tracker.baseline,
@@ -543,6 +547,36 @@ def _summary(tracker, iters, persistent, model, opt, req) -> dict:
         "ops": tracker.ops,
         "blocks": len(tracker.blocks),
     }
+
+
+def _fixed_segments(tracker) -> dict:
+    """The step as the caching allocator without expandable segments counts it: every block of the tracker
+    replayed, in the order it was allocated and freed, through :class:`memlib.device.allocator.CachingAllocator`
+    (a request served from a cached block at most 1 MiB larger holds all of it): the peak of each window and
+    what is allocated at the end."""
+    import bisect
+
+    from ..device.allocator import CachingAllocator
+
+    events = []
+    for k, blk in enumerate(tracker.blocks):
+        if blk.pending or blk.nbytes <= 0:
+            continue
+        events.append((blk.born, 1, k))
+        if blk.died is not None:
+            events.append((blk.died, 0, k))
+    events.sort()
+    names = [w.name for w in tracker.windows]
+    starts = [w.start_tick for w in tracker.windows]
+    alloc, live, peaks = CachingAllocator(expandable_segments=False), {}, {}
+    for tick, kind, k in events:
+        if kind:
+            live[k] = alloc.malloc(tracker.blocks[k].nbytes)
+            name = names[bisect.bisect_left(starts, tick) - 1] if starts else ""
+            peaks[name] = max(peaks.get(name, 0), alloc.allocated)
+        else:
+            alloc.free(live.pop(k))
+    return {"peaks": peaks, "max": alloc.peak, "end": alloc.allocated}
 
 
 def _segments(tracker) -> list[list]:
@@ -636,6 +670,9 @@ class PeakResult:
     ops: int = 0
     blocks: int = 0
     activations: dict | None = field(repr=False, default=None)   #: with ``activations``: measure_megatron's result
+    #: the same step as the caching allocator without expandable segments counts it (``max``, ``end``, ``peaks`` per
+    #: phase; :func:`_fixed_segments`): where it exceeds ``max``, requests held cached blocks up to 1 MiB larger
+    fixed_segments: dict | None = field(repr=False, default=None)
 
     def phase(self, name: str) -> PhasePeak:
         """The phase called ``name`` (``2.mb0.backward``, ``2.optimizer``, ...)."""
@@ -676,7 +713,7 @@ def result_of(req: PeakRequest, raw: dict) -> PeakResult:
         phases=[_phase(w) for w in raw["windows"]], persistent=raw["persistent"], param_count=raw["param_count"],
         grad_buffer_numel=raw["grad_buffer_numel"], iterations=its, param_numels=raw["param_numels"],
         timeline=[Moment(*x) for x in raw["timeline"]], ops=raw["ops"], blocks=raw["blocks"],
-        activations=raw.get("activations"))
+        activations=raw.get("activations"), fixed_segments=raw.get("fixed_segments"))
 
 
 def _check_peak(r: PeakRequest) -> None:

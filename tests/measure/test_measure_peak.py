@@ -323,6 +323,46 @@ def test_recompute_and_micro_batches_change_the_peak_where_they_should(steps):
                                        if r["window"] == "2.mb0.forward"}
 
 
+def test_small_blocks_hold_no_remainder(steps):
+    """Without expandable segments (the step replayed through memlib.device.allocator.CachingAllocator) these
+    small models' tensors all come from the small pool, which splits off every remainder of 512 bytes or more:
+    the replay counts what the tracker counts, at every phase's peak and after the step."""
+    for name, r in steps.items():
+        fs = r.fixed_segments
+        assert fs["max"] == r.max.measured and fs["end"] == r.after[-1].measured, name
+        assert all(fs["peaks"][p.name] == p.peak.measured for p in r.phases), name
+
+
+@pytest.fixture(scope="module")
+def shells(mcore):
+    """Two GPT-3 shells at 4,096 tokens a micro-batch (bf16): hidden 512, 2 layers, b 8, s 512, every large
+    activation a multiple of 2 MiB (the residual stream 4 MiB); hidden 384, 4 layers, b 4, s 1024 (the residual
+    stream 3 MiB)."""
+    from memlib.measure.step import PeakRequest, measure_peak_many
+
+    def gpt(h, layers, s):
+        return model_from_dict({"model_type": "gpt", "hidden_size": h, "num_attention_heads": 8,
+                                "num_key_value_heads": 8, "num_hidden_layers": layers, "vocab_size": 1000,
+                                "max_position_embeddings": s, "intermediate_size": 4 * h}, name=f"gpt{h}")
+
+    reqs = [PeakRequest(gpt(512, 2, 512), local(micro_batch=8, seq_len=512), distributed_optimizer=False),
+            PeakRequest(gpt(384, 4, 1024), local(micro_batch=4, seq_len=1024))]
+    return dict(zip((512, 384), measure_peak_many(reqs)))
+
+
+def test_odd_mebibyte_tensors_hold_cached_remainders(shells):
+    """The caching allocator's should_split: a large request served from a cached block at most 1 MiB larger
+    holds all of it.  Measured above the allocation after the step (the parameters' own blocks, 1.5 MiB and
+    3 MiB matrices, hold their remainders from the start): with a 4 MiB residual stream the activations hold
+    nothing more; with a 3 MiB one the peak holds whole MiBs more than its tensors."""
+    def held(r):
+        fs = r.fixed_segments
+        return (fs["max"] - fs["end"]) - (r.max.measured - r.after[-1].measured)
+
+    assert held(shells[512]) == 0
+    assert held(shells[384]) > 0 and held(shells[384]) % (1 << 20) == 0, held(shells[384])
+
+
 def test_text_report(steps):
     from memlib.measure.step import format_text
 
