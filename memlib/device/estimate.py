@@ -384,6 +384,16 @@ class Estimate:
         working = sp.Max(0, *drops) if drops else sp.Integer(0)
         return by_entry, working
 
+    def saved_tensors(self, index: int) -> list[tuple[str, int, int]]:
+        """Each tensor one micro-batch saves on stage ``index``, as it asks the allocator for it:
+        ``(entry key, bytes, how many)`` per ledger and chunk (a layer's entries once per layer of the chunk)."""
+        out = []
+        for chunk in self.partition.stages[index].chunks:
+            for times, name, p in self.chunk_parts(chunk)[0]:
+                for k, x in self._kept(self._ledger(name, None), p).items():
+                    out.append((k, int(sp.sympify(self._scaled(k, x)).xreplace(self.values)), times))
+        return out
+
     # -- the one path ------------------------------------------------------------------------------
     def stage_counts(self, st: Stage) -> dict:
         """What :func:`memlib.model.states.states_formula` is written in, for one device of ``st``: P_ne and P_e

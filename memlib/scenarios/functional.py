@@ -29,6 +29,7 @@ from ..core.units import fmt_bytes
 from ..config.versions import container_rules
 from ..config.versions import MEGATRON_COMMIT
 from ..data.functional_tests import Golden, goldens
+from ..device.allocator import allocation, unsplit_remainders_impossible
 from ..device.estimate import estimate
 from ..device.megatron_buffers import derive_data_parallel_size
 from ..device.overhead import Overheads
@@ -63,6 +64,12 @@ OTHER_MODELS = {
 APPROXIMATIONS = frozenset({"--no-rope-fusion (memlib counts the fused MLA RoPE with transformer_engine)"})
 _TRAINING = ("regular", "ckpt-resume", "release")
 _INFERENCE_FLAGS = ("--inference", "--grpo", "--rl-", "--langrl", "--perform-rl-step")
+
+
+def fmt_list_mib(sizes) -> str:
+    """Byte sizes as '3 MiB and 1.5 MiB' (MiB, up to two decimals)."""
+    parts = [fmt_bytes(n, "MiB", 2 if n % (1 << 20) else 0) for n in sizes]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,31 @@ class Validation:
         return (self.steady - (self.golden.post_step - self.step_grad_copies)) - (self.predicted - self.persistent)
 
     @property
+    def allocator_remainders(self) -> tuple[tuple[int, ...], int]:
+        """The large requests of the logging rank that are not whole multiples of 2 MiB where its allocator has
+        no expandable segments: their distinct sizes (bytes) and how many of them are alive at the peak (an
+        upper count: the saved tensors of the micro-batches in flight, and one fused QKV output per layer of
+        grouped-query or multi-head attention, which every such layer allocates whether it saves it or copies
+        q, k and v from it as Transformer Engine does).  Each can be handed a cached block up to 1 MiB larger,
+        all of which ``max_memory_allocated`` counts (memlib.device.allocator; benchmarks/allocator_replay.py
+        replays it on the CPU).  ``((), 0)`` where that cannot happen
+        (:func:`memlib.device.allocator.unsplit_remainders_impossible`)."""
+        if self.run.framework.expandable_segments:
+            return (), 0
+        m, t = self.run.model, self.run.train
+        est = estimate(m, t, Overheads(0, 0, Fraction(0)), framework=self.run.framework)
+        in_flight = sum(self.peak.moment.counts)
+        requests = [(n, k * in_flight) for _, n, k in est.saved_tensors(t.pp - 1)]
+        if m.attention != "mla":
+            d = m.head_dim or m.hidden_size // m.num_attention_heads
+            kv = m.num_key_value_heads or m.num_attention_heads
+            layers = len(est.partition.stages[t.pp - 1].layers)
+            requests.append((t.micro_batch * -(-t.seq_len // t.cp) * (m.num_attention_heads + 2 * kv) * d // t.tp
+                             * t.recipe.activations, layers))
+        uneven = [(n, k) for n, k in requests if n and not unsplit_remainders_impossible([n])]
+        return tuple(sorted({allocation(n) for n, _ in uneven})), sum(k for _, k in uneven)
+
+    @property
     def missing(self) -> Optional[str]:
         """For a case outside :data:`TARGET`, what the logs show the miss to be, where they show it (None where they
         do not: the report says then where the miss lies, :attr:`post_step_gap` or :attr:`peak_gap`):
@@ -168,6 +200,14 @@ class Validation:
                         f"{fmt_bytes(self.peak_gap, 'MiB', 1)} more at the peak "
                         f"({float(Fraction(self.peak_gap, logits)):.2f} x the fp32 logits memlib counts as "
                         f"cross_entropy_workspace); the same test is within 1 % on {', '.join(hits)}")
+        sizes, alive = self.allocator_remainders
+        if sizes and self.miss_location == ("at the peak", True):
+            return (f"the caching allocator without expandable segments: requests of {fmt_list_mib(sizes)} are "
+                    f"not whole multiples of 2 MiB, so each can be handed a cached block up to 1 MiB larger and "
+                    f"hold all of it (c10/cuda/CUDACachingAllocator.cpp should_split; {alive} such tensors of "
+                    f"memlib's ledger are alive at the peak, besides the transient ones); the run holds "
+                    f"{fmt_bytes(self.peak_gap, 'MiB', 1)} more at the peak than memlib counts, and which blocks "
+                    f"the requests get depends on the order of every allocation, which memlib does not predict")
         return None
 
 

@@ -264,3 +264,22 @@ def test_misses_named_where_the_logs_name_them(validation):
     resumed = by[("gpt3_mcore_te_tp2_pp2_resume_torch_dist_cp2_nondeterministic", "golden_values_dev_dgx_h100_2nd.json")]
     assert resumed.missing.startswith("loading the checkpoint: the resumed half keeps 173.7 MiB more")
     assert all(c.missing is None for c in ok if c.within_target)
+
+
+def test_allocator_remainders_named_where_requests_are_not_whole_2_mib(validation):
+    """The TP 4 GPT-3 shell (s 1024, b 4, h 512) asks for a 3 MiB fused QKV output every layer, which can land in a
+    freed 4 MiB block and keep all of it (no functional test runs with expandable segments); at TP 1 the same
+    output is 12 MiB and no request of the shell is uneven, so nothing can be held beyond it.  A miss at the peak
+    where such requests exist names the mechanism; a run with expandable segments has none."""
+    from dataclasses import replace
+
+    ok, _ = validation
+    by = {(c.golden.key.split("/")[1], c.golden.file): c for c in ok}
+    tp4 = by[("gpt3_mcore_tp4_pp1_resume_torch", "golden_values_dev_dgx_a100.json")]
+    sizes, alive = tp4.allocator_remainders
+    assert sizes == (3 * 2**20,) and alive == 2 * 12     # the saved QKV output and the request, per layer
+    assert not tp4.within_target and tp4.missing.startswith("the caching allocator without expandable segments")
+    tp1 = next(c for c in ok if c.golden.test == "gpt3_mcore_tp1_pp1_dist_optimizer_overlap_grad_reduce_param_gather")
+    assert tp1.allocator_remainders == ((), 0)
+    expandable = replace(tp4, run=replace(tp4.run, framework=replace(tp4.run.framework, expandable_segments=True)))
+    assert expandable.allocator_remainders == ((), 0) and expandable.missing is None

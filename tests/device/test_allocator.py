@@ -37,13 +37,13 @@ def test_a_tp4_qkv_output_in_a_freed_residual_block_holds_all_of_it():
     assert (residual, qkv) == (4 * MiB, 3 * MiB)
     for expandable, counted in ((False, 4 * MiB), (True, 3 * MiB)):
         a = CachingAllocator(expandable_segments=expandable)
-        transient, keep = a.malloc(residual), a.malloc(residual)
+        transient, _keep = a.malloc(residual), a.malloc(residual)
         a.free(transient)            # its neighbour is alive: it stays a 4 MiB free block
         q = a.malloc(qkv)
         assert a.size_of(q) == counted
         assert a.allocated == residual + counted
     a = CachingAllocator()
-    transient, keep = a.malloc(8 * MiB), a.malloc(8 * MiB)
+    transient, _keep = a.malloc(8 * MiB), a.malloc(8 * MiB)
     a.free(transient)
     assert a.size_of(a.malloc(6 * MiB)) == 6 * MiB
 
