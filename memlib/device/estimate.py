@@ -582,15 +582,22 @@ class Estimate:
             # ChunkOffloadHandler.should_bulk_offload, ``next_backward_chunk is self``)
             order = [f"layer.{m.layer_kinds[i]}" for i in chunk.layers] + [n for n in names if n.startswith("mtp.")]
             kept: dict[str, int] = {}
+            kept_layers: set[str] = set()
             for mod in mods:
                 for n in reversed(order):
                     got = {k for k in mine_of[n] if offloaded_entry(k, (mod,))}
                     if got:        # (what the policy recomputes is not among the chunk's entries)
                         kept.update({k: layers[n][k][0] for k in got if k in entries})
+                        kept_layers.add(n)
                         break
             offloaded -= sum(kept.values())
             if not offloaded:          # its only offloading layer is kept: nothing leaves, nothing is reloaded
                 reload = prefetch = 0
+            # an offloaded layer comes back after the kept one's backward has freed all it saved
+            kept_total = sum(x for n in kept_layers for k, (x, e) in layers[n].items()
+                             if not self.policy.drops(e) and not k.startswith("mtp.head."))
+        else:
+            kept_total = 0
         # one layer's forward (the all-to-all overlap runs a layer of the next micro-batch's forward while the
         # current one's backward frees layer by layer): its kept, not offloaded, saved tensors
         layer_held = max([sum(x for k, (x, e) in led.items() if k not in off_keys and not self.policy.drops(e)
@@ -604,9 +611,16 @@ class Estimate:
         if reload:
             # a backward moment holds the layer it runs, reloaded ahead with every saved copy (``prefetch``: the
             # previous layer's group starts fetch it back, bulk_reload); the forward of an attention holds the
-            # layer's own saved tensors (one copy each) until its groups commit
+            # layer's own saved tensors (one copy each) until its groups commit.  Behind a kept last layer the
+            # backward moment is either the kept layer's (nothing reloaded) or an earlier one's, with the kept
+            # layer's tensors freed by then: the larger
+            def backward(d: dict[str, int]) -> dict[str, int]:
+                if not kept_total:
+                    return {**d, "offload_reload": prefetch}
+                behind = {**d, "offload_reload": prefetch, "backward_released": d["backward_released"] - kept_total}
+                return behind if sum(behind.values()) > sum(d.values()) else d
             cands = {k: d if k in ("forward_end", "forward_moe") else
-                     {**d, "offload_reload": reload if k in FORWARD_CANDIDATES else prefetch}
+                     {**d, "offload_reload": reload} if k in FORWARD_CANDIDATES else backward(d)
                      for k, d in cands.items()}
         return ChunkLoad(held=sum(entries.values()) - offloaded, offloaded=offloaded, working=working,
                          gradients=0, reload=reload, logits=logits, layer=layer_held,
