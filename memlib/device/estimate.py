@@ -46,7 +46,7 @@ from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_ro
 from ..model.params import by_block, values as model_values
 from ..model.partition import Chunk, Partition, Stage, shard_divisor
 from .schedule import Moment, check_schedule, moments
-from .transient import Segment, candidates, embedding_backward_bytes, loss_kind, moe_copies, te_fused_softmax
+from .transient import FORWARD_CANDIDATES, Segment, candidates, embedding_backward_bytes, loss_kind, moe_copies, te_fused_softmax
 from ..config.precision import Recipe
 from ..model.states import P_e, P_ne, states_formula
 from ..core.symbols import sym
@@ -574,13 +574,40 @@ class Estimate:
         layers = {n: self._evaluated(n) for n in names}
         mods = t.offload_modules
         off_keys: set[str] = set()
-        reload = 0
-        for led in layers.values():
-            mine = {k for k, (x, e) in led.items() if mods and offloaded_entry(k, mods)
-                    and x >= MIN_OFFLOADED_ELEMENTS * element_bytes(e, self.act_recipe)}
+        reload = prefetch = 0
+        mine_of: dict[str, set[str]] = {}
+        for n, led in layers.items():
+            mine = mine_of[n] = {k for k, (x, e) in led.items() if mods and offloaded_entry(k, mods)
+                                 and x >= MIN_OFFLOADED_ELEMENTS * element_bytes(e, self.act_recipe)}
             off_keys |= mine
             reload = max(reload, sum(led[k][0] for k in mine))
+            # reloaded ahead of its backward, once per save (fine_grained_activation_offload.py: tensor_push tags
+            # every save, bulk_offload_group copies each to the host, bulk_reload_group each back)
+            prefetch = max(prefetch, sum(led[k][0] * led[k][1].saves for k in mine))
         offloaded = sum(entries.get(k, 0) for k in off_keys)
+        if chunk.last and off_keys:
+            # the model's last chunk runs its backward right after its forward (the last pipeline stage), so
+            # ``should_bulk_offload`` keeps the last group of each module name on the GPU: its last offloading
+            # layer stays (megatron/core/pipeline_parallel/fine_grained_activation_offload.py at 4e85d74ae9,
+            # ChunkOffloadHandler.should_bulk_offload, ``next_backward_chunk is self``)
+            order = [f"layer.{m.layer_kinds[i]}" for i in chunk.layers] + [n for n in names if n.startswith("mtp.")]
+            kept: dict[str, int] = {}
+            kept_layers: set[str] = set()
+            for mod in mods:
+                for n in reversed(order):
+                    got = {k for k in mine_of[n] if offloaded_entry(k, (mod,))}
+                    if got:        # (what the policy recomputes is not among the chunk's entries)
+                        kept.update({k: layers[n][k][0] for k in got if k in entries})
+                        kept_layers.add(n)
+                        break
+            offloaded -= sum(kept.values())
+            if not offloaded:          # its only offloading layer is kept: nothing leaves, nothing is reloaded
+                reload = prefetch = 0
+            # an offloaded layer comes back after the kept one's backward has freed all it saved
+            kept_total = sum(x for n in kept_layers for k, (x, e) in layers[n].items()
+                             if not self.policy.drops(e) and not k.startswith("mtp.head."))
+        else:
+            kept_total = 0
         # one layer's forward (the all-to-all overlap runs a layer of the next micro-batch's forward while the
         # current one's backward frees layer by layer): its kept, not offloaded, saved tensors
         layer_held = max([sum(x for k, (x, e) in led.items() if k not in off_keys and not self.policy.drops(e)
@@ -591,12 +618,23 @@ class Estimate:
             vocab = int(self.partition.values[sym("v")])
             logits = -(-t.micro_batch * t.seq_len // t.cp) * -(-vocab // t.tp) * self.recipe.activations
         cands = self._candidates(chunk, logits)
-        if reload:            # the reload of one layer's offloaded tensors, in every backward moment
-            cands = {k: {**d, "offload_reload": reload} if k not in ("forward_end", "forward_moe") else d
+        if reload:
+            # a backward moment holds the layer it runs, reloaded ahead with every saved copy (``prefetch``: the
+            # previous layer's group starts fetch it back, bulk_reload); the forward of an attention holds the
+            # layer's own saved tensors (one copy each) until its groups commit.  Behind a kept last layer the
+            # backward moment is either the kept layer's (nothing reloaded) or an earlier one's, with the kept
+            # layer's tensors freed by then: the larger
+            def backward(d: dict[str, int]) -> dict[str, int]:
+                if not kept_total:
+                    return {**d, "offload_reload": prefetch}
+                behind = {**d, "offload_reload": prefetch, "backward_released": d["backward_released"] - kept_total}
+                return behind if sum(behind.values()) > sum(d.values()) else d
+            cands = {k: d if k in ("forward_end", "forward_moe") else
+                     {**d, "offload_reload": reload} if k in FORWARD_CANDIDATES else backward(d)
                      for k, d in cands.items()}
         return ChunkLoad(held=sum(entries.values()) - offloaded, offloaded=offloaded, working=working,
                          gradients=0, reload=reload, logits=logits, layer=layer_held,
-                         candidates=tuple(cands.items()))
+                         candidates=tuple(cands.items()), prefetch=prefetch, last=chunk.last)
 
     def _candidates(self, chunk: Chunk, logits: int) -> dict[str, dict[str, int]]:
         """The candidate moments of one micro-batch through ``chunk`` (:func:`memlib.device.transient.candidates`):

@@ -15,10 +15,16 @@ activations
     routing imbalance, minus what fine-grained activation offloading moved to the host; with the MoE
     all-to-all overlap (``--overlap-moe-expert-parallel-comm``) one more layer's forward: the combined
     1F1B step runs the next micro-batch's forward layer by layer while the current backward frees its
-    layers, so one layer of the new forward is alive beyond what the schedule holds.  Offloading keeps
-    one group of each offloaded module on the GPU (``post_warmup_callback`` in
-    megatron/core/pipeline_parallel/fine_grained_activation_offload.py: the last group of each name, so
-    that reloading never blocks the compute stream): one layer's offloaded tensors, ``offload_margin``.
+    layers, so one layer of the new forward is alive beyond what the schedule holds.  Fine-grained offloading
+    (megatron/core/pipeline_parallel/fine_grained_activation_offload.py at 4e85d74ae9) keeps on the GPU the
+    last group of each module name of the first chunk to run its backward (``post_warmup_callback``) and, on
+    the last pipeline stage, of the model's last chunk, whose backward follows its forward at once
+    (``should_bulk_offload``); with that layer kept, each group start's backward fetches back the groups of the
+    layer before it (``bulk_reload``), and a chunk whose own groups are all back fetches the next backward chunk's
+    last layer (``pre_reload_last_layer``), which stays through the forward the schedule runs before that
+    backward: ``offload_prefetch`` in a forward moment.  Saved-tensor hooks see each save of a tensor, so a layer
+    comes back with every saved copy (``Saved.saves``: TE's unfused attention's probabilities, saved by the
+    softmax and by P V, come back twice); a backward moment holds its own layer so (``offload_reload``).
 transient
     what is alive only while a chunk computes, beyond the micro-batch it holds: the worst of a few
     candidate moments of one micro-batch (:mod:`memlib.device.transient`, built from the chunk's ledgers in the
@@ -29,8 +35,8 @@ transient
     in-place fused softmax: the probabilities' gradient beside the context's, after the later layers' and
     the heads' tensors were freed), the
     recomputation of the last layer or MTP block.  Each as named terms: ``recompute_working_set``,
-    ``backward_gradients``, ``cross_entropy_logits``, ``offload_reload`` (one layer's offloaded tensors,
-    reloaded, in backward moments), ``forward_transients`` and ``backward_released`` (negative: what the
+    ``backward_gradients``, ``cross_entropy_logits``, ``offload_reload`` (in backward moments one layer's offloaded
+    tensors reloaded with every saved copy; in an attention's forward the layer's own, not yet offloaded), ``forward_transients`` and ``backward_released`` (negative: what the
     backward freed by then).  The optimizer step allocates nothing that outlives an op at these sizes
     (fused Adam works in place).  Checked against a measured Megatron-Core step on the CPU
     (:mod:`memlib.measure.step`, tests/device/test_peak_cpu.py).
@@ -58,7 +64,7 @@ from ..core.breakdown import Breakdown
 from ..config import ConfigError, TrainingConfig, ZeroStage, show
 from ..model.partition import Partition
 from .schedule import Moment
-from .transient import TERMS
+from .transient import FORWARD_CANDIDATES, TERMS
 
 __all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
            "persistent_terms", "stage_peak", "MIN_OFFLOADED_ELEMENTS"]
@@ -169,6 +175,12 @@ class ChunkLoad:
     layer: int = 0            #: the largest layer's kept saved tensors (one layer's forward)
     #: the candidate moments of one micro-batch (:func:`memlib.device.transient.candidates`): name -> named terms
     candidates: tuple = ()
+    #: one offloaded layer reloaded ahead of its backward, every saved copy (``Saved.saves``): what the previous
+    #: backward chunk's last groups fetch back for this chunk (0 when it offloads nothing)
+    prefetch: int = 0
+    #: the model's last chunk: its forward follows its own previous micro-batch's backward, which prefetches nothing
+    #: for it (the next backward chunk, this one, has not finished its forward)
+    last: bool = False
 
     def moment(self) -> str:
         """The name of the candidate moment with the most bytes (the first such)."""
@@ -256,21 +268,27 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
 
     def at(mo: Moment) -> tuple[dict[str, int], dict[str, int], str]:
         held = {f"chunk{c}": n * chunks[c].held for c, n in enumerate(mo.counts) if n}
-        # offloaded: what the micro-batches held have moved to the host; Megatron-Core keeps one group of each
-        # offloaded module name on the GPU (one layer's), and reloads a layer's before its backward
-        away = sum(n * chunks[c].offloaded for c, n in enumerate(mo.counts))
-        margin = min(max([c.reload for c in chunks] or [0]), away)
-        if margin:
-            held["offload_margin"] = margin
         if train.moe_a2a_overlap and mo.running:
             held["a2a_overlap_forward"] = max(chunks[c].layer for c in mo.running)
-        trans = dict.fromkeys(TRANSIENT_TERMS, 0)
-        if mo.running:
-            c = max(mo.running, key=lambda c: sum(chunks[c].transient().values()))
-            trans.update(chunks[c].transient())
-            # only what is still on the host can be reloaded
-            trans["offload_reload"] = min(trans["offload_reload"], away - margin)
-        return held, trans, chunks[c].moment() if mo.running else ""
+        # fine-grained offloading's prefetch: a chunk's backward ends by reloading the next backward chunk's last
+        # layer, every saved copy, which stays on the GPU through the forward that runs before that backward
+        # (``bulk_reload`` -> ``pre_reload_last_layer``): one layer of a held micro-batch other than the running one
+        prefetch = max([chunks[c].prefetch for c, n in enumerate(mo.counts) if n - (c in mo.running) > 0] or [0])
+        trans, cand, extra = dict.fromkeys(TRANSIENT_TERMS, 0), "", prefetch
+        best = None
+        for c in mo.running:
+            cands = chunks[c].candidates or (("", chunks[c].transient()),)
+            for name, terms in cands:
+                # a backward moment consumes its own chunk's reloaded layer instead (offload_reload)
+                pf = prefetch if name in FORWARD_CANDIDATES and not chunks[c].last else 0
+                if best is None or sum(terms.values()) + pf > best[0]:
+                    best = (sum(terms.values()) + pf, dict(terms), name, pf)
+        if best is not None:
+            _, terms, cand, extra = best
+            trans.update(terms)
+        if extra:
+            held["offload_prefetch"] = extra
+        return held, trans, cand
 
     best = None
     for mo in moments:

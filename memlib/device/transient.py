@@ -17,10 +17,13 @@ from typing import Mapping, Sequence
 
 from ..ledgers.base import Policy, Saved
 
-__all__ = ["Segment", "candidates", "TERMS", "te_fused_softmax", "moe_copies", "FORWARD_LOSSES", "loss_kind",
+__all__ = ["Segment", "candidates", "TERMS", "FORWARD_CANDIDATES", "te_fused_softmax", "moe_copies", "FORWARD_LOSSES", "loss_kind",
            "embedding_backward_bytes"]
 
 #: the terms a candidate has (in the order the breakdown lists them); ``backward_released`` is negative
+#: the candidate moments that run a forward (the others run a backward)
+FORWARD_CANDIDATES = frozenset({"forward_end", "forward_moe", "forward_attention"})
+
 TERMS = ("recompute_working_set", "backward_gradients", "cross_entropy_logits", "cross_entropy_workspace",
          "offload_reload", "forward_transients", "batch_attention_mask", "backward_released")
 

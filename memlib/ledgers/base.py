@@ -87,6 +87,9 @@ class Saved:
     #: Required for a Linear input (FP8 tiles run along it) and for ``mean_rows``
     width: sp.Expr | None = None
     mean_rows: bool = False           #: rows are an expected count: a device holds the ceiling
+    #: autograd nodes that save this same tensor: one storage on the GPU, but saved-tensor hooks see each save, so
+    #: fine-grained activation offloading copies it to the host and back once per save (memlib.device.peak)
+    saves: int = 1
 
     @property
     def block(self) -> str:

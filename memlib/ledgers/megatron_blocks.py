@@ -145,7 +145,8 @@ _SHARED_CODE = "megatron-core's own code on both paths; " + _MEASURED
 def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "CP"}), modules=(),
           keep_input: bool = False, keep_all: bool = False, output_name: str = "", output_modules=None,
           output_linear: bool = True, output_note: str = "", checkpoint_module: str = "",
-          output: bool = True, te_source: str = "te_rmsnorm", layernorm: bool = False) -> list[Saved]:
+          output: bool = True, te_source: str = "te_rmsnorm", layernorm: bool = False,
+          output_saves: int = 1) -> list[Saved]:
     """An RMSNorm over ``width`` features of every token and its output (kept by the Linear that reads it).
 
     TE keeps its input in the activation dtype and one fp32 ``rsigma`` per token, and so does
@@ -201,7 +202,8 @@ def _norm(prefix: str, what: str, width, k: Kernels, *, shard=frozenset({"SP", "
         ]
     if output:
         out.append(_S(f"{prefix}.norm_output", output_name, bs * width, shard=shard, modules=out_modules,
-                      linear_input=output_linear, keep_full=keep_all, note=output_note, width=width))
+                      linear_input=output_linear, keep_full=keep_all, note=output_note, width=width,
+                      saves=output_saves))
     return out
 
 
@@ -219,7 +221,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
                      "two unfused GEMMs keeps its own quantized copy unless fused (linear_qkv_down_proj) "
                      "or layernorm recompute makes them keep the bf16 original: counted once; "
                      + KERNEL_SOURCES["te_linear"]) if not local
-        else "kept once by both down-projections (one tensor); " + _MEASURED)
+        else "kept once by both down-projections (one tensor); " + _MEASURED,
+        output_saves=1 if local else 2)      # W^DQ (or W^Q) and W^DKV each save it (get_query_key_value_tensors)
     if k.composite_rms_norm:          # (the fused norm's kept input is the layer input itself)
         out.append(_S("attention.layer_input", "the layer input, kept by the layer's checkpoint (full recomputation)",
                       bs * h, shard={"SP", "CP"}, only_when={"full"}, keep_full=True, note=_MEASURED))
@@ -345,9 +348,11 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
         else:
             note = ("TE's unfused attention keeps its fused softmax kernel's bf16 results (its torch fallback, "
                     "outside that kernel's shapes, keeps fp32 and bf16 copies): " + KERNEL_SOURCES["te_unfused_attention"])
+        fp32_copy = k.softmax_fp32 and not k.fp32 and k.backend.is_local(k.impl)
+        # the softmax and P V save the same probabilities (two saves of one tensor) unless the softmax keeps an fp32 copy
         out.append(_S("attention.softmax_out", "softmax probabilities [b, n_h, s, s]", b * n_h * s * s,
-                      shard={"TP", "CP"}, modules={"core_attn"}, note=note))
-        if k.softmax_fp32 and not k.fp32 and k.backend.is_local(k.impl):
+                      shard={"TP", "CP"}, modules={"core_attn"}, note=note, saves=1 if fp32_copy else 2))
+        if fp32_copy:
             out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "
                           "kept by the softmax beside the bf16 copy P V keeps (the torch path)",
                           _local_softmax_fp32(n_h, k), "fp32", shard={"TP", "CP"}, modules={"core_attn"},
@@ -651,7 +656,8 @@ def _gqa_attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     ]
     if k.backend.keeps_scores(k.impl):
         out.append(_S("attention.softmax_out", "softmax probabilities [b, n_h, s, s]", b * n_h * s * s,
-                      shard={"TP", "CP"}, modules={"core_attn"}, note=KERNEL_SOURCES["te_unfused_attention"]))
+                      shard={"TP", "CP"}, modules={"core_attn"}, note=KERNEL_SOURCES["te_unfused_attention"],
+                      saves=2))       # the fused softmax (ctx.save_for_backward) and P V (torch.bmm) each save them
     else:
         out.append(_S("attention.softmax_lse", "softmax statistics (log-sum-exp per query and head), fp32",
                       b * n_h * s, "fp32", shard={"TP", "CP"}, modules={"core_attn"},
@@ -758,7 +764,8 @@ def _gqa_local(m: ModelConfig, k: Kernels) -> list[Saved]:
         _S("attention.attn_mask_type", "the mask type, kept as a one-element int32 tensor by the core-attention "
            "checkpoint", 1, "int32", only_when={"core_attn"}, note=_SHARED_CODE),
         _S("attention.softmax_out", "softmax probabilities [b, n_h, s, s]", b * n_h * s * s, shard=head,
-           modules={"core_attn"}, note="Megatron-Core's FusedScaleMaskSoftmax unfused (torch) path; " + _MEASURED),
+           modules={"core_attn"}, note="Megatron-Core's FusedScaleMaskSoftmax unfused (torch) path; " + _MEASURED,
+           saves=1 if k.softmax_fp32 and not k.fp32 else 2),   # softmax and P V save it (one fp32 copy apart)
     ]
     if k.softmax_fp32 and not k.fp32:
         out.append(_S("attention.softmax_fp32", "softmax probabilities in fp32 (--attention-softmax-in-fp32), "

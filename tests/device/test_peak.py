@@ -1,7 +1,7 @@
 """memlib.device.peak and Estimate.peaks: the prediction of max_memory_allocated, term by term.
 
 * The rule of one rank by hand on made-up chunks and moments (held micro-batches, the transient of the
-  chunks computing, offloading's margin and reload, the all-to-all overlap's extra layer, fragmentation).
+  chunks computing, offloading's prefetch and reload, the all-to-all overlap's extra layer, fragmentation).
 * Which ledger entries offloading and routing touch.
 * The tiny model by hand: the cross-entropy logits, the gradient pair, routing imbalance on the routed
   entries only, FP8 Linear inputs, the persistent terms as memlib.device.megatron_buffers counts them.
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -67,15 +68,24 @@ def test_fragmentation_is_rounded_up_on_the_peak():
     assert p.peak_allocated == 13 and p.fragmentation == 2 and p.peak_reserved == 15
 
 
-def test_offloading_margin_and_reload_by_hand():
-    # two micro-batches of a chunk that moved 40 bytes each to the host; one layer's groups are 15 bytes
-    c = load(10, offloaded=40, gradients=4, reload=15)
+def test_offloading_prefetch_and_reload_by_hand():
+    # a chunk that moved 40 bytes of each micro-batch to the host; one layer's offloaded tensors are 15 bytes, 25 with
+    # every saved copy (a tensor two autograd nodes save goes to the host and back twice)
+    fwd = {"offload_reload": 15, "forward_transients": 4}         # the attention's forward: the layer's own, once
+    bwd = {"offload_reload": 25, "backward_gradients": 4}         # its backward: the layer reloaded, every copy
+    c = ChunkLoad(10, 40, 0, 0, 15, 0, candidates=(("forward_attention", fwd), ("backward_attention", bwd)),
+                  prefetch=25)
+    # two micro-batches in flight, one computing: the other's layer was reloaded ahead (25) through this forward
     p = stage_peak(0, ({}, "states"), [c], [Moment((2,), (0,))], TrainingConfig())
-    assert p.activations == {"chunk0": 20, "offload_margin": 15}
-    assert p.transient["offload_reload"] == 15 and p.peak_allocated == 20 + 15 + 4 + 15
-    # with one layer on the host in all, the margin keeps it and nothing is reloaded
-    p = stage_peak(0, ({}, "states"), [load(10, offloaded=15, reload=15)], [Moment((1,), (0,))], TrainingConfig())
-    assert p.activations == {"chunk0": 10, "offload_margin": 15} and p.transient["offload_reload"] == 0
+    assert p.activations == {"chunk0": 20, "offload_prefetch": 25} and p.candidate == "forward_attention"
+    assert p.peak_allocated == 20 + 25 + 15 + 4
+    # one micro-batch in flight: nothing else to fetch back; its backward, with its own layer's copies, is the worst
+    p = stage_peak(0, ({}, "states"), [c], [Moment((1,), (0,))], TrainingConfig())
+    assert p.activations == {"chunk0": 10} and p.candidate == "backward_attention"
+    assert p.transient["offload_reload"] == 25 and p.peak_allocated == 10 + 25 + 4
+    # the model's last chunk: its forward follows its previous micro-batch's backward, which fetched nothing for it
+    p = stage_peak(0, ({}, "states"), [replace(c, last=True)], [Moment((2,), (0,))], TrainingConfig())
+    assert p.activations == {"chunk0": 20} and p.peak_allocated == 20 + 25 + 4
 
 
 def test_the_overlap_adds_one_layer_of_the_running_chunk():
@@ -265,10 +275,13 @@ def test_more_routing_imbalance_never_lowers_the_peak(case):
 @SETTINGS
 @given(cases(profiles=("megatron",)))
 def test_offloading_never_raises_and_the_overlap_never_lowers_the_peak(case):
+    """Offloading never raises the peak where every offloaded tensor is saved once (the experts' inputs):
+    Megatron-Core fetches a layer back once per save, so offloading the attention probabilities that the softmax
+    and P V both save can raise the peak of a chunk of few layers (test_offloading_can_raise_a_short_chunks_peak)."""
     m, t = build(case)
     assume(t.transformer_impl.uses_te if hasattr(t.transformer_impl, "uses_te") else True)
     base = peaks(m, t)
-    off = peaks(m, t.with_(offload_modules=("core_attn", "attn_proj", "expert_fc1", "moe_act")))
+    off = peaks(m, t.with_(offload_modules=("expert_fc1", "moe_act")))
     assert all(y <= x for x, y in zip(base, off))
     over = peaks(m, t.with_(moe_a2a_overlap=True))
     assert all(y >= x for x, y in zip(base, over))
@@ -320,3 +333,65 @@ def test_a_stronger_policy_peaks_higher_only_where_it_recomputes(case):
                 held = mask * b.moment.total            # the mask of each micro-batch in flight
                 assert b.transient["recompute_working_set"] > 0 or b.peak_allocated - a.peak_allocated <= held, \
                     (weak, strong, a.peak_allocated, b.peak_allocated, b.candidate, b.transient, mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# fine-grained activation offloading on a functional test, by hand
+# ------------------------------------------------------------------------------------------------
+OFFLOAD_TEST = "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading"
+
+
+def offload_case(test: str = OFFLOAD_TEST):
+    from memlib.scenarios.functional import cases
+    return next(c for c in cases() if c.golden.test == test and "h100" in c.golden.file)
+
+
+def test_offloading_fetches_a_layer_back_with_every_saved_copy():
+    """Megatron-LM's functional test (MLA, 32 experts, TP 2 with SP, EP 4, micro-batch 1, s 4096, TE's unfused
+    attention, every --offload-modules group): one MoE layer's offloaded tensors in MiB, each as often as autograd
+    saves it.  attn_norm: the layer input 4; qkv_linear: the input norm's output 4, saved by W^DQ and W^DKV (2 x 4),
+    c^Q 6 and, as memlib counts the latents, c^Q normalised 6, c^KV 2 and normalised 2; core_attn: q 24, k 24, v 16
+    and the probabilities [16 heads, 4096, 4096] bf16 = 512, saved by the softmax and by P V (2 x 512); attn_proj:
+    the context 16; mlp_norm: 4; expert_fc1: the dispatched tokens 8,192 x 1,024 bf16 = 16; moe_act: their fc1
+    output 32.  The peak is the forward of an attention while the last layer of the next chunk to run its backward
+    has been fetched back (the previous backward's last groups reload it, ``pre_reload_last_layer``)."""
+    c = offload_case()
+    MiB = 2 ** 20
+    layer = 4 + (2 * 4 + 6 + 6 + 2 + 2) + (24 + 24 + 16 + 2 * 512) + 16 + 4 + 16 + 32
+    assert c.peak.activations["offload_prefetch"] == layer * MiB == 1184 * MiB
+    assert c.peak.candidate == "forward_attention"
+    # the forward holds the attention's own tensors once each (the probabilities' one storage), 668 MiB
+    assert c.peak.transient["offload_reload"] == (layer - 512 - 4) * MiB
+
+
+def test_the_last_chunk_keeps_its_last_layer_on_the_gpu():
+    """The model's last chunk (the MTP layer and the loss) runs its backward right after its forward: Megatron-Core
+    keeps the last group of each offloaded module there, so that chunk offloads nothing and reloads nothing."""
+    c = offload_case("gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading")
+    m, t = c.run.model, c.run.train
+    est = estimate(m, t, NONE, framework=c.run.framework)
+    st = est.partition.stages[-1]
+    ex = est._evaluated_stage(st, {})
+    last = est.chunk_load(st.chunks[-1], {k: int(x) for k, x in ex.chunks[-1].items()}, int(ex.working[-1]))
+    assert st.chunks[-1].last and last.offloaded == last.reload == last.prefetch == 0
+    full = estimate(m, t.with_(offload_modules=()), NONE, framework=c.run.framework)
+    fex = full._evaluated_stage(full.partition.stages[-1], {})
+    assert last.held == sum(int(x) for x in fex.chunks[-1].values())
+
+
+def test_offloading_can_raise_a_short_chunks_peak():
+    """One layer a chunk, TE's unfused attention: the next micro-batch's forward runs with the other micro-batch's
+    layer fetched back, its probabilities P twice, where without offloading that micro-batch held P once: offloading
+    core_attn raises stage 0's peak by one P (b n_h s^2 = 8 heads x 2,048^2 bf16 = 64 MiB).  The last stage's chunk
+    keeps its only layer (its backward follows its forward): unchanged."""
+    m = model_from_dict({**T.TINY_HF, "num_hidden_layers": 2, "first_k_dense_replace": 0, "hidden_size": 1024,
+                         "num_attention_heads": 8, "intermediate_size": 2048, "moe_intermediate_size": 512}, name="e")
+    t = TrainingConfig(pp=2, num_microbatches=4, seq_len=2048, micro_batch=1, profile="megatron",
+                       transformer_impl="transformer_engine", attention_backend="unfused")
+    base = estimate(m, t, NONE).peaks
+    off = estimate(m, t.with_(offload_modules=("core_attn", "attn_proj")), NONE).peaks
+    P = 8 * 2048 * 2048 * 2
+    # P twice; q, k, v and the context (2,048 x 8 x 5 = 81,920 elements, d_v = 5) are under the 1,048,576-element
+    # floor below which Megatron-Core offloads nothing (min_offloaded_tensor_size): they stay
+    assert off[0].activations["offload_prefetch"] == 2 * P
+    assert off[0].peak_allocated > base[0].peak_allocated and off[1].peak_allocated == base[1].peak_allocated

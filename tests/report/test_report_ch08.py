@@ -122,16 +122,17 @@ def test_the_words_agree_with_the_tables(chapters, model):
 
 
 def test_a_fit_inside_the_measured_band_is_marginal(chapters):
-    """DeepSeek-V3's ZeRO-2 with selective recomputation peaks at 74.15 GiB, 5.5 GiB under the card: memlib's
-    peaks were up to 8.5 % short of measured DeepSeek-style peaks, so it is marginal; ZeRO-1 with full
-    recomputation (52.99 GiB) fits even at the band's far end."""
+    """DeepSeek-V3's ZeRO-2 with selective recomputation peaks at 74.15 GiB, 5.5 GiB (6.9 %) under the card: memlib's
+    peaks were up to 4.3 % short of measured DeepSeek-style peaks (the fine-grained offloading golden with the
+    all-to-all overlap), so it fits even at the band's far end, and so does every combination that fits: none is
+    marginal (tests/scenarios/test_uncertainty.py holds the verdict rule by hand)."""
     from memlib.model.states import ZeroStage
 
     g = chapters["deepseek-v3"]["grid"]
-    assert g[(ZeroStage.OS_G, "selective")].fits and g[(ZeroStage.OS_G, "selective")].verdict == "marginal"
+    assert g[(ZeroStage.OS_G, "selective")].fits and g[(ZeroStage.OS_G, "selective")].verdict == "fits"
     assert g[(ZeroStage.OS, "full")].verdict == "fits" and g[(ZeroStage.NONE, "none")].verdict == "does not fit"
     v = chapters["deepseek-v3"]["values"]
-    assert v["n_marginal"] == "2 of them only marginally" and "fits even at the band's far end" == v["z1_verdict"]
+    assert v["n_marginal"] == "none of them marginally" and "fits even at the band's far end" == v["z1_verdict"]
     assert "15 training steps of DeepSeek-style" in v["band"]
 
 

@@ -28,7 +28,7 @@ def test_the_band_is_the_families_runs():
     errs = [c.error for c in cases() if c.family == FAMILIES[0]]
     errs += [s.error for s in gpu_steps() if s.name.startswith("ds-")]
     assert (b.low, b.high, b.n) == (min(errs), max(errs), len(errs)) and b.family == FAMILIES[0]
-    assert b.low < Fraction(-8, 100)        # the fine-grained offloading cases: chapter 11's largest misses
+    assert b.low < Fraction(-4, 100)        # fine-grained offloading with the all-to-all overlap: the largest miss
 
 
 def test_the_recipes_verdict_agrees_with_its_numbers():
