@@ -21,10 +21,12 @@ from typing import Iterable, Optional, Sequence
 
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..config.strategies import Schedule
 from ..model.partition import Partition, Stage
 from ..core.units import MiB
 from .allocator import PYTORCH_ALLOCATOR, allocation
 from .megatron_params import MegatronParam, _stage, rank_params
+from .peak import MIN_OFFLOADED_ELEMENTS
 
 __all__ = [
     "TE_COMMIT",
@@ -393,7 +395,7 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
 #: the framework terms, in the order :func:`framework_memory` lists them
 FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
                    "global_memory_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
-                   "fp8_weight_copies", "optimizer_flags")
+                   "fp8_weight_copies", "pipeline_input_tensors", "optimizer_flags")
 
 
 def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capability: int = 9,
@@ -495,6 +497,26 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
             out += [("fp8_weight_copies", f"{p.name} fp8", p.numel), ("fp8_weight_copies", f"{p.name} fp8 transpose",
                                                                        p.numel),
                     ("fp8_weight_copies", f"{p.name} scale_inv fp32", 4)]
+    if t.pp > 1 and t.schedule is not Schedule.DUALPIPE:
+        # each model chunk fed by the previous pipeline stage keeps the last micro-batch's received tensor
+        # (TransformerBlock.set_input_tensor stores it, transformer/transformer_block.py:463) and, the backward
+        # done, its gradient (schedules.py:561 retain_grad, a leaf's .grad) until its next forward: a pair of
+        # [s/CP/(TP with SP), b, h] in the pipeline dtype, the parameters' (p2p_communication.py:335-349,
+        # the shape: schedules.py:2137-2143)
+        rows = t.seq_len // t.cp // (t.tp if t.sp and t.tp > 1 else 1)
+        numel = rows * t.micro_batch * m.hidden_size
+        shape = f"[{rows}, {t.micro_batch}, {m.hidden_size}]"
+        # offloading attn_norm frees the storage of the first layer's input, the received tensor, once it is on
+        # the host (transformer_layer.py:761-762 forced_released_tensors=[residual];
+        # fine_grained_activation_offload.py:1246 resize_(0), for tensors of MIN_OFFLOADED_ELEMENTS and more)
+        freed = "attn_norm" in t.offload_modules and numel >= MIN_OFFLOADED_ELEMENTS
+        for c in st.chunks:
+            if c.first:
+                continue
+            if not (freed and c.layers):
+                out.append(("pipeline_input_tensors", f"chunk {c.index}: received input {shape}",
+                            param_dtype_bytes * numel))
+            out.append(("pipeline_input_tensors", f"chunk {c.index}: its gradient {shape}", param_dtype_bytes * numel))
     out.append(("optimizer_flags", "FusedAdam _dummy_overflow_buf int32", 4))
     return out
 

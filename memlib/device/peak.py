@@ -52,12 +52,13 @@ from typing import Mapping, Optional, Sequence
 
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, TrainingConfig, ZeroStage, show
+from ..config.strategies import Schedule
 from ..model.partition import Partition
-from .schedule import Moment
+from .schedule import Moment, default_microbatches
 from .transient import TERMS
 
 __all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
-           "persistent_terms", "stage_peak", "MIN_OFFLOADED_ELEMENTS"]
+           "persistent_terms", "stage_peak", "pipeline_pairs_replaced", "MIN_OFFLOADED_ELEMENTS"]
 
 #: CUDA compute capability (major) of the GPUs memlib names: it sizes Transformer Engine's and cuBLAS's
 #: workspaces (memlib.device.megatron_buffers)
@@ -243,12 +244,33 @@ def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], fra
     return {k: int(v) for k, v in states.items()}, "states"
 
 
+def pipeline_pairs_replaced(mo: Moment, fed: Sequence[int], train: TrainingConfig, stage: int) -> int:
+    """How many of the rank's pipeline input pairs (the persistent term ``pipeline_input_tensors``: a chunk fed
+    by the previous stage keeps its last received input and the input's gradient) are gone at ``mo``.  A chunk's
+    forward replaces its pair (``set_input_tensor``).  Under 1F1B the pair of the micro-batch just backwarded
+    is alive again through the next forward: the steady loop's ``output_tensor`` still holds its autograd
+    graph, whose AccumulateGrad node references the received input (megatron/core/pipeline_parallel/
+    schedules.py:2390 and 2428 at MEGATRON_COMMIT), so only a rank with fewer than two steady forwards lacks
+    it.  The interleaved schedule drops the output with ``backward_step_helper``'s locals (schedules.py:1433):
+    a chunk with a micro-batch in flight holds that micro-batch's input among its activations, no pair.
+    GPipe runs every forward before any backward."""
+    if train.schedule is Schedule.INTERLEAVED:
+        return sum(1 for c in fed if mo.counts[c])
+    if train.schedule is Schedule.ONE_F_ONE_B:
+        m = default_microbatches(train)
+        return len(fed) if m - min(train.pp - 1 - stage, m) < 2 else 0
+    return len(fed)
+
+
 def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Sequence[ChunkLoad],
                moments: Sequence[Moment], train: TrainingConfig, fragmentation: Fraction = Fraction(0)) -> StagePeak:
     """The worst moment of the replay for one rank: held activations, the overlap's extra forward and the
     transient terms of the chunks computing, on top of the persistent terms."""
     if not moments:
         raise ConfigError(f"stage {stage}: the schedule replay has no moment")
+    # the chunks fed by the previous stage (all but the model's first) and the pair each keeps
+    fed = [c for c in range(len(chunks)) if stage or c]
+    pair = persistent[0].get("pipeline_input_tensors", 0) // max(len(fed), 1)
 
     def at(mo: Moment) -> tuple[dict[str, int], dict[str, int], str]:
         held = {f"chunk{c}": n * chunks[c].held for c, n in enumerate(mo.counts) if n}
@@ -260,6 +282,9 @@ def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Seque
             held["offload_margin"] = margin
         if train.moe_a2a_overlap and mo.running:
             held["a2a_overlap_forward"] = max(chunks[c].layer for c in mo.running)
+        gone = pipeline_pairs_replaced(mo, fed, train, stage) if pair else 0
+        if gone:
+            held["pipeline_inputs_replaced"] = -gone * pair
         trans = dict.fromkeys(TRANSIENT_TERMS, 0)
         if mo.running:
             c = max(mo.running, key=lambda c: sum(chunks[c].transient().values()))
