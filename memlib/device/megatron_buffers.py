@@ -22,11 +22,13 @@ from typing import Iterable, Optional, Sequence
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..config.strategies import Schedule
+from ..config.versions import DEFAULT_VERSION, parse_version
 from ..model.partition import Partition, Stage
 from ..core.units import MiB
 from .allocator import PYTORCH_ALLOCATOR, allocation
 from .megatron_params import MegatronParam, _stage, rank_params
 from .peak import MIN_OFFLOADED_ELEMENTS
+from .schedule import default_microbatches
 
 __all__ = [
     "TE_COMMIT",
@@ -395,7 +397,23 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
 #: the framework terms, in the order :func:`framework_memory` lists them
 FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
                    "global_memory_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
-                   "fp8_weight_copies", "pipeline_input_tensors", "optimizer_flags")
+                   "fp8_weight_copies", "pipeline_input_tensors", "rerun_saved_batches", "optimizer_flags")
+
+#: --rerun-mode's values (megatron/training/config/resilience_config.py)
+RERUN_MODES = ("disabled", "validate_results", "report_stats")
+
+
+def rerun_keeps_batches(train: TrainingConfig, rerun_mode: str = "validate_results",
+                        data_loading_rank: bool = True) -> bool:
+    """Whether the rank keeps every micro-batch of the step on the GPU until the next step (the persistent term
+    ``rerun_saved_batches``): a rank that reads the data loader (TP rank 0), RerunDataIterator saving the step's
+    micro-batches (``--rerun-mode`` not disabled), in a Megatron-LM whose get_batch fills the saved dict itself
+    (:attr:`memlib.config.versions.MegatronVersion.rerun_iterator_keeps_gpu_batches`)."""
+    if rerun_mode not in RERUN_MODES:
+        raise ConfigError(f"rerun_mode={show(rerun_mode)} must be one of {', '.join(RERUN_MODES)}")
+    _check_flag("data_loading_rank", data_loading_rank)
+    return (data_loading_rank and rerun_mode != "disabled"
+            and parse_version(train.megatron_version or DEFAULT_VERSION).rerun_iterator_keeps_gpu_batches)
 
 
 def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capability: int = 9,
@@ -403,8 +421,9 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                       fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
                       permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
                       torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096,
-                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True
-                      ) -> list[tuple[str, str, int]]:
+                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True,
+                      attention_mask_in_batch: bool = False, rerun_mode: str = "validate_results",
+                      data_loading_rank: bool = True) -> list[tuple[str, str, int]]:
     """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
     :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
     m, t = part.model, part.train
@@ -517,6 +536,23 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                 out.append(("pipeline_input_tensors", f"chunk {c.index}: received input {shape}",
                             param_dtype_bytes * numel))
             out.append(("pipeline_input_tensors", f"chunk {c.index}: its gradient {shape}", param_dtype_bytes * numel))
+    if (st.first or st.last or mtp_here) and rerun_keeps_batches(t, rerun_mode, data_loading_rank):
+        # RerunDataIterator saves each micro-batch the loader yields (rerun_state_machine.py: saved_microbatches,
+        # dropped by advance() at the next step) and get_batch moves that very dict to the GPU (pretrain_gpt.py
+        # ``batch[key] = batch[key].cuda()``), CP-sliced in place (get_batch_on_this_cp_rank); a pipeline stage
+        # drops what it does not use first (get_batch_on_this_tp_rank: the last stage tokens and position_ids, the
+        # first labels and loss_mask): the GPT dataset's int64 tokens, labels, position_ids, fp32 loss_mask,
+        # bool [b, 1, s/CP, s] attention mask (core/datasets/gpt_dataset.py)
+        rows = t.seq_len // t.cp
+        keys = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
+        if part.train.pp > 1 and not mtp_here:
+            drop = ("labels", "loss_mask") if st.first else ("tokens", "position_ids")
+            keys = {k: v for k, v in keys.items() if k not in drop}
+        batch = [(f"{k} [{t.micro_batch}, {rows}]", n * t.micro_batch * rows) for k, n in keys.items()]
+        if attention_mask_in_batch:
+            batch.append((f"attention_mask [{t.micro_batch}, 1, {rows}, {t.seq_len}]", t.micro_batch * rows * t.seq_len))
+        for i in range(default_microbatches(t)):
+            out += [("rerun_saved_batches", f"micro-batch {i}: {name}", nbytes) for name, nbytes in batch]
     out.append(("optimizer_flags", "FusedAdam _dummy_overflow_buf int32", 4))
     return out
 

@@ -95,13 +95,20 @@ class Framework:
     #: PyTorch with pytorch#175344 (merged 2026-02-19): 32 MiB cuBLAS workspaces on Blackwell too (False: an older
     #: PyTorch, Hopper only; memlib.config.versions.container_rules reads it from an NGC container)
     blackwell_cublas_32mib: bool = True
+    #: --rerun-mode (disabled, validate_results: Megatron-LM's default, report_stats): RerunDataIterator saves the
+    #: step's micro-batches unless disabled
+    rerun_mode: str = "validate_results"
+    #: the rank predicted is its tensor-parallel group's first, the one that reads the data loader (get_batch); the
+    #: functional tests log the last rank, TP rank TP - 1
+    data_loading_rank: bool = True
 
     def buffer_options(self, train: TrainingConfig, grad_dtype_bytes: int, param_dtype_bytes: int) -> dict:
         """The keyword options of :func:`~memlib.device.megatron_buffers.persistent_memory` for ``train``."""
         opts = {k: getattr(self, k) for k in ("compute_capability", "gradient_accumulation_fusion", "rope_fusion",
                                              "moe_grouped_gemm", "token_dispatcher", "permute_fusion",
                                              "cublas_workspace_config", "expandable_segments",
-                                             "blackwell_cublas_32mib")}
+                                             "blackwell_cublas_32mib", "attention_mask_in_batch", "rerun_mode",
+                                             "data_loading_rank")}
         opts.update(distributed_optimizer=train.zero >= ZeroStage.OS, grad_dtype_bytes=grad_dtype_bytes,
                     param_dtype_bytes=param_dtype_bytes, overlap_grad_reduce=train.overlap_grad_reduce,
                     bucket_size=train.ddp_bucket_size, fp8=train.fp8,

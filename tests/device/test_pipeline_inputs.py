@@ -5,6 +5,11 @@ Each model chunk fed by the previous pipeline stage keeps the last micro-batch's
 tensors in the pipeline dtype, until the chunk's next forward.  Hand-worked on a GPT-3 shell (h 512, s 1024, b 4,
 bf16): 2 x 1024 x 4 x 512 x 2 B = 8 MiB a chunk.  The measured post-step allocations of Megatron-LM's functional
 tests show it: a TP4 PP2 test logs exactly 8 MiB + 3 KiB more than memlib's account without the pair.
+
+And the micro-batches of the step that RerunDataIterator saves for a rerun: from Megatron-LM 5e4fc931ba
+(2026-05-21) get_batch moves the saved dict itself to the GPU, until bf32f4415e (2026-07-06) saves a copy; the
+goldens written on 2026-05-30 keep 4.11 MiB (one micro-batch of a PP1 run) and 16.19 MiB (four of a last stage)
+more than those written before.
 """
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ GPT = {"--num-layers": 12, "--hidden-size": 512, "--num-attention-heads": 8, "--
        "--pipeline-model-parallel-size": 4, "--transformer-impl": "transformer_engine"}
 
 
-def run(world: int = 8, **flags):
-    return parse_megatron_config({**GPT, **flags}, {}, name="gpt", world_size=world)
+def run(world: int = 8, overrides=None, **flags):
+    return parse_megatron_config({**GPT, **flags}, {}, name="gpt", world_size=world, overrides=overrides or {})
 
 
 def pairs(r) -> list[int]:
@@ -78,3 +83,55 @@ def test_post_step_allocation_explained(test, file, gap):
 
     (c,) = [c for c in cases() if c.golden.test == test and c.golden.file == file]
     assert c.post_step_gap == gap
+
+
+# ------------------------------------------------------------------------------------------------
+# the micro-batches RerunDataIterator keeps (Megatron-LM from 5e4fc931ba until bf32f4415e)
+# ------------------------------------------------------------------------------------------------
+BUGGY = "6e091e1b68@2026-05-30"
+
+
+def saved(r, **framework) -> list[int]:
+    part = Partition(r.model, r.train)
+    opts = {"attention_mask_in_batch": r.framework.attention_mask_in_batch, "rerun_mode": r.framework.rerun_mode,
+            **framework}
+    return [mb.framework_memory(part, i, **opts).evaluate()["rerun_saved_batches"] for i in range(r.train.pp)]
+
+
+def test_saved_micro_batches_by_hand():
+    """4 micro-batches a step (GBS 32 = 4 x b 4 x DP 2); [4, 1024] int64 tokens, labels, position_ids (32 KiB),
+    fp32 loss_mask (16 KiB), bool [4, 1, 1024, 1024] attention mask (4 MiB); the last stage drops tokens and
+    position_ids, the first labels and loss_mask, the middle stages read nothing."""
+    KiB = 1024
+    r = run(overrides={"megatron_version": BUGGY})
+    assert saved(r) == [4 * (4 * MiB + 64 * KiB), 0, 0, 4 * (4 * MiB + 48 * KiB)]
+    # one stage, one micro-batch a step (DP 8): all five
+    r = run(overrides={"megatron_version": BUGGY}, **{"--pipeline-model-parallel-size": 1})
+    assert saved(r) == [4 * MiB + 112 * KiB]
+    # without the mask in the batch, with the rerun machine off, on a TP rank that does not read the loader
+    r = run(overrides={"megatron_version": BUGGY})
+    assert saved(r, attention_mask_in_batch=False)[-1] == 4 * 48 * KiB
+    assert saved(r, rerun_mode="disabled") == saved(r, data_loading_rank=False) == [0, 0, 0, 0]
+    # the versions: core_r0.18.0 keeps them; the pinned commit and core_r0.19.0 save a copy of the host batch
+    assert saved(run(overrides={"megatron_version": "core_r0.18.0"}))[-1] == 4 * (4 * MiB + 48 * KiB)
+    assert saved(run()) == saved(run(overrides={"megatron_version": "core_r0.19.0"})) == [0, 0, 0, 0]
+
+
+def test_the_saved_mask_is_not_counted_twice():
+    r = run(overrides={"megatron_version": BUGGY})
+    p = _peak(r)
+    assert p.persistent["rerun_saved_batches"] == 4 * (4 * MiB + 48 * 1024)
+    assert p.transient["batch_attention_mask"] == 0
+    assert _peak(run()).transient["batch_attention_mask"] == 4 * MiB
+
+
+@pytest.mark.parametrize("test,file", [
+    ("gpt3_mcore_te_tp1_pp1_dist_optimizer_fim_dataset", "golden_values_dev_dgx_gb200.json"),   # 1 micro-batch
+    ("gpt3_mcore_te_tp1_pp4_vp1", "golden_values_dev_dgx_gb200.json"),                         # 4, 3 chunks
+])
+def test_the_step_of_2026_05_30_explained(test, file):
+    """Goldens written at 6e091e1b68 (2026-05-30): 4.11 MiB and 16.19 MiB more after the step than before it."""
+    from memlib.scenarios.functional import cases
+
+    (c,) = [c for c in cases() if c.golden.test == test and c.golden.file == file]
+    assert c.golden.values_date == "2026-05-30" and c.post_step_gap == 3072
