@@ -135,3 +135,46 @@ def test_the_step_of_2026_05_30_explained(test, file):
 
     (c,) = [c for c in cases() if c.golden.test == test and c.golden.file == file]
     assert c.golden.values_date == "2026-05-30" and c.post_step_gap == 3072
+
+
+# ------------------------------------------------------------------------------------------------
+# ground truth: Megatron-Core's own 1F1B schedule over two pipeline ranks on the CPU
+# ------------------------------------------------------------------------------------------------
+from test_measure_megatron import mcore  # noqa: E402,F401  (skips without megatron-core; fails under CI)
+
+
+def test_megatron_core_keeps_the_pair(mcore, tmp_path):
+    """Two steps of forward_backward_pipelining_without_interleaving (gloo p2p, 4 micro-batches of [8, 2, 64]
+    bf16): the last stage keeps its last received input and that input's gradient after the step, the first stage
+    nothing; and at each forward after the first the input received before the current one is still alive (the
+    loop's output_tensor keeps its graph), the earlier ones are not."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_megatron_buffers import SMALL, _request, _train
+
+    from memlib.config import model_from_dict
+
+    req = _request(2, 2, 1)
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps([req]))
+    worker = Path(__file__).resolve().parents[1] / "megatron_pipeline_worker.py"
+    outs = [tmp_path / f"out{r}.json" for r in range(2)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, str(worker), str(path), str(outs[r]), "2", str(r),
+                               str(tmp_path / "store")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for r in range(2)]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert not any(p.returncode for p in procs), [e[-2000:] for e in errs]
+    first, last = (json.loads(o.read_text()) for o in outs)
+    assert first["input"] is None and first["grad"] is None
+    pair = {"shape": [8, 2, 64], "dtype": "bfloat16", "nbytes": 8 * 2 * 64 * 2}
+    assert last["input"] == last["grad"] == pair
+    assert last["alive"] == [[], [True], [False, True], [False, False, True]]
+    # memlib's term for the same rank: the pair of its one chunk
+    part = Partition(model_from_dict(SMALL, "small"), _train(2, 2, 1))
+    assert mb.framework_memory(part, 1).evaluate()["pipeline_input_tensors"] == 2 * pair["nbytes"]
+    assert mb.framework_memory(part, 0).evaluate()["pipeline_input_tensors"] == 0
