@@ -143,22 +143,13 @@ def test_the_step_of_2026_05_30_explained(test, file):
 from test_measure_megatron import mcore  # noqa: E402,F401  (skips without megatron-core; fails under CI)
 
 
-def test_megatron_core_keeps_the_pair(mcore, tmp_path):
-    """Two steps of forward_backward_pipelining_without_interleaving (gloo p2p, 4 micro-batches of [8, 2, 64]
-    bf16): the last stage keeps its last received input and that input's gradient after the step, the first stage
-    nothing; and at each forward after the first the input received before the current one is still alive (the
-    loop's output_tensor keeps its graph), the earlier ones are not."""
+def _pipeline_run(tmp_path, req) -> list[dict]:
     import json
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    from test_megatron_buffers import SMALL, _request, _train
-
-    from memlib.config import model_from_dict
-
-    req = _request(2, 2, 1)
     path = tmp_path / "requests.json"
     path.write_text(json.dumps([req]))
     worker = Path(__file__).resolve().parents[1] / "megatron_pipeline_worker.py"
@@ -169,12 +160,45 @@ def test_megatron_core_keeps_the_pair(mcore, tmp_path):
                               env=env) for r in range(2)]
     errs = [p.communicate(timeout=600)[1] for p in procs]
     assert not any(p.returncode for p in procs), [e[-2000:] for e in errs]
-    first, last = (json.loads(o.read_text()) for o in outs)
-    assert first["input"] is None and first["grad"] is None
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def test_megatron_core_keeps_the_pair(mcore, tmp_path):
+    """Two steps of forward_backward_pipelining_without_interleaving (gloo p2p, 4 micro-batches of [8, 2, 64]
+    bf16): the last stage keeps its last received input and that input's gradient after the step, the first stage
+    nothing; and at each forward after the first the input received before the current one is still alive (the
+    loop's output_tensor keeps its graph), the earlier ones are not."""
+    from test_megatron_buffers import SMALL, _request, _train
+
+    from memlib.config import model_from_dict
+
+    first, last = _pipeline_run(tmp_path, _request(2, 2, 1))
+    assert first["chunks"] == [{"input": None, "grad": None}]
     pair = {"shape": [8, 2, 64], "dtype": "bfloat16", "nbytes": 8 * 2 * 64 * 2}
-    assert last["input"] == last["grad"] == pair
+    assert last["chunks"] == [{"input": pair, "grad": pair}]
     assert last["alive"] == [[], [True], [False, True], [False, False, True]]
     # memlib's term for the same rank: the pair of its one chunk
     part = Partition(model_from_dict(SMALL, "small"), _train(2, 2, 1))
     assert mb.framework_memory(part, 1).evaluate()["pipeline_input_tensors"] == 2 * pair["nbytes"]
     assert mb.framework_memory(part, 0).evaluate()["pipeline_input_tensors"] == 0
+
+
+def test_megatron_core_keeps_a_pair_per_chunk_interleaved(mcore, tmp_path):
+    """The interleaved schedule, two chunks a rank (4 layers, no MTP): after the step every chunk but the model's
+    first keeps its pair, as memlib counts them."""
+    from test_megatron_buffers import SMALL, _request
+
+    from memlib.config import TrainingConfig, model_from_dict
+
+    req = _request(2, 2, 1)
+    req["model"]["num_nextn_predict_layers"] = 0
+    req["train"].update(vpp=2, schedule="interleaved")
+    first, last = _pipeline_run(tmp_path, req)
+    pair = {"shape": [8, 2, 64], "dtype": "bfloat16", "nbytes": 8 * 2 * 64 * 2}
+    assert first["chunks"] == [{"input": None, "grad": None}, {"input": pair, "grad": pair}]
+    assert last["chunks"] == [{"input": pair, "grad": pair}] * 2
+    part = Partition(model_from_dict({**SMALL, "num_nextn_predict_layers": 0}, "small"), TrainingConfig(
+        dp=1, pp=2, vpp=2, schedule="interleaved", ep=1, profile="megatron", transformer_impl="local",
+        precision="megatron", micro_batch=2, seq_len=8, zero=1))
+    assert [mb.framework_memory(part, r).evaluate()["pipeline_input_tensors"] for r in (0, 1)] == [
+        2 * pair["nbytes"], 4 * pair["nbytes"]]
