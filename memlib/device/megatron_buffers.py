@@ -27,7 +27,6 @@ from ..model.partition import Partition, Stage
 from ..core.units import MiB
 from .allocator import PYTORCH_ALLOCATOR, allocation
 from .megatron_params import MegatronParam, _stage, rank_params
-from .peak import MIN_OFFLOADED_ELEMENTS
 from .schedule import default_microbatches
 
 __all__ = [
@@ -398,6 +397,9 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
 FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
                    "global_memory_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
                    "fp8_weight_copies", "pipeline_input_tensors", "rerun_saved_batches", "optimizer_flags")
+
+#: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 
 #: --rerun-mode's values (megatron/training/config/resilience_config.py)
 RERUN_MODES = ("disabled", "validate_results", "report_stats")

@@ -54,6 +54,7 @@ from ..core.breakdown import Breakdown
 from ..config import ConfigError, TrainingConfig, ZeroStage, show
 from ..config.strategies import Schedule
 from ..model.partition import Partition
+from .megatron_buffers import MIN_OFFLOADED_ELEMENTS
 from .schedule import Moment, default_microbatches
 from .transient import TERMS
 
@@ -64,8 +65,6 @@ __all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "i
 #: workspaces (memlib.device.megatron_buffers)
 COMPUTE_CAPABILITY = {"A100": 8, "H100": 9, "H800": 9, "H200": 9, "B200": 10, "GB200": 10}
 
-#: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
-MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 
 #: the transient terms, in the order the breakdown lists them (the candidate moments' terms)
 TRANSIENT_TERMS = TERMS
