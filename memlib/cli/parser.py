@@ -275,6 +275,10 @@ def _framework_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-expandable-segments", dest="expandable_segments", action="store_false", default=None,
                    help="megatron profile: PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True (the caching "
                         "allocator rounds large tensors to fresh segments)")
+    p.add_argument("--rerun-mode", dest="rerun_mode", default=None,
+                   choices=("disabled", "validate_results", "report_stats"),
+                   help="megatron profile: Megatron-LM's rerun state machine (default validate_results); it saves "
+                        "the step's micro-batches, which some versions keep on the GPU (docs/megatron_versions.md)")
     p.add_argument("--moe-token-dispatcher-type", dest="token_dispatcher", default=None,
                    choices=("alltoall", "allgather", "flex"),
                    help="megatron profile: the MoE token dispatcher (default alltoall)")
@@ -356,7 +360,7 @@ _TRAIN_OPTIONS = ("dp", "tp", "pp", "ep", "etp", "cp", "sp", "layout", "zero", "
 #: the estimate options that set memlib.device.peak.Framework fields (None: not given)
 _FRAMEWORK_OPTIONS = ("gradient_accumulation_fusion", "rope_fusion", "moe_grouped_gemm", "permute_fusion",
                       "token_dispatcher", "attention_mask_in_batch", "deterministic", "cublas_workspace_config",
-                      "expandable_segments")
+                      "expandable_segments", "rerun_mode")
 
 
 def _explicit(argv: list[str]) -> set[str]:

@@ -58,9 +58,20 @@ RULES: tuple[Rule, ...] = (
     Rule("null_tokenizer_eod", "c9dfe34798", "2026-04-22", "Enable NullTokenizer for pretraining to reduce I/O access",
          "NullTokenizer adds one end-of-document token: --vocab-size N gives N + 1 tokens before padding",
          "NullTokenizer has --vocab-size tokens (its end-of-document token is the last of them)"),
+    Rule("batch_moved_in_place", "5e4fc931ba", "2026-05-21",
+         "refactor(data): consolidate get_batch and enable PP for SFT THD",
+         "get_batch_on_this_tp_rank copies the loader's micro-batch to the GPU into a new dict: the micro-batches "
+         "RerunDataIterator saves for a rerun stay on the host",
+         "get_batch moves the loader's dict to the GPU in place (pretrain_gpt.py): RerunDataIterator, which saves "
+         "every micro-batch of the step unless --rerun-mode disabled, keeps them on the GPU until the next step"),
     Rule("te_cross_entropy_refused", "168cb15d70", "2026-06-03", "Disable TE cross entropy loss fusion",
          "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te runs Transformer Engine's kernel",
          "Megatron-LM refuses --cross-entropy-fusion-impl te with --cross-entropy-loss-fusion (validate_args)"),
+    Rule("rerun_iterator_copies_batch", "bf32f4415e", "2026-07-06",
+         "Fix inter-document masking crash and NaNs with TP > 1 and micro_batch_size > 1",
+         "RerunDataIterator saves the loader's dict itself",
+         "RerunDataIterator saves a shallow copy of it (copy.copy): the GPU tensors get_batch puts in the loader's "
+         "dict are not saved"),
 )
 
 #: release branch -> the rules of RULES it has (read from each branch's sources: core_r0.12.0 has the
@@ -71,9 +82,10 @@ RELEASES: dict[str, frozenset[str]] = {
     **{f"core_r0.{n}.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess"}) for n in range(14, 17)},
     "core_r0.17.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function"}),
     "core_r0.18.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function",
-                               "null_tokenizer_eod"}),
+                               "null_tokenizer_eod", "batch_moved_in_place"}),
     "core_r0.19.0": frozenset({"cross_entropy_fusion_impl", "mtp_loss_in_postprocess", "mtp_loss_function",
-                               "null_tokenizer_eod", "te_cross_entropy_refused"}),
+                               "null_tokenizer_eod", "batch_moved_in_place", "te_cross_entropy_refused",
+                               "rerun_iterator_copies_batch"}),
 }
 
 #: the Megatron-LM commit memlib reads (its flags' semantics, Megatron-Core's buffers, the functional tests'
@@ -112,6 +124,12 @@ class MegatronVersion:
         """Whether the last MTP head's bf16 logits stay referenced through the main head's output layer and loss
         (GPTModel._postprocess's inline MTP loop: from d7bf5aaaa8 until 9d71cb1cd2; core_r0.14.0 to core_r0.16.0)."""
         return self.has("mtp_loss_in_postprocess") and not self.has("mtp_loss_function")
+
+    @property
+    def rerun_iterator_keeps_gpu_batches(self) -> bool:
+        """Whether RerunDataIterator's saved micro-batches are the GPU batches get_batch made in the loader's dict
+        (from 5e4fc931ba until bf32f4415e; core_r0.18.0)."""
+        return self.has("batch_moved_in_place") and not self.has("rerun_iterator_copies_batch")
 
 
 def _date(text: str, what: str) -> date:

@@ -388,6 +388,8 @@ _PROXY = {"hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_siz
           "topk_group": 4, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "tie_word_embeddings": False,
           "vocab_size": 258560}
 _SMALL = {"tp": 2, "pp": 2, "vpp": 4, "ep": 4, "etp": 1, "schedule": "interleaved", "seq_len": 4096}
+#: --offload-modules of the fine-grained offloading tests (their model_config.yaml)
+_OFFLOADED = ("expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear", "core_attn", "attn_proj")
 _PROXY_H100 = {"tp": 2, "pp": 4, "vpp": 2, "ep": 16, "etp": 1, "schedule": "interleaved",
                "layout": (2, 2, 2, 2, 2, 2, 1, 1), "micro_batch": 1, "seq_len": 4096}
 _PROXY_GB200 = {"tp": 2, "pp": 2, "ep": 8, "etp": 1, "layout": (7, 7), "micro_batch": 4, "seq_len": 4096}
@@ -412,11 +414,11 @@ MEGATRON_RUN_SETUPS: dict[str, dict] = {
         "options": {"overlap_grad_reduce": True, "rope_fusion": False}},
     "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": {
         "model": _mla_moe(15, 3, 1), "training": {**_SMALL, "dp": 2, "micro_batch": 1,
-                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0)},
+                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0), "offload_modules": _OFFLOADED},
         "options": {"rope_fusion": False, "cublas_workspace_config": ":4096:8"}},
     "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": {
         "model": _mla_moe(15, 3, 0), "training": {**_SMALL, "dp": 2, "micro_batch": 1,
-                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0)},
+                                                  "layout": (3, 2, 2, 2, 2, 2, 2, 0), "offload_modules": _OFFLOADED},
         "options": {"rope_fusion": False, "cublas_workspace_config": ":4096:8"}},
     "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": {
         "model": _PROXY, "training": {**_PROXY_H100, "dp": 8},
@@ -424,9 +426,10 @@ MEGATRON_RUN_SETUPS: dict[str, dict] = {
     "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": {
         "model": _PROXY, "training": {**_PROXY_H100, "dp": 8},
         "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+    # logged on NGC 26.02, whose PyTorch predates 32 MiB cuBLAS workspaces on Blackwell (container_rules)
     "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": {
         "model": _PROXY, "training": {**_PROXY_GB200, "dp": 8},
-        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},
+        "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex", "blackwell_cublas_32mib": False}},
     "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm": {
         "model": _PROXY, "training": {**_PROXY_GB200, "dp": 8},
         "options": {"overlap_grad_reduce": True, "token_dispatcher": "flex"}},

@@ -41,6 +41,7 @@ from ..config import ConfigError, ModelConfig, TrainingConfig, show
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl, Runtime
 from ..config.versions import DEFAULT_VERSION, MegatronVersion, parse_version
 from .overhead import Overheads
+from .megatron_buffers import rerun_keeps_batches
 from .peak import MIN_OFFLOADED_ELEMENTS, ChunkLoad, Framework, StagePeak, is_routed_entry, offloaded_entry, \
     persistent_terms, stage_peak
 from ..model.params import by_block, values as model_values
@@ -684,9 +685,11 @@ class Estimate:
         # the batch's attention mask get_batch_on_this_tp_rank allocates on the first and last stages
         # (megatron/training/utils.py: torch.empty((micro_batch_size, 1, seq_length, seq_length), dtype=torch.bool)
         # under create_attention_mask_in_dataloader; get_batch_on_this_cp_rank keeps s/CP of its rows)
+        # (a rank whose RerunDataIterator keeps the step's micro-batches holds it in rerun_saved_batches instead)
         extra["batch_mask"] = (t.micro_batch * -(-t.seq_len // t.cp) * t.seq_len
                                if mcore and fw.attention_mask_in_batch
-                               and (chunk.first or chunk.last) else 0)
+                               and (chunk.first or chunk.last)
+                               and not rerun_keeps_batches(t, fw.rerun_mode, fw.data_loading_rank) else 0)
         # the native fused cross-entropy compiled by Inductor (jit_fuser is torch.compile on a GPU): one fp32
         # buffer of the logits' elements beside the saved softmax (measured on an H200, memlib/data/gpu_peaks)
         compiled_ce = (chunk.last and mcore and t.runtime is Runtime.CUDA

@@ -21,10 +21,13 @@ from typing import Iterable, Optional, Sequence
 
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..config.strategies import Schedule
+from ..config.versions import DEFAULT_VERSION, parse_version
 from ..model.partition import Partition, Stage
 from ..core.units import MiB
 from .allocator import PYTORCH_ALLOCATOR, allocation
 from .megatron_params import MegatronParam, _stage, rank_params
+from .schedule import default_microbatches
 
 __all__ = [
     "TE_COMMIT",
@@ -393,7 +396,26 @@ def torch_cublas_workspace_bytes(compute_capability: int, cublas_workspace_confi
 #: the framework terms, in the order :func:`framework_memory` lists them
 FRAMEWORK_TERMS = ("te_cublas_workspaces", "torch_cublas_workspaces", "te_dummy_wgrads",
                    "global_memory_buffer", "rope_caches", "router_buffers", "token_dispatcher_state",
-                   "fp8_weight_copies", "optimizer_flags")
+                   "fp8_weight_copies", "pipeline_input_tensors", "rerun_saved_batches", "optimizer_flags")
+
+#: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
+
+#: --rerun-mode's values (megatron/training/config/resilience_config.py)
+RERUN_MODES = ("disabled", "validate_results", "report_stats")
+
+
+def rerun_keeps_batches(train: TrainingConfig, rerun_mode: str = "validate_results",
+                        data_loading_rank: bool = True) -> bool:
+    """Whether the rank keeps every micro-batch of the step on the GPU until the next step (the persistent term
+    ``rerun_saved_batches``): a rank that reads the data loader (TP rank 0), RerunDataIterator saving the step's
+    micro-batches (``--rerun-mode`` not disabled), in a Megatron-LM whose get_batch fills the saved dict itself
+    (:attr:`memlib.config.versions.MegatronVersion.rerun_iterator_keeps_gpu_batches`)."""
+    if rerun_mode not in RERUN_MODES:
+        raise ConfigError(f"rerun_mode={show(rerun_mode)} must be one of {', '.join(RERUN_MODES)}")
+    _check_flag("data_loading_rank", data_loading_rank)
+    return (data_loading_rank and rerun_mode != "disabled"
+            and parse_version(train.megatron_version or DEFAULT_VERSION).rerun_iterator_keeps_gpu_batches)
 
 
 def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capability: int = 9,
@@ -401,8 +423,9 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
                       fp8_recipe: str = "delayed", moe_grouped_gemm: bool = True, token_dispatcher: str = "alltoall",
                       permute_fusion: bool = True, cublas_workspace_config: Optional[str] = None,
                       torch_cublas_handles: int = 2, original_max_position_embeddings: int = 4096,
-                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True
-                      ) -> list[tuple[str, str, int]]:
+                      param_dtype_bytes: int = 2, blackwell_cublas_32mib: bool = True,
+                      attention_mask_in_batch: bool = False, rerun_mode: str = "validate_results",
+                      data_loading_rank: bool = True) -> list[tuple[str, str, int]]:
     """The persistent tensors of one rank besides the model states, as (term, tensor, bytes asked for):
     :func:`framework_memory` sums them as allocated.  See there for the terms and their sources."""
     m, t = part.model, part.train
@@ -495,6 +518,43 @@ def framework_tensors(part: Partition, stage: int | Stage = -1, *, compute_capab
             out += [("fp8_weight_copies", f"{p.name} fp8", p.numel), ("fp8_weight_copies", f"{p.name} fp8 transpose",
                                                                        p.numel),
                     ("fp8_weight_copies", f"{p.name} scale_inv fp32", 4)]
+    if t.pp > 1 and t.schedule is not Schedule.DUALPIPE:
+        # each model chunk fed by the previous pipeline stage keeps the last micro-batch's received tensor
+        # (TransformerBlock.set_input_tensor stores it, transformer/transformer_block.py:463) and, the backward
+        # done, its gradient (schedules.py:561 retain_grad, a leaf's .grad) until its next forward: a pair of
+        # [s/CP/(TP with SP), b, h] in the pipeline dtype, the parameters' (p2p_communication.py:335-349,
+        # the shape: schedules.py:2137-2143)
+        rows = t.seq_len // t.cp // (t.tp if t.sp and t.tp > 1 else 1)
+        numel = rows * t.micro_batch * m.hidden_size
+        shape = f"[{rows}, {t.micro_batch}, {m.hidden_size}]"
+        # offloading attn_norm frees the storage of the first layer's input, the received tensor, once it is on
+        # the host (transformer_layer.py:761-762 forced_released_tensors=[residual];
+        # fine_grained_activation_offload.py:1246 resize_(0), for tensors of MIN_OFFLOADED_ELEMENTS and more)
+        freed = "attn_norm" in t.offload_modules and numel >= MIN_OFFLOADED_ELEMENTS
+        for c in st.chunks:
+            if c.first:
+                continue
+            if not (freed and c.layers):
+                out.append(("pipeline_input_tensors", f"chunk {c.index}: received input {shape}",
+                            param_dtype_bytes * numel))
+            out.append(("pipeline_input_tensors", f"chunk {c.index}: its gradient {shape}", param_dtype_bytes * numel))
+    if (st.first or st.last or mtp_here) and rerun_keeps_batches(t, rerun_mode, data_loading_rank):
+        # RerunDataIterator saves each micro-batch the loader yields (rerun_state_machine.py: saved_microbatches,
+        # dropped by advance() at the next step) and get_batch moves that very dict to the GPU (pretrain_gpt.py
+        # ``batch[key] = batch[key].cuda()``), CP-sliced in place (get_batch_on_this_cp_rank); a pipeline stage
+        # drops what it does not use first (get_batch_on_this_tp_rank: the last stage tokens and position_ids, the
+        # first labels and loss_mask): the GPT dataset's int64 tokens, labels, position_ids, fp32 loss_mask,
+        # bool [b, 1, s/CP, s] attention mask (core/datasets/gpt_dataset.py)
+        rows = t.seq_len // t.cp
+        keys = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
+        if part.train.pp > 1 and not mtp_here:
+            drop = ("labels", "loss_mask") if st.first else ("tokens", "position_ids")
+            keys = {k: v for k, v in keys.items() if k not in drop}
+        batch = [(f"{k} [{t.micro_batch}, {rows}]", n * t.micro_batch * rows) for k, n in keys.items()]
+        if attention_mask_in_batch:
+            batch.append((f"attention_mask [{t.micro_batch}, 1, {rows}, {t.seq_len}]", t.micro_batch * rows * t.seq_len))
+        for i in range(default_microbatches(t)):
+            out += [("rerun_saved_batches", f"micro-batch {i}: {name}", nbytes) for name, nbytes in batch]
     out.append(("optimizer_flags", "FusedAdam _dummy_overflow_buf int32", 4))
     return out
 

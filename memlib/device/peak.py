@@ -62,19 +62,19 @@ from typing import Mapping, Optional, Sequence
 
 from ..core.breakdown import Breakdown
 from ..config import ConfigError, TrainingConfig, ZeroStage, show
+from ..config.strategies import Schedule
 from ..model.partition import Partition
-from .schedule import Moment
+from .megatron_buffers import MIN_OFFLOADED_ELEMENTS
+from .schedule import Moment, default_microbatches
 from .transient import FORWARD_CANDIDATES, TERMS
 
 __all__ = ["COMPUTE_CAPABILITY", "Framework", "ChunkLoad", "offloaded_entry", "is_routed_entry", "TRANSIENT_TERMS", "StagePeak",
-           "persistent_terms", "stage_peak", "MIN_OFFLOADED_ELEMENTS"]
+           "persistent_terms", "stage_peak", "pipeline_pairs_replaced", "MIN_OFFLOADED_ELEMENTS"]
 
 #: CUDA compute capability (major) of the GPUs memlib names: it sizes Transformer Engine's and cuBLAS's
 #: workspaces (memlib.device.megatron_buffers)
 COMPUTE_CAPABILITY = {"A100": 8, "H100": 9, "H800": 9, "H200": 9, "B200": 10, "GB200": 10}
 
-#: Megatron-Core's ``min_offloaded_tensor_size`` default: smaller saved tensors stay on the GPU
-MIN_OFFLOADED_ELEMENTS = 1024 * 1024
 
 #: the transient terms, in the order the breakdown lists them (the candidate moments' terms)
 TRANSIENT_TERMS = TERMS
@@ -104,13 +104,20 @@ class Framework:
     #: PyTorch with pytorch#175344 (merged 2026-02-19): 32 MiB cuBLAS workspaces on Blackwell too (False: an older
     #: PyTorch, Hopper only; memlib.config.versions.container_rules reads it from an NGC container)
     blackwell_cublas_32mib: bool = True
+    #: --rerun-mode (disabled, validate_results: Megatron-LM's default, report_stats): RerunDataIterator saves the
+    #: step's micro-batches unless disabled
+    rerun_mode: str = "validate_results"
+    #: the rank predicted is its tensor-parallel group's first, the one that reads the data loader (get_batch); the
+    #: functional tests log the last rank, TP rank TP - 1
+    data_loading_rank: bool = True
 
     def buffer_options(self, train: TrainingConfig, grad_dtype_bytes: int, param_dtype_bytes: int) -> dict:
         """The keyword options of :func:`~memlib.device.megatron_buffers.persistent_memory` for ``train``."""
         opts = {k: getattr(self, k) for k in ("compute_capability", "gradient_accumulation_fusion", "rope_fusion",
                                              "moe_grouped_gemm", "token_dispatcher", "permute_fusion",
                                              "cublas_workspace_config", "expandable_segments",
-                                             "blackwell_cublas_32mib")}
+                                             "blackwell_cublas_32mib", "attention_mask_in_batch", "rerun_mode",
+                                             "data_loading_rank")}
         opts.update(distributed_optimizer=train.zero >= ZeroStage.OS, grad_dtype_bytes=grad_dtype_bytes,
                     param_dtype_bytes=param_dtype_bytes, overlap_grad_reduce=train.overlap_grad_reduce,
                     bucket_size=train.ddp_bucket_size, fp8=train.fp8,
@@ -259,17 +266,41 @@ def persistent_terms(part: Partition, stage: int, states: Mapping[str, int], fra
     return {k: int(v) for k, v in states.items()}, "states"
 
 
+def pipeline_pairs_replaced(mo: Moment, fed: Sequence[int], train: TrainingConfig, stage: int) -> int:
+    """How many of the rank's pipeline input pairs (the persistent term ``pipeline_input_tensors``: a chunk fed
+    by the previous stage keeps its last received input and the input's gradient) are gone at ``mo``.  A chunk's
+    forward replaces its pair (``set_input_tensor``).  Under 1F1B the pair of the micro-batch just backwarded
+    is alive again through the next forward: the steady loop's ``output_tensor`` still holds its autograd
+    graph, whose AccumulateGrad node references the received input (megatron/core/pipeline_parallel/
+    schedules.py:2390 and 2428 at MEGATRON_COMMIT), so only a rank with fewer than two steady forwards lacks
+    it.  The interleaved schedule drops the output with ``backward_step_helper``'s locals (schedules.py:1433):
+    a chunk with a micro-batch in flight holds that micro-batch's input among its activations, no pair.
+    GPipe runs every forward before any backward."""
+    if train.schedule is Schedule.INTERLEAVED:
+        return sum(1 for c in fed if mo.counts[c])
+    if train.schedule is Schedule.ONE_F_ONE_B:
+        m = default_microbatches(train)
+        return len(fed) if m - min(train.pp - 1 - stage, m) < 2 else 0
+    return len(fed)
+
+
 def stage_peak(stage: int, persistent: tuple[dict[str, int], str], chunks: Sequence[ChunkLoad],
                moments: Sequence[Moment], train: TrainingConfig, fragmentation: Fraction = Fraction(0)) -> StagePeak:
     """The worst moment of the replay for one rank: held activations, the overlap's extra forward and the
     transient terms of the chunks computing, on top of the persistent terms."""
     if not moments:
         raise ConfigError(f"stage {stage}: the schedule replay has no moment")
+    # the chunks fed by the previous stage (all but the model's first) and the pair each keeps
+    fed = [c for c in range(len(chunks)) if stage or c]
+    pair = persistent[0].get("pipeline_input_tensors", 0) // max(len(fed), 1)
 
     def at(mo: Moment) -> tuple[dict[str, int], dict[str, int], str]:
         held = {f"chunk{c}": n * chunks[c].held for c, n in enumerate(mo.counts) if n}
         if train.moe_a2a_overlap and mo.running:
             held["a2a_overlap_forward"] = max(chunks[c].layer for c in mo.running)
+        gone = pipeline_pairs_replaced(mo, fed, train, stage) if pair else 0
+        if gone:
+            held["pipeline_inputs_replaced"] = -gone * pair
         # fine-grained offloading's prefetch: a chunk's backward ends by reloading the next backward chunk's last
         # layer, every saved copy, which stays on the GPU through the forward that runs before that backward
         # (``bulk_reload`` -> ``pre_reload_last_layer``): one layer of a held micro-batch other than the running one

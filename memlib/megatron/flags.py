@@ -190,6 +190,7 @@ class _Mapper(ModelFlags):
                        token_dispatcher=" ".join(f.values.get("--moe-token-dispatcher-type", ("allgather",))),
                        permute_fusion=f.switch("--moe-permute-fusion"), deterministic=self.deterministic,
                        attention_mask_in_batch=not f.switch("--no-create-attention-mask-in-dataloader"),
+                       rerun_mode=f.one("--rerun-mode") or "validate_results",
                        cublas_workspace_config=self.env.get("CUBLAS_WORKSPACE_CONFIG"),
                        expandable_segments="expandable_segments:true" in self.env.get(
                            "PYTORCH_CUDA_ALLOC_CONF", "").lower().replace(" ", ""))

@@ -241,7 +241,8 @@ def _world(g: Golden) -> tuple[int, str]:
     if run is None:
         raise ConfigError("no recipe gives the world size, and no data-parallel size up to 64 fits the flags")
     fw = replace(run.framework, compute_capability=g.compute_capability,
-                 blackwell_cublas_32mib=container_rules(g.container).blackwell_cublas_32mib)
+                 blackwell_cublas_32mib=container_rules(g.container).blackwell_cublas_32mib,
+                 data_loading_rank=run.train.tp == 1)
     opts = fw.buffer_options(run.train, 4, 2)
     for k in ("distributed_optimizer", "grad_dtype_bytes", "param_dtype_bytes"):
         opts.pop(k, None)
@@ -268,8 +269,9 @@ def _case(g: Golden) -> Validation | NotExpressible:
     if blocking:
         return NotExpressible(g, run.warning())
     sw = container_rules(g.container)
+    # the last rank logs: TP rank TP - 1, which reads the data loader only without tensor parallelism
     fw = replace(run.framework, compute_capability=g.compute_capability,
-                 blackwell_cublas_32mib=sw.blackwell_cublas_32mib)
+                 blackwell_cublas_32mib=sw.blackwell_cublas_32mib, data_loading_rank=run.train.tp == 1)
     train = run.train
     if train.transformer_impl.uses_te and train.attention_backend is AttnBackend.AUTO:
         train = train.with_(attention_backend=te_attention_backend(

@@ -24,7 +24,9 @@ def test_the_rules_and_their_commits():
         ("mtp_loss_in_postprocess", "d7bf5aaaa8", "2025-08-26"),
         ("mtp_loss_function", "9d71cb1cd2", "2026-02-04"),
         ("null_tokenizer_eod", "c9dfe34798", "2026-04-22"),
+        ("batch_moved_in_place", "5e4fc931ba", "2026-05-21"),
         ("te_cross_entropy_refused", "168cb15d70", "2026-06-03"),
+        ("rerun_iterator_copies_batch", "bf32f4415e", "2026-07-06"),
     ]
 
 
@@ -46,9 +48,21 @@ def test_dates_and_commits():
     assert not parse_version("2026-06-02").has("te_cross_entropy_refused")
     assert parse_version("2026-06-03").has("te_cross_entropy_refused")
     assert parse_version("be2b2cd70d@2026-05-25").rules == frozenset({"cross_entropy_fusion_impl", "null_tokenizer_eod",
-                                                                     "mtp_loss_in_postprocess", "mtp_loss_function"})
+                                                                     "mtp_loss_in_postprocess", "mtp_loss_function",
+                                                                     "batch_moved_in_place"})
     assert parse_version("168cb15d70").text == "168cb15d70@2026-06-03"
     assert DEFAULT_VERSION == "d98e8a64dd@2026-08-22" and len(RELEASES) == 10
+
+
+@pytest.mark.parametrize("version, kept", [
+    ("2026-05-20", False), ("2026-05-21", True), ("6e091e1b68@2026-05-30", True), ("2026-07-05", True),
+    ("2026-07-06", False), ("core_r0.17.0", False), ("core_r0.18.0", True), ("core_r0.19.0", False),
+    (DEFAULT_VERSION, False),
+])
+def test_the_rerun_iterator_keeps_gpu_batches_between_two_commits(version, kept):
+    """get_batch fills the loader's dict in place from 5e4fc931ba; RerunDataIterator saves a copy from bf32f4415e:
+    core_r0.18.0 has the first only (its rerun_state_machine.py appends the dict itself), core_r0.19.0 both."""
+    assert parse_version(version).rerun_iterator_keeps_gpu_batches is kept
 
 
 @pytest.mark.parametrize("text, message", [

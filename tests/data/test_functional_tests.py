@@ -182,8 +182,9 @@ def test_blackwell_s_cublas_workspaces_follow_the_container_s_pytorch(validation
     ws = {c.golden.container: c.peak.persistent.get("torch_cublas_workspaces") for c in gb}
     assert {v for k, v in ws.items() if k < "nvcr.io/nvidia/pytorch:26.03"} == {2 * (8 * 2**20 + 128 * 2**10)}
     assert {v for k, v in ws.items() if k >= "nvcr.io/nvidia/pytorch:26.03"} == {2 * 32 * 2**20}
-    # what stays after the step is now within 10 MiB of memlib's account for the GPT shells of those images
-    assert all(0 <= c.post_step_gap < 10 * 2**20 for c in old if c.family == fv.FAMILIES[3])
+    # what stays after the step is now within 10 MiB of memlib's account for the GPT shells of those images (the
+    # three TP2 PP2 runs on one node, DP 1, log 254 KiB less than the account since the pipeline input pairs count)
+    assert all(-2**20 < c.post_step_gap < 10 * 2**20 for c in old if c.family == fv.FAMILIES[3])
 
 
 def test_fp16_runs_skip_their_first_steps():

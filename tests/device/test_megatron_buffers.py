@@ -212,20 +212,22 @@ def test_framework_tensors_of_memory_speed():
 # ------------------------------------------------------------------------------------------------
 #: case -> file -> logged allocation after the first step - memlib's account, bytes (iteration 1)
 RESIDUALS = {
+    # the pipeline input pairs (the last received activation and its gradient of every chunk fed by the
+    # previous stage: 128, 112 and 224 MiB here; 20 MiB with attn_norm offloaded) are in the account since issue 22
     "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed": {
-        "golden_values_dev_dgx_h100.json": 134_228_480, "golden_values_dev_dgxh100_dgxc.json": 139_471_360},
-    "gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": {"golden_values_dev_dgx_h100.json": 140_669_440},
+        "golden_values_dev_dgx_h100.json": 10_752, "golden_values_dev_dgxh100_dgxc.json": 5_253_632},
+    "gpt3_mcore_te_tp2_pp2_ep4_etp1_mtp_resume_torch_dist_fp8": {"golden_values_dev_dgx_h100.json": 6_451_712},
     "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental": {
-        "golden_values_dev_dgx_h100.json": 138_417_152},
+        "golden_values_dev_dgx_h100.json": 4_199_424},
     "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading": {
-        "golden_values_dev_dgx_h100.json": 50_531_840, "golden_values_dev_dgx_gb200.json": 50_531_840},
+        "golden_values_dev_dgx_h100.json": 29_560_320, "golden_values_dev_dgx_gb200.json": 29_560_320},
     "gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading": {
-        "golden_values_dev_dgx_h100.json": 20_979_712, "golden_values_dev_dgx_gb200.json": 20_979_712},
-    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": {"golden_values_dev_dgx_h100.json": 125_067_776},
-    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": {"golden_values_dev_dgx_h100.json": 123_507_200},
+        "golden_values_dev_dgx_h100.json": 8_192, "golden_values_dev_dgx_gb200.json": 8_192},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release": {"golden_values_dev_dgx_h100.json": 7_627_264},
+    "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release_sm": {"golden_values_dev_dgx_h100.json": 6_066_688},
     # PyTorch's 32 MiB cuBLAS workspaces on Blackwell (two handles) are in the account since issue 22
-    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": {"golden_values_dev_dgx_gb200.json": 231_121_408},
-    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm": {"golden_values_dev_dgx_gb200.json": 281_231_872},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release": {"golden_values_dev_dgx_gb200.json": 46_309_888},
+    "deepseekv3_proxy_flex_tp2pp2emp16etp1cp1_gb_200_release_sm": {"golden_values_dev_dgx_gb200.json": 46_350_848},
 }
 
 
@@ -243,7 +245,7 @@ def test_post_step_allocation_reproduced(case, file):
     assert residual == RESIDUALS[case][file]
     # what the account leaves out is allocated memory it does not know: positive, and small beside the
     # model states (under 2.5 %; the 0.4-0.5 GiB and 2.5-2.8 GiB above memlib's model states are mostly gone)
-    assert 0 < residual < 320 * MiB and residual * 40 < logged
+    assert 0 < residual < 50 * MiB and residual * 40 < logged
 
 
 def test_the_account_explains_what_memlib_states_left():

@@ -105,6 +105,8 @@ def framework_options(fw: Framework) -> list[str]:
         out += ["--cublas-workspace-config", fw.cublas_workspace_config]
     if fw.token_dispatcher != Framework().token_dispatcher:
         out += ["--moe-token-dispatcher-type", fw.token_dispatcher]
+    if fw.rerun_mode != Framework().rerun_mode:
+        out += ["--rerun-mode", fw.rerun_mode]
     return out
 
 
