@@ -81,13 +81,17 @@ def _attention_extras(att: list[Saved], k: Kernels) -> list[Saved]:
                      default=None)
     for i, e in enumerate(att):
         if e.key == "attention.context" and k.backend is AttnBackend.FLASH and not k.local_norm:
+            # one sequence per micro-batch: [1, s, hd] transposed to [s, 1, hd] is already contiguous, so
+            # .contiguous() returns the kernel's output itself and linear_proj keeps that one tensor
             out.append(replace(e, key="attention.flash_out", linear_input=False, fp8_exception="", width=None,
-                               modules=frozenset({"core_attn"}),
+                               modules=frozenset({"core_attn"}), elements=e.elements * sp.Min(1, b - 1),
                                name="the flash kernel's [b, s, n_h, d] output, kept by flash-attn",
                                note="TE's FlashAttention runs flash-attn on bshd tensors: it makes sbhd q, k, v "
                                     "bshd copies (which flash-attn keeps) and returns its output transposed back and "
                                     ".contiguous() (attention/dot_product_attention/backends.py FlashAttention.forward, "
-                                    "v2.12), the copy linear_proj keeps: two output-sized tensors"))
+                                    "v2.12), the copy linear_proj keeps: two output-sized tensors where b > 1; with "
+                                    "b = 1 the transposed output is contiguous already and .contiguous() returns it "
+                                    "(backends.py:1131-1139 at v2.12): one tensor, so none here"))
         if e.key == "attention.context" and k.cp_a2a:
             out.append(replace(e, key="attention.context_pre_a2a", linear_input=False, fp8_exception="", width=None,
                                modules=frozenset({"core_attn"}),
