@@ -144,9 +144,9 @@ def values(est: Estimate) -> dict[str, str]:
                         f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
                         "the embedding and the output head"),
         "rank0_sentence": (
-            f"Rank zero, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
+            f"Rank 0, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
             if r0["is_peak"] else
-            f"Rank zero, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
+            f"Rank 0, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
             f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
             + (f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
                f"{fmt_bytes(r0['difference'])} more than the peak")),
@@ -348,7 +348,7 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
             "shallow": fmt_count(pk.counts[0]), "deep": fmt_count(pk.counts[1]), "total": fmt_count(pk.microbatches),
             "r0_shallow": fmt_count(r0.counts[0]), "r0_deep": fmt_count(r0.counts[1]), "r0_peak": fmt_bytes(r0.allocated),
             "r0_sentence": ("" if ot.peak_rank == 0 else
-                            f"Rank zero holds {fmt_count(r0.counts[0])} and {fmt_count(r0.counts[1])} at its peak, "
+                            f"Rank 0 holds {fmt_count(r0.counts[0])} and {fmt_count(r0.counts[1])} at its peak, "
                             f"{fmt_bytes(r0.allocated)}.")}
 
 

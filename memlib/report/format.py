@@ -21,6 +21,7 @@ from ..config import ModelConfig
 from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex, latex_lines
 from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.words import join_and
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
@@ -84,16 +85,6 @@ def fmt_capacity(capacity: int) -> str:
     '81,559 MiB (79.65 GiB)'
     """
     return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
-
-
-def join_and(items: Iterable[str]) -> str:
-    """Items in a sentence: ``'a, b and c'``, ``'a and b'``, ``'a'`` (``''`` for none).
-
-    >>> join_and(["a", "b", "c"]), join_and(["a", "b"]), join_and(["a"]), join_and([])
-    ('a, b and c', 'a and b', 'a', '')
-    """
-    items = list(items)
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def zero_name(z: ZeroStage, short: bool = False) -> str:
