@@ -7,7 +7,10 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
+import re
+
 from ..config import ConfigError, TrainingConfig, load_model
+from ..core.symbols import REGISTRY, SYMBOLS
 from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
@@ -33,6 +36,12 @@ def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
     return fmt_count(v)
 
 
+def _names(tex: str, symbol: str) -> bool:
+    """Whether the LaTeX ``tex`` writes the symbol ``symbol`` (braces aside: ``d_{c'}`` is ``d_c'``)."""
+    flat = tex.replace("{", "").replace("}", "")
+    return re.search(re.escape(symbol.replace("{", "").replace("}", "")) + r"(?![\w'])", flat) is not None
+
+
 def equations(model, train: TrainingConfig | None = None) -> str:
     """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
     under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
@@ -43,6 +52,9 @@ def equations(model, train: TrainingConfig | None = None) -> str:
     model (the attention parameters TP replicates, under grouped-query attention)."""
     m = load_model(model)
     own = model_blocks(m)
+    # the model's null widths and counts, by a symbol no other reads as (a subscript or a prime: not a bare N)
+    unset = [n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(m, n.field, None) is None
+             and any(c in n.latex for c in "_^'")]
     out = []
     for f in book_formulas():
         if f.attention not in (None, m.attention) or not f.needs <= own:
@@ -50,6 +62,8 @@ def equations(model, train: TrainingConfig | None = None) -> str:
         try:
             tex = equation(f.name, m, train)
         except ConfigError:
+            continue
+        if any(_names(tex, SYMBOLS[k].latex) for k in unset):   # a width the model leaves null (V2-Lite's d_c')
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
         if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)

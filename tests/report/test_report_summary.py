@@ -94,3 +94,10 @@ def test_an_equation_that_counts_nothing_for_the_model_is_left_out():
     would print 'P^repl = 0'; DeepSeek-V3 replicates its down-projections and keeps (4.4)."""
     assert "(`static.mla_replicated`)" not in ch.equations("mixtral-8x7b")
     assert "(`static.mla_replicated`): **" in ch.equations("deepseek-v3")
+
+
+def test_an_equation_of_a_width_the_model_leaves_null_is_left_out():
+    # DeepSeek-V2-Lite projects its queries directly (q_lora_rank: null): no query latent c^Q of width d_c'
+    lite, v3 = ch.equations("deepseek-v2-lite"), ch.equations("deepseek-v3")
+    assert "**(2.1)**" in v3 and "**(2.1)**" not in lite
+    assert "**(2.3)**" in lite                      # the key-value latent it has stays
