@@ -13,7 +13,8 @@ from ..paper import analysed_stage
 from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, ratio, signed_bytes, zero_name
+from .format import (fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, fmt_size, md_table, pct, ratio,
+                     zero_name)
 from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
@@ -191,6 +192,6 @@ def problem_values(base: Estimate) -> dict[str, str]:
                                                                   if base.model.has_moe else
                                                                   "the measured run with the largest gap"),
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
-            "p1_delta": signed_bytes(m["delta"]), "p1_low_total": fmt_bytes(m["low_total"]),
+            "p1_delta": fmt_difference(m["total"], m["low_total"], signed=True), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_capacity(h["capacity"]),
             "p2_answer": answer}

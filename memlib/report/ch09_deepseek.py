@@ -15,7 +15,8 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import judged
-from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, span, yes_no)
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_difference, join_and, layout_text, md_table, model_name, pct,
+                     span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values, band_text, collapse_runs
 
@@ -37,20 +38,27 @@ def _fits(x: bool) -> str:
     return "fits" if x else "does not fit"
 
 
-def _margin(margin: int) -> str:
-    """A margin to the capacity (positive: headroom) in words."""
-    if margin >= 0:
-        return f"leaves {fmt_bytes(margin)} below the capacity"
-    return f"exceeds the capacity by {fmt_bytes(-margin)}"
+def _margin(total: int) -> str:
+    """The margin of a device needing ``total`` bytes to the capacity in words, the difference of the two as
+    printed (:func:`~memlib.report.format.fmt_difference`)."""
+    if total <= ds.CAPACITY:
+        return f"leaves {fmt_difference(ds.CAPACITY, total)} below the capacity"
+    return f"exceeds the capacity by {fmt_difference(total, ds.CAPACITY)}"
 
 
-def _effect(change: int, magnitude: int) -> str:
-    """A step's change of the peak in words: ``costs 1.20 GiB`` / ``saves 0.40 GiB``."""
-    if change > 0:
-        return f"costs {fmt_bytes(magnitude)}"
-    if change < 0:
-        return f"saves {fmt_bytes(magnitude)}"
+def _effect(total: int, before: int) -> str:
+    """A step's change of the peak, from ``before`` to ``total`` bytes, in words: ``costs 1.20 GiB`` / ``saves 0.40
+    GiB``, the difference of the two totals as printed."""
+    if total > before:
+        return f"costs {fmt_difference(total, before)}"
+    if total < before:
+        return f"saves {fmt_difference(before, total)}"
     return "changes nothing"
+
+
+def _before(rows: list[dict]) -> list[int | None]:
+    """The total of the step before each row of the ablation (None for the first)."""
+    return [None] + [r["total"] for r in rows[:-1]]
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -129,7 +137,7 @@ def values(est: Estimate) -> dict[str, str]:
         "peak_rank": fmt_count(pk["rank"]), "peak_ranks": _ranks(pk["ranks"]), "peak": fmt_bytes(pk["total"]),
         "peak_alloc": fmt_bytes(pk["allocated"]), "peak_states": fmt_bytes(pk["states"]),
         "peak_acts": fmt_bytes(pk["activations"]), "peak_ovh": fmt_bytes(pk["overhead"]),
-        "peak_fits": _fits(pk["fits"]), "peak_margin": _margin(pk["margin"]),
+        "peak_fits": _fits(pk["fits"]), "peak_margin": _margin(pk["total"]),
         "all_fit": "every rank fits" if pk["all_fit"] else "not every rank fits",
         "peak_mb": fmt_count(pk["microbatches"]),
         "shallow_stage": fmt_count(shallow["stage"]), "shallow_mb": fmt_count(shallow["in_flight"]),
@@ -138,8 +146,8 @@ def values(est: Estimate) -> dict[str, str]:
         "rank0": fmt_bytes(r0["total"]), "rank0_layers": fmt_count(r0["layers"]),
         "peak_layers": fmt_count(r0["peak_layers"]),
         "rank0_compare": ("as much as the peak" if r0["is_peak"] else
-                          f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
-                          f"{fmt_bytes(r0['difference'])} more than the peak"),
+                          f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
+                          f"{fmt_difference(r0['total'], pk['total'])} more than the peak"),
         "rank0_holds": ("the embedding, the output head and the MTP module" if r0["mtp"] == 1 else
                         f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
                         "the embedding and the output head"),
@@ -148,15 +156,15 @@ def values(est: Estimate) -> dict[str, str]:
             if r0["is_peak"] else
             f"Rank 0, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
             f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
-            + (f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
-               f"{fmt_bytes(r0['difference'])} more than the peak")),
+            + (f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
+               f"{fmt_difference(r0['total'], pk['total'])} more than the peak")),
         # one layer's ledger
         "ledger_kind": "MoE" if kind == "moe" else "dense",
         "layer_plain": fmt_bytes(layer["plain"], "MiB"), "layer_recipe": fmt_bytes(layer["recipe"], "MiB"),
-        "layer_saved": fmt_bytes(layer["saved"], "MiB"),
+        "layer_saved": fmt_difference(layer["plain"], layer["recipe"], "MiB"),
         # the overhead bands
         "peak_high": fmt_bytes(ovh["high"]["total"]), "high_fits": _fits(ovh["high"]["fits"]),
-        "high_margin": _margin(ovh["high"]["margin"]),
+        "high_margin": _margin(ovh["high"]["total"]),
     }
 
 
@@ -171,7 +179,7 @@ def ablation_values(est: Estimate) -> dict[str, str]:
         "base_largest_bytes": fmt_bytes(base[base["largest"]]), "base_fits": _fits(base["fits"]),
         "base_mb": fmt_count(base["microbatches"]), "dual_mb": fmt_count(dual["microbatches"]),
         "base_params": fmt_count(base["parameters"]), "dual_params": fmt_count(dual["parameters"]),
-        "final": fmt_bytes(final["total"]), "final_fits": _fits(final["fits"]), "final_margin": _margin(final["margin"]),
+        "final": fmt_bytes(final["total"]), "final_fits": _fits(final["fits"]), "final_margin": _margin(final["total"]),
         "saved": fmt_bytes(summary["saved"]),
         "fit_summary": ("no step fits the device" if summary["none_fit"] else
                         "only the last step, the full recipe, fits the device" if summary["only_last_fits"] else
@@ -179,20 +187,22 @@ def ablation_values(est: Estimate) -> dict[str, str]:
                         f"the peak device fits from the step “{rows[summary['first_fit']]['label']}” on"
                         if summary["first_fit"] else "the full recipe does not fit the device"),
     }
-    for key, r in rows.items():
-        if r["change"] is not None:
-            out[f"{key}_effect"] = _effect(r["change"], r["magnitude"])
+    for (key, r), before in zip(rows.items(), _before(list(rows.values()))):
+        if before is not None:
+            out[f"{key}_effect"] = _effect(r["total"], before)
     return out
 
 
 def ablation_table(est: Estimate) -> str:
     """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB),
     read with memlib's measured errors (``marginal`` inside their band)."""
+    steps = _recipe(est)
     rows = [[r["label"], r["what"], fmt_count(r["stage"]), fmt_bytes(r["states"], with_unit=False),
              fmt_bytes(r["activations"], with_unit=False), fmt_bytes(r["overhead"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**",
-             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), VERDICT_CELLS[r["verdict"]]]
-            for r in _recipe(est)]
+             "—" if before is None else fmt_difference(r["total"], before, signed=True, with_unit=False),
+             VERDICT_CELLS[r["verdict"]]]
+            for r, before in zip(steps, _before(steps))]
     return md_table(["step", "what changes", "peak rank", "model states (GiB)", "activations (GiB)",
                      "overheads (GiB)", "total (GiB)", "change (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
@@ -321,7 +331,7 @@ def problem_values(est: Estimate) -> dict[str, str]:
             "p_acts": fmt_bytes(p["activations"]), "p_acts_before": fmt_bytes(p["activations_before"]),
             "p_states": fmt_bytes(p["states"]),
             "p_states_word": "do not change" if p["states_unchanged"] else "change",
-            "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["margin"]),
+            "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["total"]),
             "p_conclusion": ("one sequence per micro-batch is what the memory allows" if not p["fits"] else
                              "the memory allows the larger micro-batch")}
 

@@ -19,7 +19,7 @@ from ..model.blocks import model_blocks, own_modules
 from ..model.profiles import PROFILES
 from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
-from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
+from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, fmt_difference, md_table, model_name, typeset
 
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
@@ -107,8 +107,9 @@ def glossary_values(model="deepseek-v3") -> dict[str, str]:
 def knob_table(rows: list[dict]) -> str:
     """The ablation of :func:`memlib.scenarios.deepseek.ablation`: per technique, what it does, the peak
     device's total once it is on, what it changed, and whether the peak fits the capacity."""
-    out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if r["change"] is None else signed_bytes(r["change"]),
-            VERDICT_CELLS[r["verdict"]]] for r in rows]
+    before = [None] + [r["total"] for r in rows[:-1]]
+    out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if b is None else fmt_difference(r["total"], b, signed=True),
+            VERDICT_CELLS[r["verdict"]]] for r, b in zip(rows, before)]
     return md_table(["technique", "what it does", "peak device", "change", f"fits the {ds.GPU}"], out, "llrrc")
 
 
