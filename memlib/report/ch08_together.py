@@ -225,7 +225,8 @@ def schedule_values(runs: dict[str, st.Outcome]) -> dict[str, str]:
     more = st.costs_more(runs)
     n_fit, n = st.schedule_counts(runs)
     return {
-        "m": fmt_count(g.train.num_microbatches), "v": fmt_count(il.train.vpp), "layout_sentence": layout,
+        "m": fmt_count(g.train.num_microbatches), "per_stage": fmt_count(st.MICROBATCHES_PER_STAGE),
+        "v": fmt_count(il.train.vpp), "layout_sentence": layout,
         "gpipe_sentence": gpipe, "dualpipe_sentence": dual,
         "one_peak": fmt_bytes(one.peak_total),
         "gpipe_cost": ("GPipe costs more than 1F1B here, in micro-batches held" if more["gpipe"]
