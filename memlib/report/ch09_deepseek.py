@@ -14,7 +14,7 @@ from ..config.precision import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from ..scenarios.uncertainty import judged
+from ..scenarios.uncertainty import accounting_gap, judged
 from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_difference, join_and, layout_text, md_table, model_name, pct,
                      span, yes_no)
 from .notation import chapter_notation
@@ -279,10 +279,43 @@ _KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
 _VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
 
 
+#: the transient terms of a replayed peak (:data:`memlib.device.peak.TRANSIENT_TERMS`), in words
+_TRANSIENT_WORDS = {"recompute_working_set": "a recomputed layer's tensors", "backward_gradients": "the backward's gradients",
+                    "cross_entropy_logits": "the loss's logits", "cross_entropy_workspace": "the fused loss's workspace",
+                    "offload_reload": "the reloaded offloaded tensors", "forward_transients": "the forward's transient tensors",
+                    "batch_attention_mask": "the batch's attention mask",
+                    "backward_released": "less what the backward has freed"}
+
+
+def _gap_clause(g: dict) -> str:
+    """Why ``max_memory_allocated`` differs from this accounting's allocated bytes
+    (:func:`memlib.scenarios.uncertainty.accounting_gap`), as a clause after the replay's value: the terms that
+    differ, each beside the one it takes the place of."""
+    if g["replay"] == g["book"]:
+        return ", the allocated bytes of this accounting"
+    parts = []
+    if g["persistent"] != g["states"]:
+        parts.append(f"Megatron-Core's buffers ({fmt_bytes(g['persistent'])}) where this accounting counts the model "
+                     f"states ({fmt_bytes(g['states'])})")
+    if g["replay_held"] != g["book_held"]:
+        parts.append(f"{fmt_bytes(g['replay_held'])} of micro-batches held where this accounting counts "
+                     f"{fmt_bytes(g['book_held'])}")
+    transient = sum(g["transient"].values())
+    if transient != g["working_set"]:
+        what = join_and(_TRANSIENT_WORDS[k] for k in g["transient"]) or "nothing"
+        parts.append(f"what is alive only while the busiest step computes, {what} ({fmt_bytes(transient)}), where this "
+                     f"accounting counts one layer's "
+                     f"recompute working set ({fmt_bytes(g['working_set'])})")
+    return (f", not the {fmt_bytes(g['book'])} allocated of this accounting: replaying the schedule step by step, it "
+            f"counts {join_and(parts)}")
+
+
 def verdict_values(est: Estimate) -> dict[str, str]:
-    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`)."""
+    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`), and why
+    ``max_memory_allocated`` differs from this accounting (:func:`memlib.scenarios.uncertainty.accounting_gap`)."""
     j = judged(est, ds.CAPACITY)
-    return {"pa": fmt_bytes(j["peak_allocated"]), "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
+    return {"pa": fmt_bytes(j["peak_allocated"]), "pa_why": _gap_clause(accounting_gap(est)),
+            "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
             "far": fmt_bytes(j["far"]), "verdict": _VERDICT_WORDS[j["verdict"]]}
 
 
