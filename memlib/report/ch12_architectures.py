@@ -11,7 +11,7 @@ from ..scenarios import architectures as sa
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, TEXT_WIDTH, Series, new_figure, stacked_bars
 from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, fmt_exact, md_table, model_name, ratio
 
-__all__ = ["values", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
+__all__ = ["values", "problem_values", "PROBLEM_SEQ_LEN", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
            "TOKEN_UNIT", "MODEL_TOKEN_UNIT", "DEVICE_UNIT", "DIGITS"]
 
 #: one unit and one precision per quantity: bytes per token of one layer in KiB, of all layers in MiB, per device in
@@ -108,6 +108,26 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
                                else ": its {} parameters weigh more than expert parallelism spreads them over the "
                                     "ranks".format(out[f"pair{i}_moe_total"]))
     return out
+
+
+#: the worked problem's sequence length, tokens: a long-context run, eight times the chapter's
+PROBLEM_SEQ_LEN = 32_768
+
+
+def problem_values() -> dict[str, str]:
+    """The worked problem: DeepSeek-V3's attention block at :data:`PROBLEM_SEQ_LEN` tokens per sequence, per profile
+    (:func:`memlib.scenarios.architectures.longer_context`)."""
+    v3 = "deepseek-v3"
+    lc = sa.longer_context(v3, PROBLEM_SEQ_LEN)
+    p, mg = lc["paper"], lc["megatron"]
+    return {"model": model_name(v3), "s": fmt_count(sa.SEQ_LEN), "s_long": fmt_count(PROBLEM_SEQ_LEN),
+            "paper": _kib_text(p["token"]), "paper_long": _kib_text(p["token_long"]),
+            "paper_times": ratio(p["token_long"], p["token"], 1), "paper_core_long": _kib_text(p["core_long"]),
+            "paper_sequence": _gib_text(p["sequence_long"]),
+            "megatron": _kib_text(mg["token"]), "megatron_long": _kib_text(mg["token_long"]),
+            "megatron_word": ("stays at" if mg["token_long"] == mg["token"] else
+                              "grows to" if mg["token_long"] > mg["token"] else "falls to"),
+            "megatron_sequence": _gib_text(mg["sequence_long"])}
 
 
 def _collapse(rows: list[list[str]]) -> list[list[str]]:
