@@ -100,6 +100,9 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
         out["pair1_token_why"] = (", since every token passes through several routed experts, each keeping its own "
                                   "intermediate tensors," if facts[0]["moe_more_per_token"] else
                                   ", though every token passes through several routed experts,")
+    for i, f in enumerate(facts, start=1):
+        out[f"pair{i}_token_cmp"] = "more" if f["moe_more_per_token"] else "less"
+        out[f"pair{i}_peak_cmp"] = "more" if f["moe_higher_peak"] else "less"
     for i, f in enumerate(facts[1:], start=2):
         out[f"pair{i}_lead"] = ("The second pair reverses the picture" if f != facts[0]
                                 else "The second pair shows the same picture")
@@ -122,7 +125,6 @@ def problem_values() -> dict[str, str]:
     p, mg = lc["paper"], lc["megatron"]
     return {"model": model_name(v3), "s": fmt_count(sa.SEQ_LEN), "s_long": fmt_count(PROBLEM_SEQ_LEN),
             "paper": _kib_text(p["token"]), "paper_long": _kib_text(p["token_long"]),
-            "paper_times": ratio(p["token_long"], p["token"], 1), "paper_core_long": _kib_text(p["core_long"]),
             "paper_sequence": _gib_text(p["sequence_long"]),
             "megatron": _kib_text(mg["token"]), "megatron_long": _kib_text(mg["token_long"]),
             "megatron_word": ("stays at" if mg["token_long"] == mg["token"] else
@@ -208,13 +210,14 @@ def pairs_figure():
     """The peak device of each model of the pairs, by memory category, under both profiles."""
     pairs = sa.equal_activated_pairs()
     names = [n for p in pairs for n in (p.dense, p.moe)]
-    fig, axes = new_figure(TEXT_WIDTH, 2.8, 1, len(sa.PROFILES), sharey=True)
+    fig, axes = new_figure(TEXT_WIDTH, 2.25, 1, len(sa.PROFILES), sharey=True)
     for ax, prof in zip(axes, sa.PROFILES):
         peaks = [sa.peak_device(n, prof) for n in names]
         series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
         stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=DIGITS, total_unit=False)
         ax.set_title(f"{prof} profile", fontsize=10)
-        ax.tick_params(axis="x", rotation=30)
+        ax.tick_params(axis="x", rotation=20)
+    axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.15)      # room for the tallest bar's label below the title
     axes[1].set_ylabel("")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
     return fig

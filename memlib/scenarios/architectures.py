@@ -200,14 +200,13 @@ def mla_split(model: ModelConfig | str, profile: str = "paper", seq_len: int = S
 @lru_cache(maxsize=256)
 def longer_context(model: ModelConfig | str, seq_len: int) -> dict:
     """One attention block of ``model`` at the chapter's :data:`SEQ_LEN` and at ``seq_len`` tokens per sequence, per
-    profile: bytes per token (``token``, ``token_long``), those of the attention core (``core``, ``core_long``) and
-    the block's bytes for one whole sequence at ``seq_len`` (``sequence_long``, no parallelism)."""
+    profile: bytes per token (``token``, ``token_long``) and the block's bytes for one whole sequence at ``seq_len``
+    (``sequence_long``, no parallelism)."""
     m = load_model(model)
     out = {}
     for p in PROFILES:
         short, long = _attention_token(m, p, "none", SEQ_LEN), _attention_token(m, p, "none", seq_len)
-        out[p] = {"token": token_bytes(short), "token_long": token_bytes(long), "core": role_bytes(short)["core"],
-                  "core_long": role_bytes(long)["core"], "sequence_long": token_bytes(long) * seq_len}
+        out[p] = {"token": token_bytes(short), "token_long": token_bytes(long), "sequence_long": token_bytes(long) * seq_len}
     return out
 
 
