@@ -300,7 +300,7 @@ def _gap_clause(g: dict) -> str:
     if g["replay_held"] != g["book_held"]:
         parts.append(f"{fmt_bytes(g['replay_held'])} of micro-batches held where this accounting counts "
                      f"{fmt_bytes(g['book_held'])}")
-    transient = sum(g["transient"].values())
+    transient = g["transient_total"]
     if transient != g["working_set"]:
         what = join_and(_TRANSIENT_WORDS[k] for k in g["transient"]) or "nothing"
         parts.append(f"what is alive only while the busiest step computes, {what} ({fmt_bytes(transient)}), where this "

@@ -102,14 +102,14 @@ def accounting_gap(est: Estimate) -> dict:
     replay :func:`judged` reads) differ, term by term: ``book`` and ``replay``, the ``states`` beside the replay's
     ``persistent`` bytes (Megatron-Core's buffers where it keeps them), the micro-batches held in each
     (``book_held``, ``replay_held``), and the book's ``working_set`` beside the replay's ``transient`` terms at its
-    busiest moment (name -> bytes, those that are not zero)."""
+    busiest moment (name -> bytes, those that are not zero) and their sum, ``transient_total``."""
     pk = est.peak
     sp = est.peak_of(pk.stage.index)
     working = pk.activations["recompute_working_set"]
     return {"book": pk.allocated, "replay": sp.peak_allocated, "states": pk.model_states,
             "persistent": sum(sp.persistent.values()), "book_held": pk.bytes["activations"] - working,
             "replay_held": sum(sp.activations.values()), "working_set": working,
-            "transient": {k: v for k, v in sp.transient.items() if v}}
+            "transient": {k: v for k, v in sp.transient.items() if v}, "transient_total": sum(sp.transient.values())}
 
 
 def judged_total(est: Estimate, capacity: int) -> dict:

@@ -46,7 +46,8 @@ def test_knob_table_for_deepseek_v3():
     rows = ds.ablation("deepseek-v3", ds.deepseek_recipe("deepseek-v3"))
     table = ch.knob_table(rows)
     assert "| naive baseline |" in table and "| 140.33 GiB | — | no |" in table
-    assert table.strip().endswith("| 70.62 GiB | −41.54 GiB | yes |")
+    # the change is the difference of the printed totals, 112.15 - 70.62 (the exact bytes differ by 41.54 GiB)
+    assert "| 112.15 GiB |" in table and table.strip().endswith("| 70.62 GiB | −41.53 GiB | yes |")
     assert "fits the H800" in table
 
 
