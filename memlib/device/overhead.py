@@ -8,7 +8,7 @@ activations), because they are not tensors of the model and cannot be derived ex
                    notes: the context is not counted by the caching allocator).
 ``comm_buffers``   temporary buffers of inter-GPU communication: about 0.8 to 2 (the paper's "GB",
                    i.e. GiB) per device, by the paper's §6.
-``fragmentation``  allocator fragmentation: 5 % to 30 % of allocated memory, by the paper's §6.
+``fragmentation``  allocator fragmentation: 5% to 30% of allocated memory, by the paper's §6.
 
 ``low`` takes the low end of every band, ``high`` the high end, ``none`` zero; each term can be set.
 """
@@ -55,7 +55,7 @@ SOURCES = {
     "cuda_context": "300 MiB to 2 GiB outside PyTorch's caching allocator, by GPU, driver and libraries "
                     "(PyTorch docs, CUDA semantics: memory management)",
     "comm_buffers": "0.8 to 2 GiB per device for inter-GPU transfers (arXiv 2502.07846 §6)",
-    "fragmentation": "5 % to 30 % of allocated memory (arXiv 2502.07846 §6)",
+    "fragmentation": "5% to 30% of allocated memory (arXiv 2502.07846 §6)",
 }
 
 

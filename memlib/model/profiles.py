@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..config import ConfigError, ModelConfig, TrainingConfig, show
+from ..core.words import join_and
 from ..ledgers import bind_kernels
 from ..ledgers.base import ActProfile
 from ..ledgers.hf import HF_EAGER_PROFILE
@@ -84,8 +85,9 @@ class Profile:
 
 
 def _listed(items: list[str], serial: bool) -> str:
-    """``a, b and c``; the paper's own list (an MLA or shared-expert model) is comma-separated."""
-    return ", ".join(items) if serial or len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    """``a, b and c`` (:func:`memlib.core.words.join_and`); the paper's own list (an MLA or shared-expert model) is
+    comma-separated."""
+    return ", ".join(items) if serial else join_and(items)
 
 
 def _paper_words(own: frozenset) -> str:

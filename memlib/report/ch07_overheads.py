@@ -13,7 +13,8 @@ from ..paper import analysed_stage
 from ..data.reference import CUDA_CONTEXT_MEASURED, MEASURED_RESERVED
 from ..scenarios import overheads as so
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_size, md_table, pct, signed_bytes, zero_name
+from .format import (fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, fmt_size, md_table, pct, ratio,
+                     zero_name)
 from .notation import chapter_notation
 
 __all__ = ["stage", "notation", "values", "sources_table", "preset_table", "preset_figure", "measured_table",
@@ -180,12 +181,17 @@ def problem_values(base: Estimate) -> dict[str, str]:
         band = ("above" if h["above_band"] else "at or below") + f" the paper's high end of {_frac(so.band()[1])}"
         high = ("this device fits under any overhead in the paper's ranges" if h["high_fits"]
                 else "this device does not fit at the high end of the paper's ranges")
-        answer = f"Up to {pct(h['max_fraction'], 1, 1)} of the allocated memory, {band}: {high}."
+        if h["max_fraction"] >= 1:
+            # a small device on a large card: fragmentation may outgrow the tensors themselves
+            answer = (f"Up to {fmt_bytes(h['room'])}, {ratio(h['max_fraction'], 1, 1)} times the "
+                      f"{fmt_bytes(st.allocated)} allocated, {band}: {high}.")
+        else:
+            answer = f"Up to {pct(h['max_fraction'], 1, 1)} of the allocated memory, {band}: {high}."
     return {"p1_run": f"{run['model']}, {run['parallel']}", "p1_measured": pct(m["fraction"], 1, 1),
             "p1_why": "a measured run of this model" if own else ("the measured MoE run with the largest gap"
                                                                   if base.model.has_moe else
                                                                   "the measured run with the largest gap"),
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
-            "p1_delta": signed_bytes(m["delta"]), "p1_low_total": fmt_bytes(m["low_total"]),
+            "p1_delta": fmt_difference(m["total"], m["low_total"], signed=True), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_capacity(h["capacity"]),
             "p2_answer": answer}

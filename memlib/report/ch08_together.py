@@ -18,7 +18,8 @@ from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, join_and, layout_text, md_table, pct, zero_name
+from .format import (fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, join_and, layout_text, md_table,
+                     pct, zero_name)
 from .notation import chapter_notation
 from .tables import band_text
 from ..scenarios.uncertainty import measured_band
@@ -224,7 +225,8 @@ def schedule_values(runs: dict[str, st.Outcome]) -> dict[str, str]:
     more = st.costs_more(runs)
     n_fit, n = st.schedule_counts(runs)
     return {
-        "m": fmt_count(g.train.num_microbatches), "v": fmt_count(il.train.vpp), "layout_sentence": layout,
+        "m": fmt_count(g.train.num_microbatches), "per_stage": fmt_count(st.MICROBATCHES_PER_STAGE),
+        "v": fmt_count(il.train.vpp), "layout_sentence": layout,
         "gpipe_sentence": gpipe, "dualpipe_sentence": dual,
         "one_peak": fmt_bytes(one.peak_total),
         "gpipe_cost": ("GPipe costs more than 1F1B here, in micro-batches held" if more["gpipe"]
@@ -371,7 +373,7 @@ def routed_values(eff: dict) -> dict[str, str]:
                      join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
-            "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_bytes(eff["difference"]),
+            "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_difference(eff["held_total"], eff["paper_total"]),
             "held_verdict": ("and still fits" if eff["held_fits"] and eff["paper_fits"] else
                              "and no longer fits" if eff["paper_fits"] else
                              "and now fits" if eff["held_fits"] else "and does not fit either")}

@@ -14,8 +14,9 @@ from ..config.precision import RECIPES
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
-from ..scenarios.uncertainty import judged
-from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, join_and, layout_text, md_table, model_name, pct, signed_bytes, span, yes_no)
+from ..scenarios.uncertainty import accounting_gap, judged
+from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_difference, join_and, layout_text, md_table, model_name, pct,
+                     span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values, band_text, collapse_runs
 
@@ -37,20 +38,27 @@ def _fits(x: bool) -> str:
     return "fits" if x else "does not fit"
 
 
-def _margin(margin: int) -> str:
-    """A margin to the capacity (positive: headroom) in words."""
-    if margin >= 0:
-        return f"leaves {fmt_bytes(margin)} below the capacity"
-    return f"exceeds the capacity by {fmt_bytes(-margin)}"
+def _margin(total: int) -> str:
+    """The margin of a device needing ``total`` bytes to the capacity in words, the difference of the two as
+    printed (:func:`~memlib.report.format.fmt_difference`)."""
+    if total <= ds.CAPACITY:
+        return f"leaves {fmt_difference(ds.CAPACITY, total)} below the capacity"
+    return f"exceeds the capacity by {fmt_difference(total, ds.CAPACITY)}"
 
 
-def _effect(change: int, magnitude: int) -> str:
-    """A step's change of the peak in words: ``costs 1.20 GiB`` / ``saves 0.40 GiB``."""
-    if change > 0:
-        return f"costs {fmt_bytes(magnitude)}"
-    if change < 0:
-        return f"saves {fmt_bytes(magnitude)}"
+def _effect(total: int, before: int) -> str:
+    """A step's change of the peak, from ``before`` to ``total`` bytes, in words: ``costs 1.20 GiB`` / ``saves 0.40
+    GiB``, the difference of the two totals as printed."""
+    if total > before:
+        return f"costs {fmt_difference(total, before)}"
+    if total < before:
+        return f"saves {fmt_difference(before, total)}"
     return "changes nothing"
+
+
+def _before(rows: list[dict]) -> list[int | None]:
+    """The total of the step before each row of the ablation (None for the first)."""
+    return [None] + [r["total"] for r in rows[:-1]]
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -129,7 +137,7 @@ def values(est: Estimate) -> dict[str, str]:
         "peak_rank": fmt_count(pk["rank"]), "peak_ranks": _ranks(pk["ranks"]), "peak": fmt_bytes(pk["total"]),
         "peak_alloc": fmt_bytes(pk["allocated"]), "peak_states": fmt_bytes(pk["states"]),
         "peak_acts": fmt_bytes(pk["activations"]), "peak_ovh": fmt_bytes(pk["overhead"]),
-        "peak_fits": _fits(pk["fits"]), "peak_margin": _margin(pk["margin"]),
+        "peak_fits": _fits(pk["fits"]), "peak_margin": _margin(pk["total"]),
         "all_fit": "every rank fits" if pk["all_fit"] else "not every rank fits",
         "peak_mb": fmt_count(pk["microbatches"]),
         "shallow_stage": fmt_count(shallow["stage"]), "shallow_mb": fmt_count(shallow["in_flight"]),
@@ -138,25 +146,25 @@ def values(est: Estimate) -> dict[str, str]:
         "rank0": fmt_bytes(r0["total"]), "rank0_layers": fmt_count(r0["layers"]),
         "peak_layers": fmt_count(r0["peak_layers"]),
         "rank0_compare": ("as much as the peak" if r0["is_peak"] else
-                          f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
-                          f"{fmt_bytes(r0['difference'])} more than the peak"),
+                          f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
+                          f"{fmt_difference(r0['total'], pk['total'])} more than the peak"),
         "rank0_holds": ("the embedding, the output head and the MTP module" if r0["mtp"] == 1 else
                         f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
                         "the embedding and the output head"),
         "rank0_sentence": (
-            f"Rank zero, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
+            f"Rank 0, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
             if r0["is_peak"] else
-            f"Rank zero, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
+            f"Rank 0, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
             f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
-            + (f"{fmt_bytes(r0['difference'])} less than the peak" if r0["lighter"] else
-               f"{fmt_bytes(r0['difference'])} more than the peak")),
+            + (f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
+               f"{fmt_difference(r0['total'], pk['total'])} more than the peak")),
         # one layer's ledger
         "ledger_kind": "MoE" if kind == "moe" else "dense",
         "layer_plain": fmt_bytes(layer["plain"], "MiB"), "layer_recipe": fmt_bytes(layer["recipe"], "MiB"),
-        "layer_saved": fmt_bytes(layer["saved"], "MiB"),
+        "layer_saved": fmt_difference(layer["plain"], layer["recipe"], "MiB"),
         # the overhead bands
         "peak_high": fmt_bytes(ovh["high"]["total"]), "high_fits": _fits(ovh["high"]["fits"]),
-        "high_margin": _margin(ovh["high"]["margin"]),
+        "high_margin": _margin(ovh["high"]["total"]),
     }
 
 
@@ -171,7 +179,7 @@ def ablation_values(est: Estimate) -> dict[str, str]:
         "base_largest_bytes": fmt_bytes(base[base["largest"]]), "base_fits": _fits(base["fits"]),
         "base_mb": fmt_count(base["microbatches"]), "dual_mb": fmt_count(dual["microbatches"]),
         "base_params": fmt_count(base["parameters"]), "dual_params": fmt_count(dual["parameters"]),
-        "final": fmt_bytes(final["total"]), "final_fits": _fits(final["fits"]), "final_margin": _margin(final["margin"]),
+        "final": fmt_bytes(final["total"]), "final_fits": _fits(final["fits"]), "final_margin": _margin(final["total"]),
         "saved": fmt_bytes(summary["saved"]),
         "fit_summary": ("no step fits the device" if summary["none_fit"] else
                         "only the last step, the full recipe, fits the device" if summary["only_last_fits"] else
@@ -179,20 +187,22 @@ def ablation_values(est: Estimate) -> dict[str, str]:
                         f"the peak device fits from the step “{rows[summary['first_fit']]['label']}” on"
                         if summary["first_fit"] else "the full recipe does not fit the device"),
     }
-    for key, r in rows.items():
-        if r["change"] is not None:
-            out[f"{key}_effect"] = _effect(r["change"], r["magnitude"])
+    for (key, r), before in zip(rows.items(), _before(list(rows.values()))):
+        if before is not None:
+            out[f"{key}_effect"] = _effect(r["total"], before)
     return out
 
 
 def ablation_table(est: Estimate) -> str:
     """The peak device after each step: its rank, its terms, its total, the change, and whether it fits (GiB),
     read with memlib's measured errors (``marginal`` inside their band)."""
+    steps = _recipe(est)
     rows = [[r["label"], r["what"], fmt_count(r["stage"]), fmt_bytes(r["states"], with_unit=False),
              fmt_bytes(r["activations"], with_unit=False), fmt_bytes(r["overhead"], with_unit=False),
              f"**{fmt_bytes(r['total'], with_unit=False)}**",
-             "—" if r["change"] is None else signed_bytes(r["change"]).removesuffix(" GiB"), VERDICT_CELLS[r["verdict"]]]
-            for r in _recipe(est)]
+             "—" if before is None else fmt_difference(r["total"], before, signed=True, with_unit=False),
+             VERDICT_CELLS[r["verdict"]]]
+            for r, before in zip(steps, _before(steps))]
     return md_table(["step", "what changes", "peak rank", "model states (GiB)", "activations (GiB)",
                      "overheads (GiB)", "total (GiB)", "change (GiB)", f"fits the {ds.GPU}"], rows, "llrrrrrrc")
 
@@ -269,10 +279,43 @@ _KIND_WORDS = {"dense": "dense layers", "moe": "MoE layers"}
 _VERDICT_WORDS = {"fits": "fits", "marginal": "is marginal on", "does not fit": "does not fit"}
 
 
+#: the transient terms of a replayed peak (:data:`memlib.device.peak.TRANSIENT_TERMS`), in words
+_TRANSIENT_WORDS = {"recompute_working_set": "a recomputed layer's tensors", "backward_gradients": "the backward's gradients",
+                    "cross_entropy_logits": "the loss's logits", "cross_entropy_workspace": "the fused loss's workspace",
+                    "offload_reload": "the reloaded offloaded tensors", "forward_transients": "the forward's transient tensors",
+                    "batch_attention_mask": "the batch's attention mask",
+                    "backward_released": "less what the backward has freed"}
+
+
+def _gap_clause(g: dict) -> str:
+    """Why ``max_memory_allocated`` differs from this accounting's allocated bytes
+    (:func:`memlib.scenarios.uncertainty.accounting_gap`), as a clause after the replay's value: the terms that
+    differ, each beside the one it takes the place of."""
+    if g["replay"] == g["book"]:
+        return ", the allocated bytes of this accounting"
+    parts = []
+    if g["persistent"] != g["states"]:
+        parts.append(f"Megatron-Core's buffers ({fmt_bytes(g['persistent'])}) where this accounting counts the model "
+                     f"states ({fmt_bytes(g['states'])})")
+    if g["replay_held"] != g["book_held"]:
+        parts.append(f"{fmt_bytes(g['replay_held'])} of micro-batches held where this accounting counts "
+                     f"{fmt_bytes(g['book_held'])}")
+    transient = g["transient_total"]
+    if transient != g["working_set"]:
+        what = join_and(_TRANSIENT_WORDS[k] for k in g["transient"]) or "nothing"
+        parts.append(f"what is alive only while the busiest step computes, {what} ({fmt_bytes(transient)}), where this "
+                     f"accounting counts one layer's "
+                     f"recompute working set ({fmt_bytes(g['working_set'])})")
+    return (f", not the {fmt_bytes(g['book'])} allocated of this accounting: replaying the schedule step by step, it "
+            f"counts {join_and(parts)}")
+
+
 def verdict_values(est: Estimate) -> dict[str, str]:
-    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`)."""
+    """The peak device read with memlib's measured errors (:func:`memlib.scenarios.uncertainty.judged`), and why
+    ``max_memory_allocated`` differs from this accounting (:func:`memlib.scenarios.uncertainty.accounting_gap`)."""
     j = judged(est, ds.CAPACITY)
-    return {"pa": fmt_bytes(j["peak_allocated"]), "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
+    return {"pa": fmt_bytes(j["peak_allocated"]), "pa_why": _gap_clause(accounting_gap(est)),
+            "rest": fmt_bytes(j["rest"]), "band": band_text(j["band"]),
             "far": fmt_bytes(j["far"]), "verdict": _VERDICT_WORDS[j["verdict"]]}
 
 
@@ -321,7 +364,7 @@ def problem_values(est: Estimate) -> dict[str, str]:
             "p_acts": fmt_bytes(p["activations"]), "p_acts_before": fmt_bytes(p["activations_before"]),
             "p_states": fmt_bytes(p["states"]),
             "p_states_word": "do not change" if p["states_unchanged"] else "change",
-            "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["margin"]),
+            "p_verdict": _fits(p["fits"]), "p_margin": _margin(p["total"]),
             "p_conclusion": ("one sequence per micro-batch is what the memory allows" if not p["fits"] else
                              "the memory allows the larger micro-batch")}
 
@@ -348,7 +391,7 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
             "shallow": fmt_count(pk.counts[0]), "deep": fmt_count(pk.counts[1]), "total": fmt_count(pk.microbatches),
             "r0_shallow": fmt_count(r0.counts[0]), "r0_deep": fmt_count(r0.counts[1]), "r0_peak": fmt_bytes(r0.allocated),
             "r0_sentence": ("" if ot.peak_rank == 0 else
-                            f"Rank zero holds {fmt_count(r0.counts[0])} and {fmt_count(r0.counts[1])} at its peak, "
+                            f"Rank 0 holds {fmt_count(r0.counts[0])} and {fmt_count(r0.counts[1])} at its peak, "
                             f"{fmt_bytes(r0.allocated)}.")}
 
 

@@ -11,31 +11,41 @@ from ..scenarios import architectures as sa
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, TEXT_WIDTH, Series, new_figure, stacked_bars
 from .format import fmt_billions, fmt_bytes, fmt_count, fmt_decimal, fmt_exact, md_table, model_name, ratio
 
-__all__ = ["values", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
-           "TOKEN_UNIT", "DEVICE_UNIT"]
+__all__ = ["values", "problem_values", "PROBLEM_SEQ_LEN", "attention_table", "mla_table", "presets_table", "pairs_table", "pairs_figure",
+           "TOKEN_UNIT", "MODEL_TOKEN_UNIT", "DEVICE_UNIT", "DIGITS"]
 
-#: bytes per token are shown in KiB, per device in GiB
-TOKEN_UNIT, DEVICE_UNIT = "KiB", "GiB"
+#: one unit and one precision per quantity: bytes per token of one layer in KiB, of all layers in MiB, per device in
+#: GiB, each with two decimals, in the text as in the tables
+TOKEN_UNIT, MODEL_TOKEN_UNIT, DEVICE_UNIT = "KiB", "MiB", "GiB"
+DIGITS = 2
 #: the memory categories of the figure, bottom to top
 FIGURE_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations")
 
 
-def _kib(x: Fraction, digits: int = 2) -> str:
-    """Bytes per token in KiB, for a cell whose header names the unit."""
-    return fmt_exact(x, TOKEN_UNIT, digits)
+def _kib(x: Fraction) -> str:
+    """Bytes per token of one layer in KiB, for a cell whose header names the unit."""
+    return fmt_exact(x, TOKEN_UNIT, DIGITS)
 
 
 def _mib(x: Fraction) -> str:
     """Bytes per token of a whole model in MiB, for a cell whose header names the unit."""
-    return fmt_exact(x, "MiB", 2)
+    return fmt_exact(x, MODEL_TOKEN_UNIT, DIGITS)
 
 
-def _kib_text(x: Fraction, digits: int = 2) -> str:
-    return f"{_kib(x, digits)} {TOKEN_UNIT}"
+def _kib_text(x: Fraction) -> str:
+    return f"{_kib(x)} {TOKEN_UNIT}"
+
+
+def _mib_text(x: Fraction) -> str:
+    return f"{_mib(x)} {MODEL_TOKEN_UNIT}"
 
 
 def _gib(n: int) -> str:
-    return fmt_bytes(n, DEVICE_UNIT, 1, with_unit=False)
+    return fmt_bytes(n, DEVICE_UNIT, DIGITS, with_unit=False)
+
+
+def _gib_text(n: int) -> str:
+    return fmt_bytes(n, DEVICE_UNIT, DIGITS)
 
 
 def _heads(name: str) -> str:
@@ -82,15 +92,17 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
             f"pair{i}_dense": model_name(p.dense), f"pair{i}_moe": model_name(p.moe),
             f"pair{i}_dense_act": fmt_billions(d["activated"]), f"pair{i}_moe_act": fmt_billions(m["activated"]),
             f"pair{i}_moe_total": fmt_billions(m["total"]),
-            f"pair{i}_dense_token": _kib_text(d["model_megatron"]), f"pair{i}_moe_token": _kib_text(m["model_megatron"]),
-            f"pair{i}_dense_peak": fmt_bytes(d["peak_megatron"], DEVICE_UNIT, 1),
-            f"pair{i}_moe_peak": fmt_bytes(m["peak_megatron"], DEVICE_UNIT, 1),
+            f"pair{i}_dense_token": _mib_text(d["model_megatron"]), f"pair{i}_moe_token": _mib_text(m["model_megatron"]),
+            f"pair{i}_dense_peak": _gib_text(d["peak_megatron"]), f"pair{i}_moe_peak": _gib_text(m["peak_megatron"]),
         }
     facts = [sa.pair_facts(p) for p in pairs]
     if facts:
         out["pair1_token_why"] = (", since every token passes through several routed experts, each keeping its own "
                                   "intermediate tensors," if facts[0]["moe_more_per_token"] else
                                   ", though every token passes through several routed experts,")
+    for i, f in enumerate(facts, start=1):
+        out[f"pair{i}_token_cmp"] = "more" if f["moe_more_per_token"] else "less"
+        out[f"pair{i}_peak_cmp"] = "more" if f["moe_higher_peak"] else "less"
     for i, f in enumerate(facts[1:], start=2):
         out[f"pair{i}_lead"] = ("The second pair reverses the picture" if f != facts[0]
                                 else "The second pair shows the same picture")
@@ -99,6 +111,25 @@ def values(book_model: str = "deepseek-v3") -> dict[str, str]:
                                else ": its {} parameters weigh more than expert parallelism spreads them over the "
                                     "ranks".format(out[f"pair{i}_moe_total"]))
     return out
+
+
+#: the worked problem's sequence length, tokens: a long-context run, eight times the chapter's
+PROBLEM_SEQ_LEN = 32_768
+
+
+def problem_values() -> dict[str, str]:
+    """The worked problem: DeepSeek-V3's attention block at :data:`PROBLEM_SEQ_LEN` tokens per sequence, per profile
+    (:func:`memlib.scenarios.architectures.longer_context`)."""
+    v3 = "deepseek-v3"
+    lc = sa.longer_context(v3, PROBLEM_SEQ_LEN)
+    p, mg = lc["paper"], lc["megatron"]
+    return {"model": model_name(v3), "s": fmt_count(sa.SEQ_LEN), "s_long": fmt_count(PROBLEM_SEQ_LEN),
+            "paper": _kib_text(p["token"]), "paper_long": _kib_text(p["token_long"]),
+            "paper_sequence": _gib_text(p["sequence_long"]),
+            "megatron": _kib_text(mg["token"]), "megatron_long": _kib_text(mg["token_long"]),
+            "megatron_word": ("stays at" if mg["token_long"] == mg["token"] else
+                              "grows to" if mg["token_long"] > mg["token"] else "falls to"),
+            "megatron_sequence": _gib_text(mg["sequence_long"])}
 
 
 def _collapse(rows: list[list[str]]) -> list[list[str]]:
@@ -147,14 +178,14 @@ def presets_table() -> str:
     for r in sa.preset_rows():
         rows.append([model_name(r["name"]), r["family"], r["attention"], "MoE" if r["moe"] else "dense",
                      fmt_billions(r["total"]), fmt_billions(r["activated"]),
-                     _kib(r["layer_paper"], 1), _kib(r["layer_megatron"], 1),
+                     _kib(r["layer_paper"]), _kib(r["layer_megatron"]),
                      _mib(r["model_megatron"]),
                      _gib(r["peak_paper"]), _gib(r["peak_megatron"])])
     # eleven columns do not fit the text column: what each model is, then what it needs, each row by model
     what = md_table(["model", "family", "attention", "FFN", "parameters", "activated"], [r[:6] for r in rows],
                     "llllrr")
     needs = md_table(["model", f"one layer, paper ({TOKEN_UNIT}/token)", f"one layer, megatron ({TOKEN_UNIT}/token)",
-                      "all layers, megatron (MiB/token)", f"peak device, paper ({DEVICE_UNIT})",
+                      f"all layers, megatron ({MODEL_TOKEN_UNIT}/token)", f"peak device, paper ({DEVICE_UNIT})",
                       f"peak device, megatron ({DEVICE_UNIT})"], [[*r[:1], *r[6:]] for r in rows], "l" + "r" * 5)
     return what + "\n\n" + needs
 
@@ -170,7 +201,7 @@ def pairs_table() -> str:
                          fmt_billions(r["activated"]), _mib(r["model_megatron"]),
                          f"`{pk['label']}`", fmt_count(pk["stage"]), _gib(pk["model_states"]), _gib(pk["activations"]),
                          _gib(pk["allocated"])])
-    return md_table(["model", "FFN", "parameters", "activated", "activations, all layers (MiB/token)",
+    return md_table(["model", "FFN", "parameters", "activated", f"activations, all layers ({MODEL_TOKEN_UNIT}/token)",
                      "parallel sizes", "peak stage", f"model states ({DEVICE_UNIT})", f"activations ({DEVICE_UNIT})",
                      f"allocated ({DEVICE_UNIT})"], rows, "llrrrlrrrr")
 
@@ -179,13 +210,14 @@ def pairs_figure():
     """The peak device of each model of the pairs, by memory category, under both profiles."""
     pairs = sa.equal_activated_pairs()
     names = [n for p in pairs for n in (p.dense, p.moe)]
-    fig, axes = new_figure(TEXT_WIDTH, 2.8, 1, len(sa.PROFILES), sharey=True)
+    fig, axes = new_figure(TEXT_WIDTH, 2.25, 1, len(sa.PROFILES), sharey=True)
     for ax, prof in zip(axes, sa.PROFILES):
         peaks = [sa.peak_device(n, prof) for n in names]
         series = [Series(CATEGORY_LABELS[c], CATEGORY_COLORS[c], [pk[c] for pk in peaks]) for c in FIGURE_CATEGORIES]
-        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=1, total_unit=False)
+        stacked_bars(ax, [model_name(n) for n in names], series, DEVICE_UNIT, digits=DIGITS, total_unit=False)
         ax.set_title(f"{prof} profile", fontsize=10)
-        ax.tick_params(axis="x", rotation=30)
+        ax.tick_params(axis="x", rotation=20)
+    axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.15)      # room for the tallest bar's label below the title
     axes[1].set_ylabel("")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
     return fig

@@ -1,13 +1,12 @@
-"""Chapter 12, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
+"""Chapter 14, "Errata": every item of :mod:`memlib.paper.errata`, by chapter, formatted."""
 from __future__ import annotations
 
 from ..device.estimate import Estimate
 from ..paper.errata import counts, errata
 from .format import fmt_count
-from .notation import chapter_notation
 from .tables import errata_summary, errata_table, kinds_table
 
-__all__ = ["CHAPTERS", "PAPER_KEYS", "values", "table", "kinds", "notation"]
+__all__ = ["CHAPTERS", "PAPER_KEYS", "values", "table", "kinds"]
 
 #: the keys of :func:`values` (placeholders for another model, whose book has no item)
 PAPER_KEYS = ("n_all", "summary")
@@ -27,8 +26,3 @@ def table(est: Estimate, chapter: str) -> str:
 
 def kinds() -> str:
     return kinds_table()
-
-
-def notation(est: Estimate) -> str:
-    """The symbols this chapter introduces, and one line for those of earlier chapters."""
-    return chapter_notation("ch14", est.model, est.train)

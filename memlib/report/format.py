@@ -21,10 +21,11 @@ from ..config import ModelConfig
 from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex, latex_lines
 from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
+from ..core.words import join_and
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
-           "signed_bytes", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "signed_bytes", "rounded", "fmt_difference", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
+           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "percent", "PERCENT_SIGN", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 
@@ -45,9 +46,28 @@ def model_name(m: ModelConfig | str) -> str:
     return MODEL_NAMES.get(name, name)
 
 
+#: how the book writes a percentage: the number, then the sign, no space between (``'97.4%'``); every formatter of a
+#: percentage below goes through :func:`percent`
+PERCENT_SIGN = "%"
+
+
+def percent(x: int | Fraction | float, digits: int = 1, signed: bool = False) -> str:
+    """The fraction ``x`` in percent, rounded half away from zero for display only, the one way the book writes a
+    percentage: ``'25.8%'``; with ``signed`` a sign always (``'+0.4%'``, ``'−0.2%'``, a minus sign, and ``'0.0%'`` for
+    what rounds to zero).
+
+    >>> percent(Fraction(1, 8)), percent(Fraction(-1, 500), 1, signed=True), percent(Fraction(-1, 10**9), 2, True)
+    ('12.5%', '−0.2%', '0.00%')
+    """
+    text = fmt_decimal(Fraction(x) * 100, digits)          # a "-" only where the rounded value is not zero
+    if signed and any(c in "123456789" for c in text):
+        text = "−" + text[1:] if text.startswith("-") else "+" + text
+    return text + PERCENT_SIGN
+
+
 def pct(part: int | Fraction, whole: int | Fraction, digits: int = 1) -> str:
     """``part`` as a percentage of ``whole``, rounded for display only: ``'25.8%'``."""
-    return fmt_decimal(Fraction(part) * 100 / Fraction(whole), digits) + "%"
+    return percent(Fraction(part) / Fraction(whole), digits)
 
 
 def ratio(a: int | Fraction, b: int | Fraction, digits: int = 2) -> str:
@@ -77,6 +97,34 @@ def signed_bytes(n: int, unit: str = "GiB", digits: int = 2) -> str:
     return ("−" if n < 0 else "+") + body
 
 
+def rounded(x: int | Fraction, unit: str = "GiB", digits: int = 2) -> Fraction:
+    """``x`` bytes in ``unit`` as the book prints it, exactly: rounded half away from zero to ``digits`` decimals
+    (:func:`memlib.core.units.fmt_decimal`'s rounding).
+
+    >>> rounded(int(1.005 * 2**30)), rounded(-3 * 2**29, "GiB", 0)
+    (Fraction(1, 1), Fraction(-2, 1))
+    """
+    q = Fraction(x) / UNITS[unit] * 10**digits
+    r = int(abs(q)) + (1 if abs(q) - int(abs(q)) >= Fraction(1, 2) else 0)
+    return Fraction(-r if q < 0 else r, 10**digits)
+
+
+def fmt_difference(a: int | Fraction, b: int | Fraction, unit: str = "GiB", digits: int = 2, signed: bool = False,
+                   with_unit: bool = True) -> str:
+    """``a - b`` where the book prints ``a`` and ``b`` with ``unit`` and ``digits``: the difference of the printed
+    values, so that a reader who subtracts them finds the same number (53.30 GiB against 52.99 GiB is 0.31 GiB
+    more, though the exact bytes differ by 0.3151 GiB).  Its magnitude, or with ``signed`` its sign too
+    (``'+0.31 GiB'``, ``'−0.40 GiB'``).
+
+    >>> a, b = 57_234_734_186, 56_896_398_137          # printed 53.30 GiB and 52.99 GiB
+    >>> fmt_bytes(a - b), fmt_difference(a, b), fmt_difference(b, a, signed=True)
+    ('0.32 GiB', '0.31 GiB', '−0.31 GiB')
+    """
+    d = rounded(a, unit, digits) - rounded(b, unit, digits)
+    body = fmt_decimal(abs(d), digits) + (f" {unit}" if with_unit else "")
+    return (("−" if d < 0 else "+") + body) if signed else body
+
+
 def fmt_capacity(capacity: int) -> str:
     """A device's capacity as its driver reports it and in the book's unit: ``'81,559 MiB (79.65 GiB)'``.
 
@@ -84,16 +132,6 @@ def fmt_capacity(capacity: int) -> str:
     '81,559 MiB (79.65 GiB)'
     """
     return f"{fmt_bytes(capacity, 'MiB', 0)} ({fmt_bytes(capacity, 'GiB', 2)})"
-
-
-def join_and(items: Iterable[str]) -> str:
-    """Items in a sentence: ``'a, b and c'``, ``'a and b'``, ``'a'`` (``''`` for none).
-
-    >>> join_and(["a", "b", "c"]), join_and(["a", "b"]), join_and(["a"]), join_and([])
-    ('a, b and c', 'a and b', 'a', '')
-    """
-    items = list(items)
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def zero_name(z: ZeroStage, short: bool = False) -> str:
@@ -133,12 +171,12 @@ def fmt_float(x: float, digits: int = 2) -> str:
 
 
 def fmt_percent(x: float, digits: int = 0) -> str:
-    """A float fraction in percent, with a space: ``'12 %'``; ``'0 %'`` when it rounds to nothing.
+    """A float fraction in percent (:func:`percent`): ``'13%'``; ``'0%'`` when it rounds to nothing.
 
     >>> fmt_percent(0.125), fmt_percent(-0.004)
-    ('13 %', '0 %')
+    ('13%', '0%')
     """
-    return fmt_decimal(Fraction(x) * 100, digits) + " %"
+    return percent(Fraction(x), digits)
 
 
 def fmt_rate(x: float, scale: float, digits: int = 0) -> str:
@@ -152,13 +190,13 @@ def fmt_rate(x: float, scale: float, digits: int = 0) -> str:
 
 
 def signed_pct(x: int | Fraction, digits: int = 3) -> str:
-    """A signed relative error in percent: ``'+0.012 %'``, ``'−0.191 %'`` (``'0.000 %'`` when it rounds to 0).
+    """A signed relative error in percent (:func:`percent`): ``'+0.012%'``, ``'−0.191%'`` (``'0.000%'`` when it
+    rounds to 0).
 
     >>> signed_pct(Fraction(12, 100_000)), signed_pct(Fraction(-191, 100_000)), signed_pct(Fraction(-1, 10**9))
-    ('+0.012 %', '−0.191 %', '0.000 %')
+    ('+0.012%', '−0.191%', '0.000%')
     """
-    text = f"{float(x) * 100:+.{digits}f}"
-    return ("0." + "0" * digits if text[1:] == "0." + "0" * digits else text.replace("-", "−")) + " %"
+    return percent(x, digits, signed=True)
 
 
 def fmt_size(n: int, small: str = "MiB") -> str:

@@ -7,7 +7,10 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
+import re
+
 from ..config import ConfigError, TrainingConfig, load_model
+from ..core.symbols import REGISTRY, SYMBOLS
 from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
@@ -16,7 +19,7 @@ from ..model.blocks import model_blocks, own_modules
 from ..model.profiles import PROFILES
 from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
-from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, md_table, model_name, signed_bytes, typeset
+from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, fmt_difference, md_table, model_name, typeset
 
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
 
@@ -33,6 +36,12 @@ def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
     return fmt_count(v)
 
 
+def _names(tex: str, symbol: str) -> bool:
+    """Whether the LaTeX ``tex`` writes the symbol ``symbol`` (braces aside: ``d_{c'}`` is ``d_c'``)."""
+    flat = tex.replace("{", "").replace("}", "")
+    return re.search(re.escape(symbol.replace("{", "").replace("}", "")) + r"(?![\w'])", flat) is not None
+
+
 def equations(model, train: TrainingConfig | None = None) -> str:
     """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
     under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
@@ -43,6 +52,9 @@ def equations(model, train: TrainingConfig | None = None) -> str:
     model (the attention parameters TP replicates, under grouped-query attention)."""
     m = load_model(model)
     own = model_blocks(m)
+    # the model's null widths and counts, by a symbol no other reads as (a subscript or a prime: not a bare N)
+    unset = [n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(m, n.field, None) is None
+             and any(c in n.latex for c in "_^'")]
     out = []
     for f in book_formulas():
         if f.attention not in (None, m.attention) or not f.needs <= own:
@@ -50,6 +62,8 @@ def equations(model, train: TrainingConfig | None = None) -> str:
         try:
             tex = equation(f.name, m, train)
         except ConfigError:
+            continue
+        if any(_names(tex, SYMBOLS[k].latex) for k in unset):   # a width the model leaves null (V2-Lite's d_c')
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
         if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)
@@ -93,8 +107,9 @@ def glossary_values(model="deepseek-v3") -> dict[str, str]:
 def knob_table(rows: list[dict]) -> str:
     """The ablation of :func:`memlib.scenarios.deepseek.ablation`: per technique, what it does, the peak
     device's total once it is on, what it changed, and whether the peak fits the capacity."""
-    out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if r["change"] is None else signed_bytes(r["change"]),
-            VERDICT_CELLS[r["verdict"]]] for r in rows]
+    before = [None] + [r["total"] for r in rows[:-1]]
+    out = [[r["label"], r["what"], fmt_bytes(r["total"]), "—" if b is None else fmt_difference(r["total"], b, signed=True),
+            VERDICT_CELLS[r["verdict"]]] for r, b in zip(rows, before)]
     return md_table(["technique", "what it does", "peak device", "change", f"fits the {ds.GPU}"], out, "llrrc")
 
 

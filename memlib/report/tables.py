@@ -30,7 +30,7 @@ def _value(n, model, train) -> str:
     if n.kind == "precision" and train is not None:
         rec = train.recipe
         return fmt_count({"B_w": rec.weights, "B_g": rec.gradients, "B_o": rec.optimizer_bytes}[n.key])
-    return "per device"
+    return "— (one per stage)"
 
 
 def _not_own(model) -> set[str]:

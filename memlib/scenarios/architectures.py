@@ -43,7 +43,7 @@ from ..paper import paper_training
 from ..model.params import activated_params, model_params, values as model_values
 from ..core.symbols import sym
 
-__all__ = ["PROFILES", "SEQ_LEN", "ROLES", "ROLE_NAMES", "PAIR_RATIO", "CHAPTER_PRESETS", "TokenEntry",
+__all__ = ["PROFILES", "SEQ_LEN", "ROLES", "longer_context", "ROLE_NAMES", "PAIR_RATIO", "CHAPTER_PRESETS", "TokenEntry",
            "token_training", "chapter_training", "attention_token", "attention_token_formula", "role_bytes",
            "mla_split", "layer_token_bytes", "model_token_bytes", "peak_device", "preset_row", "preset_rows",
            "Pair", "equal_activated_pairs", "pair_facts", "attention_kind"]
@@ -198,6 +198,18 @@ def mla_split(model: ModelConfig | str, profile: str = "paper", seq_len: int = S
 
 
 @lru_cache(maxsize=256)
+def longer_context(model: ModelConfig | str, seq_len: int) -> dict:
+    """One attention block of ``model`` at the chapter's :data:`SEQ_LEN` and at ``seq_len`` tokens per sequence, per
+    profile: bytes per token (``token``, ``token_long``) and the block's bytes for one whole sequence at ``seq_len``
+    (``sequence_long``, no parallelism)."""
+    m = load_model(model)
+    out = {}
+    for p in PROFILES:
+        short, long = _attention_token(m, p, "none", SEQ_LEN), _attention_token(m, p, "none", seq_len)
+        out[p] = {"token": token_bytes(short), "token_long": token_bytes(long), "sequence_long": token_bytes(long) * seq_len}
+    return out
+
+
 def _layer_token(m: ModelConfig, profile: str, kind: str) -> Fraction:
     train = token_training(profile)
     return sum((_per_token(m, e, train) for e in _layer_entries(m, profile, kind, "none")), Fraction(0))

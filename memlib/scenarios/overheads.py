@@ -1,7 +1,7 @@
 """Overheads on one device (chapter 7): what each preset of :mod:`memlib.device.overhead` adds to a device,
 the measured gap between reserved and allocated memory, and what exact accounting does not cover.
 
-The paper's §6 gives ranges, not formulas: 5 % to 30 % fragmentation and 0.8 to 2 "GB" (GiB) of
+The paper's §6 gives ranges, not formulas: 5% to 30% fragmentation and 0.8 to 2 "GB" (GiB) of
 communication buffers; memlib adds a CUDA-context term and carries the three as named terms
 (``none``, ``low`` and ``high`` presets).  Every function here is exact: the overhead terms of a
 device are :meth:`memlib.device.overhead.Overheads.terms` of its allocated bytes, the very rule

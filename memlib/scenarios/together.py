@@ -30,7 +30,7 @@ from .overheads import CAPACITY_80GB, base_training
 from .uncertainty import judged_total
 
 __all__ = ["CAPACITY_80GB", "OVERHEAD", "ZERO_STAGES", "MODULE_LIST", "POLICIES", "model_policies", "Outcome", "grid", "grid_counts",
-           "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "GPIPE_MICROBATCHES_PER_STAGE",
+           "fitting", "score_keys", "drops_scores", "no_recompute", "SCHEDULES", "MICROBATCHES_PER_STAGE", "step_training",
            "INTERLEAVED_CHUNKS", "interleaved_layout", "layout_split", "schedule_configs", "schedules", "costs_more",
            "DIAGRAM_PP", "DIAGRAM_MICROBATCHES", "diagram_configs", "memory_timeline", "first_idle",
            "schedule_counts",
@@ -182,12 +182,13 @@ def no_recompute(g: dict, capacity: int = CAPACITY_80GB) -> dict[str, object]:
 # ------------------------------------------------------------------------------------------------
 #: the schedules compared, in order
 SCHEDULES = tuple(Schedule)
-#: GPipe's micro-batches per step, per pipeline stage (M = 2 PP), and the interleaved schedule's chunks
-GPIPE_MICROBATCHES_PER_STAGE = 2
+#: the micro-batches of one step per pipeline stage, M = 2 PP for every schedule compared (GPipe holds all of them;
+#: the others reach their peak with fewer and keep it), and the interleaved schedule's chunks
+MICROBATCHES_PER_STAGE = 2
 INTERLEAVED_CHUNKS = 2
-#: the schedule diagrams: a small pipeline, so that every operation can be read
+#: the schedule diagrams: a small pipeline, so that every operation can be read, with M = 2 PP as well
 DIAGRAM_PP = 4
-DIAGRAM_MICROBATCHES = 8
+DIAGRAM_MICROBATCHES = MICROBATCHES_PER_STAGE * DIAGRAM_PP
 
 
 def diagram_configs(pp: int = DIAGRAM_PP, m: int = DIAGRAM_MICROBATCHES) -> dict[Schedule, TrainingConfig]:
@@ -232,16 +233,23 @@ def layout_split(layout: tuple[int, ...]) -> str:
     return "empty" if min(layout) == 0 else ("even" if min(layout) == max(layout) else "uneven")
 
 
+def step_training(train: TrainingConfig) -> TrainingConfig:
+    """``train`` with the chapter's M = :data:`MICROBATCHES_PER_STAGE` PP micro-batches per step, the M of every
+    schedule it compares (:func:`schedule_configs`)."""
+    return train.with_(num_microbatches=MICROBATCHES_PER_STAGE * train.pp)
+
+
 def schedule_configs(est: Estimate) -> dict[Schedule, TrainingConfig]:
-    """The four schedules on ``est``'s configuration: GPipe with M = 2 PP micro-batches, 1F1B,
-    interleaved 1F1B with V = 2 and :func:`interleaved_layout`, DualPipe."""
+    """The four schedules on ``est``'s configuration, each with the same M = 2 PP micro-batches per step: GPipe,
+    1F1B, interleaved 1F1B with V = 2 and :func:`interleaved_layout`, DualPipe."""
     t = est.train
+    m = step_training(t).num_microbatches
     return {
-        Schedule.GPIPE: t.with_(schedule=Schedule.GPIPE, num_microbatches=GPIPE_MICROBATCHES_PER_STAGE * t.pp),
-        Schedule.ONE_F_ONE_B: t.with_(schedule=Schedule.ONE_F_ONE_B, num_microbatches=None),
-        Schedule.INTERLEAVED: t.with_(schedule=Schedule.INTERLEAVED, vpp=INTERLEAVED_CHUNKS, num_microbatches=None,
+        Schedule.GPIPE: t.with_(schedule=Schedule.GPIPE, num_microbatches=m),
+        Schedule.ONE_F_ONE_B: t.with_(schedule=Schedule.ONE_F_ONE_B, num_microbatches=m),
+        Schedule.INTERLEAVED: t.with_(schedule=Schedule.INTERLEAVED, vpp=INTERLEAVED_CHUNKS, num_microbatches=m,
                                       layout=interleaved_layout(est.model, t)),
-        Schedule.DUALPIPE: t.with_(schedule=Schedule.DUALPIPE, num_microbatches=None),
+        Schedule.DUALPIPE: t.with_(schedule=Schedule.DUALPIPE, num_microbatches=m),
     }
 
 
@@ -258,7 +266,7 @@ def schedules(est: Estimate, capacity: int = CAPACITY_80GB, overhead: Overheads 
 
 def memory_timeline(runs: dict[Schedule, Outcome], name: Schedule = Schedule.ONE_F_ONE_B) -> OverTime:
     """One iteration of schedule ``name`` of the comparison, every rank's memory at every step
-    (:func:`memlib.device.timeline.over_time`, as many micro-batches as fill the pipeline)."""
+    (:func:`memlib.device.timeline.over_time`, with the comparison's M micro-batches)."""
     return over_time(runs[name].est)
 
 

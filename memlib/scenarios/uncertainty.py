@@ -22,7 +22,7 @@ from .functional import model_family
 from .gpu_steps import gpu_steps
 from .measured import published_cases
 
-__all__ = ["Band", "measured_band", "verdict", "judged", "judged_total", "VERDICTS"]
+__all__ = ["Band", "measured_band", "verdict", "judged", "judged_total", "accounting_gap", "VERDICTS"]
 
 #: the three verdicts, from the safest
 VERDICTS = ("fits", "marginal", "does not fit")
@@ -94,6 +94,22 @@ def judged(est: Estimate, capacity: int) -> dict:
     lo, hi = band.allocated_range(allocated)
     return {"peak_allocated": allocated, "rest": rest, "band": band, "near": lo + rest, "far": hi + rest,
             "verdict": verdict(allocated, rest, capacity, band)}
+
+
+def accounting_gap(est: Estimate) -> dict:
+    """Why the book's allocated bytes of the peak device (model states, the micro-batches held, one layer's recompute
+    working set: :attr:`~memlib.device.estimate.StageMemory.allocated`) and its ``peak_allocated`` (the step-by-step
+    replay :func:`judged` reads) differ, term by term: ``book`` and ``replay``, the ``states`` beside the replay's
+    ``persistent`` bytes (Megatron-Core's buffers where it keeps them), the micro-batches held in each
+    (``book_held``, ``replay_held``), and the book's ``working_set`` beside the replay's ``transient`` terms at its
+    busiest moment (name -> bytes, those that are not zero) and their sum, ``transient_total``."""
+    pk = est.peak
+    sp = est.peak_of(pk.stage.index)
+    working = pk.activations["recompute_working_set"]
+    return {"book": pk.allocated, "replay": sp.peak_allocated, "states": pk.model_states,
+            "persistent": sum(sp.persistent.values()), "book_held": pk.bytes["activations"] - working,
+            "replay_held": sum(sp.activations.values()), "working_set": working,
+            "transient": {k: v for k, v in sp.transient.items() if v}, "transient_total": sum(sp.transient.values())}
 
 
 def judged_total(est: Estimate, capacity: int) -> dict:

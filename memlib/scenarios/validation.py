@@ -125,6 +125,16 @@ HF_CASES = (
 )
 
 
+#: a case's label for a model without MLA, whose one head has no separate value width
+_GQA_LABELS = {"one head, wider values": "one wider head"}
+
+
+def case_label(model: ModelConfig, label: str) -> str:
+    """The label of the case ``label`` of :data:`HF_CASES` for ``model``: a grouped-query model's single head is
+    wider as a whole (MLA's keeps its query and key widths and widens its values)."""
+    return label if model.family == "deepseek" else _GQA_LABELS.get(label, label)
+
+
 def _changed(m: ModelConfig, changes: dict, label: str) -> ModelConfig:
     if not changes:
         return m
@@ -141,7 +151,8 @@ def _changed(m: ModelConfig, changes: dict, label: str) -> ModelConfig:
 def hf_cases(model: ModelConfig | str) -> list[tuple[str, ModelConfig, int, int]]:
     """(label, model, b, s) of each of :data:`HF_CASES` for ``model``'s miniature."""
     mini = miniature(model)
-    return [(label, _changed(mini, changes, label), b, s) for label, changes, b, s in HF_CASES]
+    return [(case_label(mini, label), _changed(mini, changes, case_label(mini, label)), b, s)
+            for label, changes, b, s in HF_CASES]
 
 
 @lru_cache(maxsize=None)

@@ -25,7 +25,7 @@ INTERNAL = ("peers.md", "paper.md", "reference notes", "reference reconstruction
 #: the sources the text relies on, by key
 RELIED_ON = ("zhang2025memory", "deepseekv2", "deepseekv3", "korthikanti2022", "rajbhandari2020zero",
              "narayanan2021efficient", "megatroncore", "dao2022flashattention", "pytorchcudamemory", "nccl",
-             "simumax", "dualpipe")
+             "simumaxb200", "dualpipe")
 
 
 def entries() -> dict[str, dict[str, str]]:

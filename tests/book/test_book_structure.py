@@ -169,7 +169,13 @@ DASHED_FLAG = re.compile(r"[–—](?=[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b)")
 RAW_MATH = re.compile(r"\$[^$\n]{1,200}\$")
 
 
+#: a percentage written with a space (or a no-break or thin space) before its sign: the book writes "97.4%"
+#: (memlib.report.format.percent), never "82 %"
+SPACED_PERCENT = re.compile(r"\d[ \u00a0\u202f\u2009]%")
+
+
 def test_the_text_checks_can_fail():
+    assert SPACED_PERCENT.findall("errors of 82 % and 97.4%, 5\u00a0%") == ["2 %", "5\u00a0%"]
     assert DASHED_FLAG.findall("ZeRO 2 needs –use-distributed-optimizer") == ["–"]
     assert DASHED_FLAG.findall("stages 1–14, 2–3 GiB — and so on, pages 10–20") == []
     assert RAW_MATH.findall("also has $d_{h}$ = 128") == ["$d_{h}$"]
@@ -180,6 +186,13 @@ def test_no_flag_is_typeset_with_an_en_dash():
     bad = {p.name: DASHED_FLAG.findall(_text(p)) for p in _pages()}
     assert not {k: v for k, v in bad.items() if v}
     assert "(--fp8-param-gather)" in _text(HTML / "notebooks" / "05_zero.html")    # a flag in a glued table
+
+
+def test_a_percentage_is_written_one_way():
+    _built()
+    bad = {p.name: SPACED_PERCENT.findall(_text(p))[:3] for p in _pages()}
+    assert not {k: v for k, v in bad.items() if v}
+    assert re.search(r"\d%", _text(HTML / "notebooks" / "11_measured_peaks.html"))   # the style the book keeps
 
 
 def test_no_raw_math_in_the_html():

@@ -102,3 +102,18 @@ def test_the_check_accepts_the_opener_and_sees_each_fault():
     assert opener_problems(GOOD.replace("`MODEL=...`", ""), "99_x")
     moved = GOOD.replace("## First section\n", "").replace("**What", "## First section\n\n**What")
     assert opener_problems(moved, "99_x")
+
+
+def test_every_chapter_of_the_argument_ends_with_a_worked_problem_glued_from_memlib():
+    """Chapters 1-13 each pose a practitioner's question and answer it in a dropdown with glued values (issue 24:
+    chapter 12 had none); the errata chapter is reference, not argument."""
+    missing = {}
+    for path in sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[01]*.md")):
+        if path.stem.startswith("14_"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        section = text.split("\n## Worked problem", 1)[1] if "\n## Worked problem" in text else ""
+        answer = re.split(r"```\{dropdown\} Answer|:::\{admonition\} Answer\n:class: dropdown", section, maxsplit=1)
+        if "**Problem" not in section or len(answer) < 2 or "{glue:" not in answer[1]:
+            missing[path.stem] = "no problem" if "**Problem" not in section else "no answer with a glued value"
+    assert not missing, missing

@@ -59,6 +59,7 @@ PROSE_DIGIT_ALLOWLIST = [
     r"\b(?:fp|FP|bf|BF|tf|TF)(?:8|16|32)\b",      # number formats fp8, BF16, FP32, TF32
     r"\b(?:E4M3|E5M2)\b",                         # FP8 sub-formats
     r"\b1F1B\b",                                  # pipeline schedule
+    r"\b[Rr]ank 0\b",                              # the first pipeline rank, by its name
     r"\b(?:A100|A800|H100|H800|H200|H20|B200|GB200)\b",  # GPU names
     r"(?:arXiv[: ]?\s*)?\b\d{2}(?:0[1-9]|1[0-2])\.\d{4,5}(?:v\d+)?\b",  # arXiv ids: 2502.07846
     r"§\s?\d+(?:\.\d+)*",                         # section references: §3.2

@@ -9,7 +9,7 @@ import pytest
 from memlib import estimate
 from memlib.report import ch09_deepseek as ch
 from memlib.report.figures import CATEGORY_COLORS
-from memlib.report.format import fmt_bytes
+from memlib.report.format import fmt_bytes, fmt_difference
 from memlib.scenarios import deepseek as ds
 
 MODELS = ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite")
@@ -85,7 +85,7 @@ def test_the_glued_words_agree_with_the_numbers(model):
     for step, before, after in zip(steps[1:], totals, totals[1:]):
         word = v[f"{step.key}_effect"]
         assert word.startswith("costs" if after > before else "saves" if after < before else "changes nothing"), step.key
-        assert word.endswith(fmt_bytes(abs(after - before)))
+        assert word.endswith(fmt_difference(after, before) if after > before else fmt_difference(before, after))
     assert v["base_fits"] == ("fits" if totals[0] <= ds.CAPACITY else "does not fit")
     assert v["final_fits"] == ("fits" if totals[-1] <= ds.CAPACITY else "does not fit")
     if all(t > ds.CAPACITY for t in totals[:-1]) and totals[-1] <= ds.CAPACITY:

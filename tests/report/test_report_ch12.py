@@ -2,6 +2,8 @@
 memlib.scenarios.architectures for every preset, whatever model the book is built for."""
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import pytest
 
@@ -81,3 +83,24 @@ def test_glue_keys_are_distinct():
     others = re.findall(r'glue_(?:md|figure)\("(\w+)"', text)
     keys = [f"oa_{k}" for k in ch.values()] + others
     assert len(keys) == len(set(keys)) and "oa_pairs_table" in others
+
+
+def test_one_unit_and_one_precision_per_quantity():
+    """Issue 24: the text gave a model's bytes per token in KiB beside the tables' MiB/token, and one decimal beside
+    two. Per layer in KiB, per model in MiB, per device in GiB, two decimals each, in the text as in the tables."""
+    v = ch.values()
+    two = r"[\d,]+\.\d\d"
+    for k, text in v.items():
+        if k.endswith("_token"):
+            assert re.fullmatch(two + " MiB", text), (k, text)
+        elif k.endswith("_peak"):
+            assert re.fullmatch(two + " GiB", text), (k, text)
+        elif k.startswith("v3_") and k not in ("v3_n_h", "v3_over_l70_kv"):
+            assert re.fullmatch(two + " KiB", text), (k, text)
+    needs = ch.presets_table().split("\n\n")[1].splitlines()
+    assert "(MiB/token)" in needs[0] and "(KiB/token)" in needs[0]
+    for row in needs[2:]:
+        cells = [c.strip() for c in row.split("|")[2:-1]]
+        assert all(re.fullmatch(two, c) for c in cells), row
+    pairs = ch.pairs_table().splitlines()
+    assert "(MiB/token)" in pairs[0] and all(re.fullmatch(two, r.split("|")[-2].strip()) for r in pairs[2:])

@@ -157,3 +157,13 @@ def test_pair_facts_follow_the_rows():
     # today's presets: Mixtral-8x7B keeps more per token than Llama-3-8B; the second pair peaks lower
     facts = [A.pair_facts(p) for p in A.equal_activated_pairs()]
     assert facts[0]["moe_more_per_token"] and facts[0] != facts[1]
+
+
+def test_a_longer_context_grows_eager_attention_per_token_and_leaves_the_fused_kernel_s_alone():
+    # DeepSeek-V3, paper profile (12.2): 2 d_c + 2 d_c' + 4 n_h (d_h + d_h^R + d_v) + 5 h + 5 n_h s bytes per token
+    lc = A.longer_context("deepseek-v3", 32_768)
+    d_c, d_cq, n_h, d_h, d_hr, d_v, h = 512, 1536, 128, 128, 64, 128, 7168
+    assert lc["paper"]["token_long"] == 2 * d_c + 2 * d_cq + 4 * n_h * (d_h + d_hr + d_v) + 5 * h + 5 * n_h * 32_768
+    assert lc["paper"]["token"] == lc["paper"]["token_long"] - 5 * n_h * (32_768 - 4_096)
+    assert lc["megatron"]["token_long"] == lc["megatron"]["token"]          # (12.4) has no s
+    assert lc["megatron"]["sequence_long"] == lc["megatron"]["token"] * 32_768

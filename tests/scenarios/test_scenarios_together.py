@@ -111,7 +111,7 @@ def test_schedules_on_deepseek_v3(v3_runs):
     got = {k: (x.peak, x.peak_total, x.fits) for k, x in r.items()}
     assert got == {"gpipe": (15, 79_354_093_300, True), "1f1b": (1, 56_893_303_195, True),
                    "interleaved": (2, 58_498_155_316, True), "dualpipe": (1, 102_988_881_921, False)}
-    assert r["gpipe"].train.num_microbatches == 32 and r["interleaved"].train.vpp == 2
+    assert {x.train.num_microbatches for x in r.values()} == {32} and r["interleaved"].train.vpp == 2   # one M: 2 PP
     assert r["dualpipe"].peak_stage.model_states == 2 * r["1f1b"].peak_stage.model_states   # two model stages
     assert r["1f1b"].peak_total == S.grid(estimate("deepseek-v3", paper_training("deepseek-v3")),
                                           zero_stages=(Z1,), policies=("full",))[(Z1, "full")].peak_total
