@@ -199,7 +199,7 @@ class Validation:
                 return (f"the native fused cross-entropy as the PyTorch of {g.container} compiles it: "
                         f"{fmt_bytes(self.peak_gap, 'MiB', 1)} more at the peak "
                         f"({float(Fraction(self.peak_gap, logits)):.2f} x the fp32 logits memlib counts as "
-                        f"cross_entropy_workspace); the same test is within 1 % on {', '.join(hits)}")
+                        f"cross_entropy_workspace); the same test is within 1% on {', '.join(hits)}")
         sizes, alive = self.allocator_remainders
         if sizes and self.miss_location == ("at the peak", True):
             return (f"the caching allocator without expandable segments: requests of {fmt_list_mib(sizes)} are "
