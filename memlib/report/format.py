@@ -288,9 +288,8 @@ def architecture_note(m: ModelConfig, subject: str) -> str:
     rest = f"{k['norm']}s, {'learned positions' if k['positions'] == 'learned' else 'RoPE'}"
     rest += ", the head tied to the embedding" if k["tied"] else ""
     # ``subject`` is not named: the sections on it are left out of this book, so they are not this book's to mention
-    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The parts of this chapter on the paper's model's own "
-            f"blocks do not apply to it and its book leaves them out; memlib counts its blocks with the same code, "
-            f"in this chapter's tables and figures.")
+    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The paper's DeepSeek-V3 has other blocks; this book "
+            f"describes {model_name(m)}'s own, which memlib counts with the same code.")
 
 
 def layer_word(m: ModelConfig) -> tuple[str, str]:
