@@ -159,7 +159,7 @@ def _band_words(band) -> str:
     """How far memlib's peaks were from measured ones for models of the family, in a clause."""
     if band.n == 0:
         return f"no measured run of a {band.family} model bounds memlib's error (chapter 11)"
-    return (f"memlib's peaks were {signed_pct(band.low, 1)} to {signed_pct(band.high, 1)} off {fmt_count(band.n)} "
+    return (f"memlib's peaks were {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off {fmt_count(band.n)} "
             f"measured runs of {band.family} models (chapter 11)")
 
 

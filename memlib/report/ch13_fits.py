@@ -117,11 +117,11 @@ def _verdicts(model: ModelConfig | str, fl) -> str:
         return (f"No measured run of a {band.family} model bounds memlib's error, so these fits are the "
                 "prediction's alone.")
     marginal = [f"{f.card.name} on {fmt_count(f.gpus)} GPUs" for f in fl if sf.best_verdict(model, f) == "marginal"]
-    head = (f"memlib's peaks were {signed_pct(band.low, 1)} to {signed_pct(band.high, 1)} off "
-            f"{fmt_count(band.n)} measured runs of {band.family} models (chapter 11)")
+    head = (f"Against {fmt_count(band.n)} measured runs of {band.family} models memlib's peaks were "
+            f"{signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off (chapter 11)")
     if not marginal:
-        return f"{head[:1].upper()}{head[1:]}; every fastest configuration of the table fits even at the far end."
-    return f"{head[:1].upper()}{head[1:]}: within that range of the card, the fastest on {join_and(marginal)} is a marginal fit."
+        return f"{head}; every fastest configuration of the table fits even at the far end of that range."
+    return f"{head}: within that range of the card, the fastest on {join_and(marginal)} is a marginal fit."
 
 
 def _block_words(model: ModelConfig | str) -> dict[str, str]:
