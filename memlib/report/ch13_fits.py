@@ -116,12 +116,13 @@ def _verdicts(model: ModelConfig | str, fl) -> str:
     if band.n == 0:
         return (f"No measured run of a {band.family} model bounds memlib's error, so these fits are the "
                 "prediction's alone.")
-    marginal = [f"{f.card.name} on {fmt_count(f.gpus)} GPUs" for f in fl if sf.best_verdict(model, f) == "marginal"]
+    marginal = [f"{fmt_count(f.gpus)} {f.card.name}s" for f in fl if sf.best_verdict(model, f) == "marginal"]
     head = (f"Against {fmt_count(band.n)} measured runs of {band.family} models memlib's peaks were "
             f"{signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off (chapter 11)")
     if not marginal:
         return f"{head}; every fastest configuration of the table fits even at the far end of that range."
-    return f"{head}: within that range of the card, the fastest on {join_and(marginal)} is a marginal fit."
+    fits = "is a marginal fit" if len(marginal) == 1 else "are marginal fits"
+    return f"{head}: within that range of the card, the fastest configuration on {join_and(marginal)} {fits}."
 
 
 def _block_words(model: ModelConfig | str) -> dict[str, str]:

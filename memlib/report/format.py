@@ -269,10 +269,10 @@ def math(expr_or_key) -> str:
 
 
 def architecture_note(m: ModelConfig, subject: str) -> str:
-    """One sentence for a book of a model that lacks the blocks of ``subject`` (``"MLA"``,
+    """Two sentences for the book of a model that lacks the blocks of ``subject`` (``"MLA"``,
     ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.model.architecture.block_kinds`),
-    and that the parts on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
-    every section applies)."""
+    and that the book describes those (for a model with DeepSeek's blocks: that every section applies).  Chapter 2
+    says it once; later chapters do not repeat it."""
     from ..model.architecture import block_kinds
 
     k = block_kinds(m)
