@@ -339,8 +339,11 @@ def _device(group: str):
 
 
 def _device_total(m: ModelConfig, t: TrainingConfig) -> Breakdown:
-    return Breakdown([("split", _att(m, P_SPLIT, P_SPLIT_ATT)), ("repl", _att(m, P_REPL, P_REPL_ATT)),
-                      ("norm", P_NORM_DEV), ("moe", _ffn_dev(m))])
+    """Eq. (4.7): the attention's split part, its replicated part where it has one (MLA's down-projections, the
+    output projection's bias; nothing of a bias-free GQA), the norms and the MoE block."""
+    profile = t.profile if t.profile in PROFILES else "paper"
+    repl = [("repl", _att(m, P_REPL, P_REPL_ATT))] if _device_groups(m, profile)["mla_replicated"] != 0 else []
+    return Breakdown([("split", _att(m, P_SPLIT, P_SPLIT_ATT)), *repl, ("norm", P_NORM_DEV), ("moe", _ffn_dev(m))])
 
 
 # ------------------------------------------------------------------------------------------------

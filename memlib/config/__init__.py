@@ -12,7 +12,7 @@ line that names the field, its value and the rule.  The names below are the pack
 from __future__ import annotations
 
 from .checks import LIMITS, ConfigError, ascii_digits, check_count, parse_count, show
-from .model import (FAMILIES, MAX_CONFIG_BYTES, PRESETS, Family, ModelConfig, family_of, load_model, model_from_dict,
+from .model import (FAMILIES, config_field, reads_field, MAX_CONFIG_BYTES, PRESETS, Family, ModelConfig, family_of, load_model, model_from_dict,
                     preset_names)
 from .strategies import CP_COMM_TYPES, FP8_FORMATS, FP8_RECIPES, OFFLOAD_MODULES, Schedule, ZeroStage
 from .training import PAPER_TRAINING, TrainingConfig
@@ -20,6 +20,6 @@ from .training import PAPER_TRAINING, TrainingConfig
 __all__ = [
     "ConfigError", "ModelConfig", "TrainingConfig", "PRESETS", "load_model", "model_from_dict",
     "preset_names", "LIMITS", "show", "check_count", "parse_count", "ascii_digits", "Schedule", "ZeroStage",
-    "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES", "CP_COMM_TYPES", "Family", "FAMILIES", "family_of",
+    "FP8_FORMATS", "FP8_RECIPES", "OFFLOAD_MODULES", "CP_COMM_TYPES", "Family", "FAMILIES", "family_of", "config_field", "reads_field",
     "PAPER_TRAINING", "MAX_CONFIG_BYTES",
 ]

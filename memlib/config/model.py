@@ -27,7 +27,7 @@ from typing import Mapping, Optional
 from .checks import LIMITS, ConfigError, check_count, show
 
 __all__ = ["ModelConfig", "PRESETS", "load_model", "model_from_dict", "preset_names", "Family", "FAMILIES",
-           "family_of", "MAX_CONFIG_BYTES"]
+           "family_of", "config_field", "reads_field", "MAX_CONFIG_BYTES"]
 
 PRESET_DIR = Path(__file__).parents[1] / "presets"
 
@@ -132,6 +132,35 @@ class ModelConfig:
 _FAMILY_FIELDS = ("family", "attention", "mlp", "moe", "norm", "positions", "num_key_value_heads", "head_dim",
                   "qk_norm", "qkv_bias", "o_bias", "mlp_bias", "shared_expert_intermediate_size",
                   "max_position_embeddings", "hidden_act", "norm_topk_prob")
+
+
+def config_field(m: ModelConfig, field: str) -> str | None:
+    """The ``config.json`` field ``m``'s family reads the :class:`ModelConfig` attribute ``field`` from: the attribute's
+    own name for a DeepSeek config (memlib's fields are DeepSeek's), the family's name for it otherwise (Mixtral's
+    ``num_local_experts`` for ``n_routed_experts``); None where the family reads no field for it (Mixtral has no
+    ``n_group``, Llama no ``first_k_dense_replace``: the value is a constant, not the model's).
+
+    >>> config_field(load_model("mixtral-8x7b"), "moe_intermediate_size"), config_field(load_model("llama-3-8b"), "n_group")
+    ('intermediate_size', None)
+    """
+    return _family_fields(m).get(field, field if m.family == "deepseek" else None)
+
+
+def _family_fields(m: ModelConfig) -> dict[str, str | None]:
+    """ModelConfig attribute -> the config.json field ``m``'s family reads it from (None: derived or constant), for
+    a non-DeepSeek family; empty for DeepSeek's (read by :func:`_deepseek_from_dict` under its own names)."""
+    fam = next(f for f in FAMILIES if f.name == m.family)
+    return {f: hf for f, hf, _ in fam.fields}
+
+
+def reads_field(m: ModelConfig, field: str) -> bool:
+    """Whether ``m``'s family has the :class:`ModelConfig` attribute ``field`` at all (from its config, derived or
+    constant): Mixtral has no group-limited routing (``n_group``), a dense Llama no ``first_k_dense_replace``.
+
+    >>> reads_field(load_model("mixtral-8x7b"), "n_group"), reads_field(load_model("deepseek-v3"), "n_group")
+    (False, True)
+    """
+    return m.family == "deepseek" or field in _family_fields(m)
 
 
 def _or_default(d: Mapping, key: str, default: int):

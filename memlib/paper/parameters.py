@@ -39,7 +39,7 @@ from ..core.units import UNITS, fmt_decimal
 from . import PAPER_MODEL, is_paper_model, moe_stages
 
 __all__ = [
-    "weights", "model_tensors", "tensor_rows", "layer_blocks", "mla_widths", "expert_counts", "runs", "row_key",
+    "weights", "model_tensors", "tensor_rows", "layer_blocks", "mla_widths", "gqa_widths", "expert_counts", "runs", "row_key",
     "layer_groups", "stage_groups", "stage_counts", "stage_summary", "STATEMENT_COUNTS", "largest_device",
     "layout_rule", "FIGURE_BLOCKS",
     "stage_block_weights", "routed_largest", "mtp_module", "totals", "official", "matches_printed",
@@ -160,6 +160,14 @@ def mla_widths(m: ModelConfig) -> dict[str, int | Fraction]:
     vals = m.num_attention_heads * m.v_head_dim
     return {"qk": qk, "rope_share": Fraction(m.qk_rope_head_dim, qk), "kv_cache": m.kv_lora_rank + m.qk_rope_head_dim,
             "mha_keys": keys, "mha_values": vals, "mha_kv": keys + vals}
+
+
+def gqa_widths(m: ModelConfig) -> dict[str, int]:
+    """Grouped-query attention's widths per token and layer: ``kv_cache`` = 2 n_kv d_head (the keys and values
+    inference caches), ``mha_kv`` = 2 n_h d_head (the same with one key-value head per query head) and ``group`` =
+    n_h / n_kv, the query heads each key-value head serves."""
+    return {"kv_cache": 2 * m.num_key_value_heads * m.head_dim, "mha_kv": 2 * m.num_attention_heads * m.head_dim,
+            "group": m.num_attention_heads // m.num_key_value_heads}
 
 
 def expert_counts(m: ModelConfig) -> dict[str, int]:
@@ -519,10 +527,12 @@ def gib_and_gb() -> dict[str, int | Fraction]:
 
 def misread_gib(n_bytes: int, digits: int = 2) -> dict[str, int | Fraction]:
     """``n_bytes`` printed in GiB to ``digits`` decimals (``printed``) and read as decimal GB: the
-    bytes that reading budgets (``budget``), the ``shortfall`` = ``n_bytes`` - ``budget`` and its share
-    of the budget (``shortfall_share``; None for a budget of zero)."""
+    bytes that reading budgets (``budget``), the ``shortfall`` = ``n_bytes`` - ``budget``, its share
+    of the budget (``shortfall_share``; None for a budget of zero) and whether the printed digits round the
+    GiB up (``rounded_up``)."""
     printed = Fraction(fmt_decimal(Fraction(n_bytes, UNITS["GiB"]), digits).replace(",", ""))
     budget = int(printed * UNITS["GB"])
     shortfall = n_bytes - budget
     return {"printed": printed, "budget": budget, "shortfall": shortfall,
-            "shortfall_share": Fraction(shortfall, budget) if budget else None}
+            "shortfall_share": Fraction(shortfall, budget) if budget else None,
+            "rounded_up": printed * UNITS["GiB"] > n_bytes}

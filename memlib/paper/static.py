@@ -28,7 +28,7 @@ from . import device_group, is_paper_model
 
 __all__ = ["GROUPS", "device_groups", "table6", "profile_deltas", "experts_per_device",
            "PROFILE_NAMES", "TABLE5_KEYS", "TABLE6_ROWS", "weight_bytes", "table5", "table6_bytes", "shares",
-           "largest_share", "printed_table5", "printed_table6", "compare_table6", "table6_matches", "printed_memory_slips", "tensor_layout", "block_of", "stage_rows",
+           "largest_share", "sharded", "printed_table5", "printed_table6", "compare_table6", "table6_matches", "printed_memory_slips", "tensor_layout", "block_of", "stage_rows",
            "largest_stages", "expert_majority", "layout_rule", "profile_comparison"]
 
 #: the groups of the paper's Table 6 (and the other blocks a first or last stage holds), in order
@@ -130,8 +130,13 @@ def shares(part: Partition, index: int) -> dict[str, Fraction]:
     (``MoE``, ``non-MoE``, ``MLA`` ...) and per sharding (``tp``, ``replicated``, ``expert``)."""
     t6 = table6(part, index)
     total = t6["total"]
-    split = {k: b.evaluate_total(part.values) for k, b in part.split(part.stages[index]).items()}
+    split = sharded(part, index)
     return {**{k: Fraction(v, total) for k, v in t6.items()}, **{k: Fraction(v, total) for k, v in split.items()}}
+
+
+def sharded(part: Partition, index: int) -> dict[str, int]:
+    """Exact parameters one device of stage ``index`` stores, per sharding (``tp``, ``replicated``, ``expert``)."""
+    return {k: int(b.evaluate_total(part.values)) for k, b in part.split(part.stages[index]).items()}
 
 
 def largest_share(part: Partition, index: int) -> str:

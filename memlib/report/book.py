@@ -34,11 +34,15 @@ def book_tags(model: str = BOOK_MODEL) -> set[str]:
     ``deepseek_arch`` when it has the blocks the paper analyses (MLA, DeepSeekMoE): the sections on
     them are marked ``{.deepseek-arch}`` and dropped from another architecture's book; and
     ``has_BLOCK`` for each optional block it has (:data:`memlib.model.blocks.BLOCK_NAMES`: ``has_mtp``,
-    ``has_shared_experts``, ...), for ``{only} has_mtp`` blocks and sections marked ``{.has-mtp}``."""
+    ``has_shared_experts``, ...), for ``{only} has_mtp`` blocks and sections marked ``{.has-mtp}``; and
+    ``deepseek_figures`` when DeepSeek states parameter counts for it (:func:`memlib.paper.parameters.official`)."""
     from ..model.architecture import is_deepseek_architecture
     from ..config import load_model
     from ..paper import is_paper_model
 
+    from ..paper.parameters import official
+
     tags = {"paper_model"} if is_paper_model(model) else set()
     tags |= {f"has_{b}" for b in book_blocks(model)}
+    tags |= {"deepseek_figures"} if official(model) else set()
     return tags | ({"deepseek_arch"} if is_deepseek_architecture(load_model(model)) else set())

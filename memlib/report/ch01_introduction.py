@@ -12,7 +12,7 @@ import importlib.util
 import pkgutil
 from pathlib import Path
 
-from ..config import PAPER_TRAINING, ConfigError
+from ..config import PAPER_TRAINING, ConfigError, load_model
 from ..device.estimate import Estimate
 from ..paper import is_paper_model
 from ..paper import parameters as pp
@@ -22,7 +22,7 @@ from ..device.overhead import DEVICE_MEMORY, DEVICE_MEMORY_SOURCES, DEVICE_PRODU
 from ..config.precision import RECIPES
 from ..core.units import to_unit
 from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, join_and, layer_word, md_table,
-                     model_name, parallel_kinds, pct, span)
+                     model_name, parallel_kinds, pct, signed_pct, span)
 from .notation import chapter_notation
 
 __all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
@@ -61,14 +61,19 @@ def values(est: Estimate) -> dict[str, str]:
         "device_gb": fmt_bytes(dev["bytes"], "GB"), "device_printed": fmt_decimal(misread["printed"], 2) + " GB",
         "misread_budget": fmt_count(misread["budget"]), "misread_shortfall": fmt_count(misread["shortfall"]),
         "misread_share": "—" if misread["shortfall_share"] is None else pct(misread["shortfall_share"], 1, 2),
+        "misread_rounding": ("less what rounding up to the printed digits added" if misread["rounded_up"]
+                             else "the rest from rounding down to the printed digits"),
         "model_gib": fmt_bytes(model_bytes, "GiB"), "model_gb": fmt_bytes(model_bytes, "GB"),
         "moe_layer_params": fmt_count(pp.layer_blocks(m)[f"{kind}_layer"]), "layer_word": word,
-        "subject": ("a DeepSeek-style mixture-of-experts model" if m.has_moe
+        "subject": ("a DeepSeek-style mixture-of-experts model" if m.has_moe and m.attention == "mla"
+                    else f"a mixture-of-experts transformer such as {model_name(m)}" if m.has_moe
                     else f"a dense transformer such as {model_name(m)}"),
         "fitted_to": join_and(["layers", "heads"] + (["experts"] if m.has_moe else [])),
         "parallel_kinds": parallel_kinds(m),
+        "recipe_chapter": ("shows how DeepSeek-V3 itself fits without tensor parallelism" if is_paper_model(m)
+                           else f"applies DeepSeek-V3's own recipe, without tensor parallelism, to {model_name(m)}"),
         "other_architectures": ("models without MLA or DeepSeek's MoE" if m.attention == "mla" and m.has_moe
-                                else "other architectures"),
+                                else "every shipped model side by side, whatever its architecture"),
         "moe_layer_gib3": fmt_bytes(moe_bytes, "GiB", 3), "moe_layer_gib2": fmt_bytes(moe_bytes, "GiB", 2),
         "moe_layer_gb": fmt_bytes(moe_bytes, "GB", 2),
         "stage0_exact": fmt_billions(pp.stage_summary(part)["first"]),
@@ -149,9 +154,15 @@ def _margin(margin: int) -> str:
 
 def _up_projections(model) -> str:
     """What the recipe recomputes besides the norms: MLA's up-projections, where the model has MLA."""
-    from ..config import load_model
-
     return " and MLA up-projections" if load_model(model).attention == "mla" else ""
+
+
+def _band_words(band) -> str:
+    """How far memlib's peaks were from measured ones for models of the family, in a clause."""
+    if band.n == 0:
+        return f"no measured run of a {band.family} model bounds memlib's error (chapter 11)"
+    return (f"memlib's peaks were {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off {fmt_count(band.n)} "
+            f"measured runs of {band.family} models (chapter 11)")
 
 
 def answer_values(model) -> dict[str, str]:
@@ -167,24 +178,25 @@ def answer_values(model) -> dict[str, str]:
                 "answer_allocatable": fmt_capacity(allocatable(ds.CAPACITY)),
                 "answer_sold_as": f"{DEVICE_PRODUCT_GB[ds.GPU]} GB"}
     name, cap = model_name(model), f"{a['gpu']} of {fmt_capacity(a['capacity'])}"
+    own = is_paper_model(load_model(model))
+    layout = f"the paper's layout, {a['paper_train'].label()}" if own else \
+        f"the paper's layout fitted to this model, {a['paper_train'].label()}"
     full = (f"with ZeRO-1 and full recomputation its peak device, stage {a['paper_full_stage']}, needs "
             f"{fmt_bytes(a['paper_full_total'])}")
     if a["only_with_recompute"]:
-        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} fits an {cap} only with "
-                 f"recomputation: without it no ZeRO stage fits (the smallest peak is {fmt_bytes(a['none_best'])}); "
-                 f"{full}.")
+        paper = (f"Under {layout}, {name} fits an {cap} only with recomputation: without it no ZeRO stage fits "
+                 f"(the best peak is {fmt_bytes(a['none_best'])}); {full}.")
     elif a["none_fits"]:
-        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} fits an {cap} even without "
-                 f"recomputation (the smallest peak is {fmt_bytes(a['none_best'])}); {full}.")
+        paper = (f"Under {layout}, {name} fits an {cap} even without recomputation (the best peak over the ZeRO "
+                 f"stages is {fmt_bytes(a['none_best'])}); {full}.")
     else:
-        paper = (f"Under the paper's layout, {a['paper_train'].label()}, {name} does not fit an {cap} even with "
-                 f"ZeRO-1 and full recomputation: {full}.")
-    verdict = {"fits": "it fits even were memlib's error as large as the largest it showed against measured "
-                       "runs of such models (chapter 11)",
-               "marginal": "a marginal verdict: an error as large as the largest memlib showed against measured "
-                           "runs of such models (chapter 11) would take it over",
+        paper = (f"Under {layout}, {name} does not fit an {cap} even with ZeRO-1 and full recomputation: {full}.")
+    band = _band_words(a["recipe_band"])
+    verdict = {"fits": f"{band}, and it fits even at the far end of that range",
+               "marginal": f"{band}: within that range of the card, a marginal fit",
                "does not fit": "so it does not fit"}[a["recipe_verdict"]]
-    recipe = (f"DeepSeek's own recipe ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
+    whose = "DeepSeek's own recipe" if own else f"DeepSeek-V3's recipe applied to {name}"
+    recipe = (f"{whose} ({a['recipe_train'].label()} with DualPipe, ZeRO-1, FP8-cached activations "
               f"and its norms{_up_projections(model)} recomputed) peaks at {fmt_bytes(a['recipe_total'])} on "
               f"rank {a['recipe_rank']}, {_margin(a['recipe_margin'])}; {verdict}.")
     return {"answer_paper": paper, "answer_recipe": recipe, "answer_gpu": a["gpu"],

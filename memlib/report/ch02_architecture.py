@@ -17,7 +17,7 @@ from .diagrams import flow_diagram
 from .format import architecture_note, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
-__all__ = ["models", "notation", "values", "mla_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
+__all__ = ["models", "notation", "values", "mla_values", "gqa_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
            "model_fields_table", "mtp_table", "block_figure", "block_values"]
 
 
@@ -117,6 +117,18 @@ def mla_values(est: Estimate) -> dict[str, str]:
         "qk_width": fmt_count(w["qk"]), "rope_share": pct(w["rope_share"], 1, 1),
         "kv_cache_width": fmt_count(w["kv_cache"]), "mha_kv_width": fmt_count(w["mha_kv"]),
     }
+
+
+def gqa_values(est: Estimate) -> dict[str, str]:
+    """The numbers of the chapter's problem on grouped-query attention's KV cache (placeholders for MLA, whose
+    book has its own problems)."""
+    m = est.model
+    if m.attention == "mla":
+        return {k: "—" for k in ("gqa_kv_cache", "gqa_mha_kv", "gqa_group", "gqa_d_head", "gqa_n_kv")}
+    w = pp.gqa_widths(m)
+    return {"gqa_kv_cache": fmt_count(w["kv_cache"]), "gqa_mha_kv": fmt_count(w["mha_kv"]),
+            "gqa_group": fmt_count(w["group"]), "gqa_d_head": fmt_count(m.head_dim),
+            "gqa_n_kv": fmt_count(m.num_key_value_heads)}
 
 
 def _names(xs) -> str:

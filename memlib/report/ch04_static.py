@@ -20,7 +20,7 @@ from ..config.precision import RECIPES
 from ..core.symbols import SYMBOLS
 from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, span, tex)
+from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, ratio, span, tex)
 from .notation import chapter_notation
 
 __all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
@@ -145,12 +145,14 @@ def values(est: Estimate) -> dict[str, str]:
         "total_bytes": fmt_count(b6["total"]), "mla_bytes": fmt_count(b6["MLA"]), "mla_mib": fmt_bytes(b6["MLA"], "MiB"),
         "moe_share": pct(sh["MoE"], 1), "non_moe_share": pct(sh["non-MoE"], 1),
         "tp_share": pct(sh["tp"], 1), "expert_share": pct(sh["expert"], 1),
+        "replicated_params": fmt_count(pstatic.sharded(part, i)["replicated"]),
         "largest_share": {"tp": "what TP splits", "replicated": "what every rank replicates",
                           "expert": "the routed experts EP splits"}[pstatic.largest_share(part, i)],
         "first_holds": _holds(rows[0]), "last_holds": _holds(rows[-1]),
         "largest_stages": _stages_text(big["stages"]), "largest_params": fmt_count(big["params"]),
         "largest_gib": fmt_bytes(big["bytes"]),
-        "analysed_largest": "is one of them" if big["includes"] else "is not one of them",
+        "analysed_largest": ("stores less" if not big["includes"] else
+                             "is that stage" if len(big["stages"]) == 1 else "is one of them"),
         "expert_majority": _majority(est),
         "diff_wqr": fmt_count(pc["wqr"]), "diff_shared": fmt_count(pc["shared"]), "diff_stage": fmt_count(pc["stage"]),
         "diff_stage_gib": fmt_bytes(pc["stage_bytes"]), "megatron_stage_gib": fmt_bytes(pc["megatron_stage_bytes"]),
@@ -177,7 +179,9 @@ def _block_words(est: Estimate, row: dict, moe: list[int]) -> dict[str, str]:
                                  f"and the MoE block {fmt_count(t6['MoE'])}",
                 "expert_clause": f" inside each, and the routed experts of a layer spread over EP = {fmt_count(t.ep)} ranks "
                                  f"with ETP = {fmt_count(t.etp)}",
-                "example": (f"Stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} hold only MoE layers, the kind "
+                "example": (f"Stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} "
+                            + ("hold only MoE layers" if "dense" in m.layer_kinds
+                               else "hold MoE layers and neither the embedding nor the head") + ", the kind "
                             "of stage the paper analyses; we take the device of the first of them, stage "
                             f"{fmt_count(i)} with {_plural(row['moe'], 'MoE layer')}, as the example."),
                 "every_intro": "The paper stops at the MoE-only stages; memlib counts every stage.",
@@ -286,7 +290,9 @@ def table6(est: Estimate) -> str:
     t6, b6 = pstatic.table6(part, i), pstatic.table6_bytes(part, i)
     printed = pstatic.printed_table6(est.model)
     rows = []
-    for key in pstatic.TABLE6_ROWS:
+    # an attention without MLA's replicated down-projections: its split part is the whole (no row "replicated: 0")
+    keys = [k for k in pstatic.TABLE6_ROWS if est.model.attention == "mla" or k not in ("MLA, replicated", "MLA")]
+    for key in keys:
         p = printed.get(key, {})
         row = [T6_LABELS[key].replace("MLA", attention_name(est.model)), fmt_count(t6[key])]
         if printed:
@@ -334,13 +340,14 @@ def _runs(rows: list[dict]) -> list[list[dict]]:
 
 def split_table(est: Estimate) -> str:
     """Every stage's stored weights by how they are sharded, GiB per device, both conventions."""
+    shards = [k for k in SHARDS if k != "expert" or est.model.has_moe]      # no expert column for a dense model
     rows = []
     for run in _runs(pstatic.stage_rows(est.partition)):
         r = run[0]
         rows.append([span(run[0]["stage"], run[-1]["stage"])] + [fmt_bytes(r[p]["split_bytes"][k], with_unit=False)
-                                               for p in pstatic.PROFILE_NAMES for k in SHARDS])
-    headers = ["stage"] + [f"{p}: {SHARDING[k]}" for p in pstatic.PROFILE_NAMES for k in SHARDS]
-    return md_table(headers, rows, "r" + "r" * 6)
+                                               for p in pstatic.PROFILE_NAMES for k in shards])
+    headers = ["stage"] + [f"{p}: {SHARDING[k]}" for p in pstatic.PROFILE_NAMES for k in shards]
+    return md_table(headers, rows, "r" * len(headers))
 
 
 def stages_figure(est: Estimate):
@@ -379,10 +386,20 @@ def problem_values(est: Estimate) -> dict[str, str]:
     return {
         "p2_label": tp["label"], "p2_tp": fmt_count(tp["tp"]), "p2_dp": fmt_count(tp["dp"]),
         "p2_mla": fmt_count(tp["mla"]), "p2_params": fmt_count(tp["params"]), "p2_gib": fmt_bytes(tp["bytes"]),
-        "p2_extra_gib": fmt_bytes(tp["extra_bytes"]), "p2_mla_share": pct(tp["mla_share"], 1),
+        "p2_extra_gib": fmt_bytes(tp["extra_bytes"]),
         "p2_changed": ("nothing else changes" if tp["only_mla"]
-                       else "the rows " + join_and(tp["changed"]) + " change"),
+                       else join_and(f"the {_GROUP_WORDS[g](est.model)}" for g in tp["changed"] if g != "mla_split")
+                       + " grow too: TP split them as well"),
+        "p2_why": (f", since {attention_name(est.model)}, even whole, is {pct(tp['mla_share'], 1)} of the device's "
+                   "parameters" if tp["only_mla"] else f", {ratio(tp['growth'], 1)} times as much"),
     }
+
+
+#: a group of :data:`memlib.paper.static.GROUPS` in words, for a model
+_GROUP_WORDS = {"rmsnorm": lambda m: block_names(m)["norms"], "mla_split": attention_name,
+                "mla_replicated": lambda m: f"replicated part of {attention_name(m)}", "moe": lambda m: "MoE block",
+                "dense_ffn": lambda m: "dense FFN", "embedding": lambda m: "embedding", "head": lambda m: "output head",
+                "mtp": lambda m: "MTP modules"}
 
 
 #: the model states the device-slicing figure shows, in order
@@ -434,8 +451,8 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
     g = sstatic.stage_groups(t)
     c = d["coords"]
     e = d["experts"]
-    parts = [f"each frame is a TP group of {fmt_count(t.tp)} ranks that split the tensors TP shards "
-             f"({fmt_count(len(g['tp']))} of them)" if t.tp > 1 else "there is no TP (each rank holds its layers' "
+    parts = [f"each of the {fmt_count(len(g['tp']))} frames is a TP group of {fmt_count(t.tp)} ranks that split "
+             "the tensors TP shards" if t.tp > 1 else "there is no TP (each rank holds its layers' "
              "tensors whole)"]
     if t.ep > 1:
         size = t.ep_etp
@@ -447,7 +464,7 @@ def device_values(est: Estimate, zero: int | None = None) -> dict[str, str]:
         parts.append(f"an EP group of {fmt_count(size)} ranks holds all {fmt_count(est.model.n_routed_experts)} routed "
                      f"experts of a layer once: {where}")
     parts.append(f"the {fmt_count(t.dp_cp)} ranks with the same TP rank are the data-parallel group of the "
-                 "other tensors")
+                 + ("other tensors" if t.ep > 1 else "tensors they hold"))
     groups = "; ".join(parts)
     return {"dev_stage": fmt_count(d["stage"]), "dev_rank": fmt_count(d["rank"]), "dev_ranks": fmt_count(d["ranks"]),
             "dev_zero": fmt_count(d["zero"]), "dev_dp_group": fmt_count(est.train.dp_cp),

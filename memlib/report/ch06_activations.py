@@ -53,6 +53,12 @@ CLASS_LABELS = {"selective": "attention core (selective)", "deepseek": "norm out
                 "kept": "kept by every policy (checkpointed inputs)"}
 
 SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "dualpipe": "DualPipe"}
+#: each schedule in words, where the chapter first names it
+SCHEDULE_DEFINED = {
+    "gpipe": "GPipe (every micro-batch's forward pass, then every backward pass)",
+    "1f1b": "1F1B (one forward, one backward: once the pipeline is full, each stage alternates the two passes)",
+    "interleaved": "interleaved 1F1B (1F1B over several smaller virtual stages per device)",
+    "dualpipe": "DualPipe (DeepSeek-V3's schedule, which feeds micro-batches from both ends of the pipeline)"}
 DTYPE_NAMES = {"mask": "mask", "fp32": "fp32", "int64": "int64", "int32": "int32"}
 
 
@@ -89,7 +95,8 @@ def _block_words(m) -> dict[str, str]:
             "balanced": ", perfectly balanced experts," if m.has_moe else ",",
             "full_policy": "everything but each layer's input and the routing map" if m.has_moe
             else "everything but each layer's input","attention": attention_name(m), "ffn_name": "MoE" if m.has_moe else "FFN", "ffn_intro": intro,
-            "whole_sentence": f" {listed[:1].upper()}{listed[1:]} stay whole, since their weights are replicated."
+            "whole_sentence": (f" {listed[:1].upper()}{listed[1:]} {'stays' if len(whole) == 1 else 'stay'} whole, "
+                               f"since {'its' if len(whole) == 1 else 'their'} weights are replicated.")
             if whole else " The norms' weights are replicated."}
 
 
@@ -106,8 +113,10 @@ def values(est: Estimate) -> dict[str, str]:
     cross = sact.crossover(est)
     pol = {r["policy"]: r for r in sact.policy_comparison(est)}
     n_layers = pact.moe_layers(est)
+    held = ("that hold MoE layers only" if "dense" in est.model.layer_kinds
+            else "that hold neither the embedding nor the head")
     device = (f"one of stage {fmt_count(i)}, the first of the stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} "
-              f"that hold MoE layers only: it holds {fmt_count(n_layers)} of them" if est.model.has_moe else
+              f"{held}: it holds {fmt_count(n_layers)} MoE layers" if est.model.has_moe else
               f"one of stage {fmt_count(i)}, which holds {fmt_count(n_layers)} decoder layers"
               + (" after the embedding" if est.partition.stages[i].first else ""))
     return {
@@ -121,6 +130,7 @@ def values(est: Estimate) -> dict[str, str]:
         else "no sequence parallelism",
         "micro_batches": join_and([fmt_count(x) for x in t9["micro_batches"]]), "b_first": fmt_count(first),
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule), "in_flight": fmt_count(pol["none"]["in_flight"]),
+        "schedule_defined": SCHEDULE_DEFINED.get(t.schedule, t.schedule),
         # Table 10 at the first micro-batch size
         "none_bytes": fmt_count(t10["none"]["total"]), "none_gib": fmt_bytes(t10["none"]["total"]),
         "full_bytes": fmt_count(t10["full"]["total"]), "full_mib": fmt_bytes(t10["full"]["total"], "MiB"),

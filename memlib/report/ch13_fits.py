@@ -11,10 +11,10 @@ from ..scenarios import fits as sf
 from ..scenarios import steps as st
 from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
 from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
-from ..search.plan import PRACTICAL, SPACE_RULES
+from ..search.plan import PRACTICAL, SPACE_RULES, fine_grained
 from .figures import STEP_TICKS, CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
 from .format import (fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
-                     zero_name)
+                     signed_pct, zero_name)
 
 __all__ = ["values", "recipe_values", "RECIPE_KEYS", "rules_table", "gpus_table", "validation_table", "fits_table",
            "fastest_table", "memory_table", "recipe_table", "region_figure", "region_fix", "pareto_figure"]
@@ -51,10 +51,13 @@ def _shortens(gain: float | None) -> str:
     return f"shortens the fastest step by {_pct(gain)}"
 
 
-def _config(t) -> str:
-    """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1, DualPipe, none``."""
+def _config(t, rule: str | None = None) -> str:
+    """A searched configuration in one line: ``PP16@TP1@EP64@ETP1, DP128, ZeRO-1, b = 1, DualPipe, none``; with
+    ``rule`` ``balanced``, the layout rule too (two configurations that differ only in it are two rows)."""
     sched = t.schedule.value + (f" V{t.vpp}" if t.vpp > 1 else "")
-    return f"{t.label()}, DP{t.dp}, {zero_name(t.zero, short=True)}, b = {t.micro_batch}, {sched}, recompute {t.recompute}"
+    layout = ", balanced layers" if rule == "balanced" else ""
+    return (f"{t.label()}, DP{t.dp}, {zero_name(t.zero, short=True)}, b = {t.micro_batch}, {sched}, "
+            f"recompute {t.recompute}{layout}")
 
 
 def _fit(fl, gpus, name):
@@ -75,7 +78,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "searched": fmt_count(main.searched), "card": MAIN,
         "global_batch": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).global_batch),
         "seq_len": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).seq_len), "cap": f"{DEVICE_PRODUCT_GB[MAIN]} GB",
-        "fit": fmt_count(main.fitting), "best": _config(main.best) if main.best else "nothing",
+        "fit": fmt_count(main.fitting), "best": _config(main.best, main.best_layout_rule) if main.best else "nothing",
         "best_step": _s(main.best_step_s), "best_peak": fmt_bytes(main.best_peak, UNIT) if main.best else "—",
         "tied": fmt_count(main.tied), "tie_band": _pct(TIE_BAND),
         "smallest_peak": fmt_bytes(main.smallest_peak, UNIT) if main.smallest_peak is not None else "—",
@@ -93,9 +96,33 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "small_step": _s(small.small.best_step_s), "small_memory_gain": _pct(small.memory_gain),
         "fastest_gpu": LARGER[-1], "fastest_gpu_step": _s(_fit(fl, sf.GPU_COUNTS[0], LARGER[-1]).best_step_s),
         "fastest_gpu_gain": _pct(sf.memory_buys(model, sf.GPU_COUNTS[0], MAIN, LARGER[-1]).gain),
-        "region_fix": region_fix(model),
+        "region_fix": region_fix(model), "verdicts": _verdicts(model, fl),
+        "questions": ("which parallel configurations fit at all, which of those is fastest, and is the recipe someone "
+                      "published among them?" if sf.has_recipe(model) else
+                      "which parallel configurations fit at all, and which of those is fastest?"),
+        "small_memory_compare": (f", as on {fmt_count(main.gpus)} GPUs"
+                                 if _shortens(small.memory_gain) == _shortens(mem.memory_gain)
+                                 else f"; on {fmt_count(main.gpus)} GPUs it {_shortens(mem.memory_gain)}"),
         **_block_words(model),
     }
+
+
+def _verdicts(model: ModelConfig | str, fl) -> str:
+    """The fastest configurations of the fits table against memlib's measured errors for the model's family, in a
+    sentence (:func:`memlib.scenarios.fits.best_verdict`)."""
+    from ..scenarios.uncertainty import measured_band
+
+    band = measured_band(model)
+    if band.n == 0:
+        return (f"No measured run of a {band.family} model bounds memlib's error, so these fits are the "
+                "prediction's alone.")
+    marginal = [f"{fmt_count(f.gpus)} {f.card.name}s" for f in fl if sf.best_verdict(model, f) == "marginal"]
+    head = (f"Against {fmt_count(band.n)} measured runs of {band.family} models memlib's peaks were "
+            f"{signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off (chapter 11)")
+    if not marginal:
+        return f"{head}; every fastest configuration of the table fits even at the far end of that range."
+    fits = "is a marginal fit" if len(marginal) == 1 else "are marginal fits"
+    return f"{head}: within that range of the card, the fastest configuration on {join_and(marginal)} {fits}."
 
 
 def _block_words(model: ModelConfig | str) -> dict[str, str]:
@@ -107,7 +134,8 @@ def _block_words(model: ModelConfig | str) -> dict[str, str]:
         "flops_words": ("every weight's two per token in the forward pass, the routed experts' share of theirs"
                         if moe else "every weight's two per token in the forward pass"),
         "rank_order": "context, expert, data and pipeline" if moe else "context, data and pipeline",
-        "a2a_clause": ("every layer, the experts' all-to-alls (hidden by DualPipe where the computation is longer),"
+        "a2a_clause": (("every layer, the experts' all-to-alls (hidden by DualPipe where the computation is longer),"
+                        if sf.has_recipe(model) else "every layer, the experts' all-to-alls,")
                        if moe else "every layer,"),
         "region_choice": "tensor, expert and pipeline" if moe else "tensor and pipeline",
         "region_rest": "expert tensor parallelism and the layout rule" if moe else "the layout rule",
@@ -139,9 +167,10 @@ def recipe_values(model: ModelConfig | str) -> dict[str, str]:
 def rules_table(model: ModelConfig | str | None = None) -> str:
     """The practical space's rules, their values and sources (the rule on experts only for a ``model`` with them;
     every rule without a model)."""
-    dense = model is not None and not load_model(model).has_moe
+    # the rule on experts only where it binds: a model with fine-grained experts (none without a model)
+    coarse = model is not None and not fine_grained(load_model(model))
     rows = [[what.replace("min_cp_tokens", fmt_count(PRACTICAL.min_cp_tokens)).replace("gpus_per_node", "8 by default"),
-             src] for key, (what, src) in SPACE_RULES.items() if not (dense and key == "etp1_fine_grained")]
+             src] for key, (what, src) in SPACE_RULES.items() if not (coarse and key == "etp1_fine_grained")]
     return md_table(["the practical space keeps", "source"], rows, "ll")
 
 
@@ -166,8 +195,11 @@ def fits_table(model: ModelConfig | str) -> str:
     rows = []
     for f in sf.fits(model):
         rows.append([fmt_count(f.gpus), f.card.name, fmt_bytes(f.card.capacity, UNIT, 1, with_unit=False),
-                     fmt_count(f.searched), fmt_count(f.fitting), _config(f.best) if f.best else "nothing fits",
-                     fmt_bytes(f.best_peak, UNIT, 2, with_unit=False) if f.best else "—", _s(f.best_step_s),
+                     fmt_count(f.searched), fmt_count(f.fitting),
+                     _config(f.best, f.best_layout_rule) if f.best else "nothing fits",
+                     (fmt_bytes(f.best_peak, UNIT, 2, with_unit=False)
+                      + (" (marginal)" if sf.best_verdict(model, f) == "marginal" else "")) if f.best else "—",
+                     _s(f.best_step_s),
                      fmt_count(f.tied)])
     return md_table(["GPUs", "GPU", f"capacity ({UNIT})", "searched", "fit", "fastest (predicted)",
                      f"its peak ({UNIT})", "its step", "within the tie band"], rows, "rlrrrlrrr")
@@ -176,13 +208,16 @@ def fits_table(model: ModelConfig | str) -> str:
 def fastest_table(model: ModelConfig | str, limit: int = 8) -> str:
     """The fastest configurations on the main card, within the tie band (at most ``limit``), with their terms."""
     g = sf.grid(model, sf.GPU_COUNTS[0], MAIN)
+    # no expert-parallel column for a model without experts
+    names = {k: v for k, v in _TERM_NAMES.items() if k != "ep_s" or load_model(model).has_moe}
+    rules = g.labels("layout_rule")
     rows = []
     for i in sf.fastest(g, sf.card(MAIN).capacity, limit):
         t = sf.terms(g, i)
-        rows.append([_config(g.train(int(i))), fmt_bytes(int(g.peak[i]), UNIT, 2, with_unit=False),
-                     *(fmt_float(t[k]) for k in _TERM_NAMES), fmt_float(t["step_s"])])
-    return md_table(["configuration", f"peak ({UNIT})", *_TERM_NAMES.values(), "step (s)"], rows,
-                    "lr" + "r" * (len(_TERM_NAMES) + 1))
+        rows.append([_config(g.train(int(i)), str(rules[i])), fmt_bytes(int(g.peak[i]), UNIT, 2, with_unit=False),
+                     *(fmt_float(t[k]) for k in names), fmt_float(t["step_s"])])
+    return md_table(["configuration", f"peak ({UNIT})", *names.values(), "step (s)"], rows,
+                    "lr" + "r" * (len(names) + 1))
 
 
 def memory_table(model: ModelConfig | str) -> str:

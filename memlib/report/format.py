@@ -307,10 +307,10 @@ def math(expr_or_key) -> str:
 
 
 def architecture_note(m: ModelConfig, subject: str) -> str:
-    """One sentence for a book of a model that lacks the blocks of ``subject`` (``"MLA"``,
+    """Two sentences for the book of a model that lacks the blocks of ``subject`` (``"MLA"``,
     ``"DeepSeekMoE"`` or both, in words): which blocks it has instead (:func:`memlib.model.architecture.block_kinds`),
-    and that the parts on ``subject`` do not apply to it (for a model with DeepSeek's blocks: that
-    every section applies)."""
+    and that the book describes those (for a model with DeepSeek's blocks: that every section applies).  Chapter 2
+    says it once; later chapters do not repeat it."""
     from ..model.architecture import block_kinds
 
     k = block_kinds(m)
@@ -326,9 +326,8 @@ def architecture_note(m: ModelConfig, subject: str) -> str:
     rest = f"{k['norm']}s, {'learned positions' if k['positions'] == 'learned' else 'RoPE'}"
     rest += ", the head tied to the embedding" if k["tied"] else ""
     # ``subject`` is not named: the sections on it are left out of this book, so they are not this book's to mention
-    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The parts of this chapter on the paper's model's own "
-            f"blocks do not apply to it and its book leaves them out; memlib counts its blocks with the same code, "
-            f"in this chapter's tables and figures.")
+    return (f"**{model_name(m)} has {att}, {ffn}, {rest}.** The paper's DeepSeek-V3 has other blocks; this book "
+            f"describes {model_name(m)}'s own, which memlib counts with the same code.")
 
 
 def layer_word(m: ModelConfig) -> tuple[str, str]:

@@ -41,8 +41,13 @@ def _not_own(model) -> set[str]:
         return set()
     from ..model.blocks import SYMBOLS as OWN, lacking
 
+    from ..config import reads_field
+
     unset = {n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(model, n.field, None) is None}
-    return {k for b in lacking(model) for k in OWN.get(b, ())} | unset
+    # a field the model's family does not have (Mixtral's n_group, a dense Llama's first_k_dense_replace) holds a
+    # constant, not a dimension of the model
+    foreign = {n.key for n in REGISTRY if n.kind == "model" and n.field and not reads_field(model, n.field)}
+    return {k for b in lacking(model) for k in OWN.get(b, ())} | unset | foreign
 
 
 def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
@@ -64,12 +69,15 @@ def notation_recap(keys: Sequence[str], model=None, train=None) -> str:
 
 def notation_table(kinds=("model", "parallel", "training", "stage", "precision"), model=None) -> str:
     """The whole registry (the notation chapter), with a model's values where given."""
+    from ..config import config_field
+
     rows = []
     gone = _not_own(model)
     for n in REGISTRY:
         if n.kind not in kinds or n.key in gone:
             continue
-        row = [f"${n.latex}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived"]
+        field = n.field and (n.field if model is None or n.kind != "model" else config_field(model, n.field))
+        row = [f"${n.latex}$", n.meaning, n.unit, f"`{field}`" if field else "derived"]
         if model is not None:
             row.append(_value(n, model, None) if n.kind == "model" else "—")
         rows.append(row)

@@ -324,8 +324,8 @@ def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
     """The book's answer in one place, for ``model``: the paper's layout (:func:`memlib.paper.paper_training`)
     under every ZeRO stage without recomputation (whether any fits, the smallest peak) and with ZeRO-1 and
     full recomputation (the peak, its stage, whether it fits); DeepSeek's recipe (:func:`deepseek_recipe`):
-    its peak, rank, whether it fits and the verdict with memlib's measured errors
-    (:func:`memlib.scenarios.uncertainty.judged`); both against the H800's capacity (the two capacities are one:
+    its peak, rank, whether it fits and the verdict with memlib's measured errors (``recipe_band``,
+    :func:`memlib.scenarios.uncertainty.judged`); both against the H800's capacity (the two capacities are one:
     chapters 7-8 and 9 size against the same device).  ``only_with_recompute`` is True when no ZeRO stage
     fits without recomputation and ZeRO-1 with full recomputation fits.
 
@@ -347,7 +347,7 @@ def answer(model: ModelConfig | str, overhead: str = "low") -> dict:
         "only_with_recompute": full.fits and not any(c.fits for c in none),
         "recipe_train": rec_train, "recipe_total": rec.peak.total, "recipe_rank": rec.peak.stage.index,
         "recipe_fits": all(st.total <= CAPACITY for st in rec.stages), "recipe_margin": CAPACITY - rec.peak.total,
-        "recipe_verdict": judged(rec, CAPACITY)["verdict"],
+        "recipe_verdict": judged(rec, CAPACITY)["verdict"], "recipe_band": judged(rec, CAPACITY)["band"],
     }
 
 

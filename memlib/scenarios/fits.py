@@ -29,7 +29,7 @@ from .deepseek import CAPACITY as RECIPE_CAPACITY, GPU as RECIPE_GPU, deepseek_r
 __all__ = ["SPACE", "RECIPE_SPACE", "GPU_COUNTS", "REGION_FIX", "Card", "cards", "card", "grid", "Fit", "fits",
            "Region", "region", "pareto", "fastest", "recipe_rows", "RecipeRank", "recipe_rank", "has_recipe",
            "implied_step", "Memory", "memory_buys", "FIRST_GPU", "recipe", "recipe_grid", "terms",
-           "RecipeStep", "recipe_step"]
+           "RecipeStep", "recipe_step", "best_verdict"]
 
 #: the options searched: Megatron-LM's (the megatron profile and precision recipe, no, selective or full
 #: recomputation, its 1F1B and interleaved schedules), in the practical space's rules
@@ -129,6 +129,18 @@ def fits(model: ModelConfig | str, gpus_counts=GPU_COUNTS, card_list: list[Card]
                 tied = 0
             out.append(Fit(gpus, c, g.searched, len(order), best, rule, peak, step, tied, smallest))
     return out
+
+
+def best_verdict(model: ModelConfig | str, f: Fit) -> str | None:
+    """The fastest configuration of ``f`` against its card with memlib's measured errors for the model's family
+    (:func:`memlib.scenarios.uncertainty.judged_total`): ``fits``, ``marginal`` (within the error of the card) or
+    ``does not fit``; None where nothing fits."""
+    from ..device.estimate import estimate
+    from .uncertainty import judged_total
+
+    if f.best is None:
+        return None
+    return judged_total(estimate(load_model(model), f.best), f.card.capacity)["verdict"]
 
 
 @dataclass(frozen=True)

@@ -57,20 +57,21 @@ def no_tp(est: Estimate, index: int | None = None) -> dict[str, object]:
     """Tensor parallelism turned off on the same devices (TP 1, DP multiplied by the old TP): a device
     of stage ``index`` under the new configuration (``tp``, ``dp``, ``label``, ``mla``, its
     ``table6``, ``params``, ``bytes``), what it stores more than under ``est``'s (``extra_params``,
-    ``extra_bytes``), ``changed`` (the rows of Table 6 that change, among RMSNorm, the two parts of
-    MLA and MoE), ``only_mla`` (whether MLA's split part is the only one) and ``mla_share`` (MLA's
-    exact share of the device's parameters without TP)."""
+    ``extra_bytes``), ``changed`` (the groups of :data:`memlib.paper.static.GROUPS` whose count changes: a
+    dense model's FFN and embedding are split by TP as well), ``only_mla`` (whether the attention's split part is
+    the only one), ``mla_share`` (the attention's exact share of the device's parameters without TP) and
+    ``growth`` (the device's parameters without TP over those with it)."""
     i = analysed_stage(est.partition) if index is None else index
     t0 = est.train
     base = _device(est, t0, i)
     new = _device(est, t0.with_(tp=1, dp=t0.dp * t0.tp), i)
     t = new["train"]
-    groups = ("RMSNorm", "MLA, split", "MLA, replicated", "MoE")
-    changed = [g for g in groups if new["table6"][g] != base["table6"][g]]
     part = Partition(est.model, t)
+    before, after = pstatic.device_groups(est.partition, i), pstatic.device_groups(part, i)
+    changed = [g for g in pstatic.GROUPS if after.get(g, 0) != before.get(g, 0)]
     return {**new, "tp": t.tp, "dp": t.dp, "mla": new["table6"]["MLA"], "extra_params": new["params"] - base["params"],
-            "extra_bytes": new["bytes"] - base["bytes"], "changed": changed, "only_mla": changed == ["MLA, split"],
-            "mla_share": pstatic.shares(part, i)["MLA"]}
+            "extra_bytes": new["bytes"] - base["bytes"], "changed": changed, "only_mla": changed == ["mla_split"],
+            "mla_share": pstatic.shares(part, i)["MLA"], "growth": Fraction(new["params"], base["params"])}
 
 
 def device_coords(train: TrainingConfig, rank: int) -> dict[str, int]:

@@ -36,7 +36,7 @@ from ..model.states import P_e, P_ne
 from .cost import COST_TERMS, TIE_BAND, CostModel, rank_work, step_terms
 
 __all__ = ["CostModel", "step_cost", "Space", "SearchSpace", "SPACE_RULES", "PRACTICAL", "FULL", "PlanResult", "Grid", "search", "plan", "FIXABLE",
-           "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES"]
+           "DEFAULT_GLOBAL_BATCH", "parse_fix", "LAYOUT_RULES", "fine_grained"]
 
 #: DeepSeek-V3's global batch (sequences of 4096 tokens) for most of its pre-training (arXiv 2412.19437 §4.2)
 DEFAULT_GLOBAL_BATCH = 15360
@@ -390,6 +390,12 @@ def _schedule_variants(schedules: Sequence[Schedule], pp: int, layers: int, max_
             if replay_size(TrainingConfig(pp=pp, vpp=v, schedule=sch)) <= LIMITS["replay"]]
 
 
+def fine_grained(m: ModelConfig) -> bool:
+    """Whether ``m``'s routed experts are fine-grained, narrower than the hidden size (h_E < h): the experts the
+    practical space keeps at ETP 1."""
+    return m.has_moe and (m.moe_intermediate_size or 0) < m.hidden_size
+
+
 def _layouts(layers: int, stages: int, rules: Sequence[str]) -> list[tuple[str, tuple | None]]:
     out, seen = [], set()
     for rule in rules:
@@ -451,8 +457,7 @@ def search(model: ModelConfig | str, gpus: int, space: SearchSpace = SearchSpace
     node = cost.gpu.gpus_per_node
     tp_max = node if rules.tp_in_node and "tp" not in fix else gpus
     min_cp_tokens = rules.min_cp_tokens if "cp" not in fix else 1
-    fine = m.has_moe and (m.moe_intermediate_size or 0) < m.hidden_size
-    etp_one = rules.etp1_fine_grained and fine and "etp" not in fix
+    etp_one = rules.etp1_fine_grained and fine_grained(m) and "etp" not in fix
 
     # parallel rows per PP: (dp, tp, cp, ep, etp, zero, b, M)
     def rows_for(pp: int, axes: _Axes, sp_on: bool, zeros_here: tuple[ZeroStage, ...]):

@@ -89,6 +89,23 @@ def test_no_word_of_a_block_the_model_lacks(model, name):
     assert found == [], (sorted(lacking(m, "paper" in book_blocks(model))), context)
 
 
+@pytest.mark.parametrize("model", PRESETS)
+def test_every_config_field_the_notation_names_is_the_models(model):
+    """Chapter 2's notation names, for each dimension, the config.json field it is read from: a field the model's
+    own config has or its family reads (Mixtral's expert width is ``intermediate_size`` and its experts
+    ``num_local_experts``; Llama and Mixtral have no ``first_k_dense_replace``, no ``n_group``)."""
+    import json
+    from pathlib import Path
+
+    from memlib.config import family_of
+
+    d = json.loads((Path(bp.ROOT) / "memlib" / "presets" / f"{model}.json").read_text())
+    fam = family_of(d, model)
+    read = set(d) | {hf for _, hf, _ in fam.fields if hf}
+    named = re.findall(r"\| `(\w+)` \|", chapter(model, "02_architecture.md").glued["arch_notation"])
+    assert named and [f for f in named if f not in read] == []
+
+
 #: sentences no person would write: a count of zero things or a plural hedged with "(s)"
 NONSENSE = [
     r"\w\(s\)",
@@ -98,6 +115,15 @@ NONSENSE = [
     r"\bstages? none\b",
     r"\$?P_\{?\\?(?:mathrm\{)?FFN\}?\}?\s*=\s*0\s*\$?$",
     r"\b0 (?:MoE layers?|routed experts?|experts?)\b",
+    # an equation whose right-hand side is a count times zero ("P^{repl}_{GQA} = L^{MoE}_{st} 0")
+    r"=\s*(?:\w\^\{[^}]*\}_\{[^}]*\}\s*)?0\s*\$?$",
+    # nothing to compare, said instead of left out
+    r"publishes no parameter counts", r"does not locate it here",
+    # a singular subject with a plural verb ("The router stay whole")
+    r"\b[Tt]he router stay\b",
+    # one thing said twice in one sentence ("leaves the fastest step as it is ...; on N GPUs it leaves the fastest
+    # step as it is")
+    r"(leaves the fastest step as it is)[^.]*;[^.]*\1",
 ]
 
 @pytest.mark.parametrize("model", PRESETS)

@@ -130,8 +130,19 @@ def test_worked_problems(v3):
     tp = sstatic.no_tp(v3)
     assert (tp["tp"], tp["dp"], tp["label"]) == (1, 64, "PP16@TP1@EP8@ETP1")
     assert tp["extra_params"] == PAPER["mla_tp_split"] and tp["mla"] == 748_421_120
-    assert tp["changed"] == ["MLA, split"] and tp["only_mla"]
+    assert tp["changed"] == ["mla_split"] and tp["only_mla"]
     assert tp["mla_share"] == Fraction(748_421_120, 6_569_132_032)
+
+
+def test_no_tp_on_a_dense_model():
+    """Llama-3-8B's stage 0 (2 layers and the embedding): TP split every matrix, so without it the attention, the
+    dense FFN and the embedding all double; only the block norms (4 of h = 4,096) stay."""
+    est = estimate("llama-3-8b", paper_training("llama-3-8b"))
+    tp = sstatic.no_tp(est, 0)
+    assert tp["changed"] == ["mla_split", "dense_ffn", "embedding"] and not tp["only_mla"]
+    norms = 4 * 4096
+    assert tp["params"] == 961_560_576 and tp["extra_params"] == (961_560_576 - norms) // 2
+    assert tp["growth"] == Fraction(961_560_576, 961_560_576 - (961_560_576 - norms) // 2)
 
 
 # ------------------------------------------------------------------------------------------------

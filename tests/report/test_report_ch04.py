@@ -81,7 +81,7 @@ def test_another_models_chapter_has_no_deepseek_v3_number(model):
     assert not [n for n in V3_NUMBERS if n in text]
     v = ch.values(est)
     assert v["model"] != "DeepSeek-V3" and v["mtp_note"] == "this model has none"
-    assert v["last_change"].startswith("shrinks") and v["analysed_largest"] == "is not one of them"
+    assert v["last_change"].startswith("shrinks") and v["analysed_largest"] == "stores less"
 
 
 def test_deepseek_v2_lite_words():
