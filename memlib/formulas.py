@@ -542,7 +542,7 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
     _f("static.mla_split", "", _lhs_att(r"P^{split}_{MLA}"), _device("mla_split"), "4.3",
        describe=lambda m: f"attention parameters split by TP on one device of a stage of {_stage(m)} layers"),
     _f("static.mla_replicated", "attention parameters replicated over TP, one device", _lhs_att(r"P^{repl}_{MLA}"),
-       _device("mla_replicated"), "4.4"),
+       _device("mla_replicated"), "4.4", needs=("mla",)),   # chapter 4 shows it for MLA only ({only} has_mla)
     _f("static.norms", "", r"P_{norm}", _device("rmsnorm"), "4.5",
        describe=lambda m: "norm parameters (" + ("block, latent and head" if m.attention == "mla" else "block and head")
        + " norms), one device"),

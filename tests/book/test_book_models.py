@@ -153,3 +153,30 @@ def test_the_book_tags_follow_the_architecture():
     assert "deepseek_figures" in book_tags("deepseek-v3") and "deepseek_figures" not in book_tags("kimi-k2")
     assert book_tags("mixtral-8x7b") == {"has_gqa", "has_moe"}
     assert book_tags("llama-3-8b") == {"has_gqa", "has_dense_layers"}
+
+
+EQNO = re.compile(r'<span class="eqno">\(([\d.]+)\)<a class="headerlink" href="#equation-([\w-]+)"')
+
+
+@pytest.mark.parametrize("model", ("deepseek-v3",))
+def test_the_summary_numbers_each_equation_as_its_chapter_does(model):
+    """The summary page gives each equation the number its chapter shows.  Only the paper's model's book so far: a
+    chapter of another model's book leaves out the equations of blocks (and sections) that model lacks and Sphinx
+    numbers what is left, while the summary prints the registry's numbers, the DeepSeek-V3 book's (llama-3-8b:
+    params.total is (3.6) on the summary, (3.4) in chapter 3) -- an open defect."""
+    from memlib.report.glue import equation_label
+
+    root = ROOT / "_build" / "html" if model == "deepseek-v3" else ROOT / "_build" / "models" / model / "_build" / "html"
+    if not (root / "index.html").exists():
+        if REQUIRE:
+            pytest.fail(f"the {model} book is not built (make book MODEL={model})")
+        pytest.skip(f"the {model} book is not built (make book MODEL={model})")
+    shown = {}
+    for page in sorted(root.glob("notebooks/*.html")):
+        for number, label in EQNO.findall(page.read_text(encoding="utf-8")):
+            shown[label.removeprefix("equation-")] = number
+    summary = html.unescape((root / "book" / "summary.html").read_text(encoding="utf-8"))
+    listed = re.findall(r"\(([\d.]+)\)</strong> .*?\(<code[^>]*><span class=\"pre\">([\w.]+)</span></code>\)", summary)
+    assert len(listed) > 20, len(listed)
+    for number, name in listed:
+        assert shown.get(equation_label(name)) == number, (model, name, number, shown.get(equation_label(name)))
