@@ -20,12 +20,13 @@ WITHIN = f"within {fmt_percent(fv.TARGET)}"
 
 
 def _err(x) -> str:
-    """A signed relative error, one decimal: '+1.5 %', '−0.3 %'."""
-    return signed_pct(x, 1)
+    """A signed relative error, two decimals ('+1.50%', '−1.01%'): one decimal would print a miss of −1.01% as
+    '−1.0%', which reads as within the 1% target."""
+    return signed_pct(x, 2)
 
 
 def _abs(x) -> str:
-    """An absolute relative error (non-negative), one decimal: '1.5 %'."""
+    """An absolute relative error (non-negative), one decimal: '1.5%'."""
     return signed_pct(x, 1).lstrip("+")
 
 
