@@ -70,7 +70,7 @@ def values(est: Estimate) -> dict[str, str]:
                     else f"a dense transformer such as {model_name(m)}"),
         "fitted_to": join_and(["layers", "heads"] + (["experts"] if m.has_moe else [])),
         "parallel_kinds": parallel_kinds(m),
-        "recipe_chapter": ("shows how DeepSeek-V3 itself fits without tensor parallelism" if is_paper_model(m)
+        "recipe_chapter": ("checks DeepSeek-V3's own recipe rank by rank and what each of its memory techniques saves" if is_paper_model(m)
                            else f"applies DeepSeek-V3's own recipe, without tensor parallelism, to {model_name(m)}"),
         "other_architectures": ("models without MLA or DeepSeek's MoE" if m.attention == "mla" and m.has_moe
                                 else "every shipped model side by side, whatever its architecture"),

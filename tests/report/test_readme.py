@@ -14,13 +14,16 @@ TIMING = re.compile(r"\b\d+(?:[.,]\d+)*(?:\s*[-–]\s*\d+(?:[.,]\d+)*)?\s*(?:ms|
                     r"(?![-\w=])")
 
 
-def test_readme_figure_is_current(tmp_path):
+def test_readme_figure_is_current(tmp_path, monkeypatch):
     # the figure needs the book's matplotlib: skipped without it, except in CI (`make venv` installs it)
     if os.environ.get("CI", "").lower() not in ("1", "true"):
         import pytest
 
         pytest.importorskip("matplotlib", reason="matplotlib (the book extra) is not installed")
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    # for this test only: a backend left in os.environ would reach a book built later in this process
+    # (tests/book/test_book_reproducible.py), whose execution key includes MPLBACKEND: it would execute the
+    # chapters again under Agg, which shows no figure
+    monkeypatch.setenv("MPLBACKEND", os.environ.get("MPLBACKEND", "Agg"))
     fresh = readme.write(tmp_path / "figure.png")
     assert fresh.read_bytes() == readme.FIGURE.read_bytes(), (
         "docs/readme-figure.png is stale: run `make readme-figure` and commit it")
