@@ -33,15 +33,12 @@ import os
 import sys
 from pathlib import Path
 
-SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch", "html-only": "html"}
-
-
 def _tag_of(cls: str) -> str | None:
-    """The tag a section class stands for: those of SECTION_CLASSES, and ``has-BLOCK`` (``{.has-mtp}``)
-    for the tag ``has_BLOCK`` of each optional block (memlib.model.blocks.BLOCK_NAMES)."""
-    if cls in SECTION_CLASSES:
-        return SECTION_CLASSES[cls]
-    return cls.replace("-", "_") if cls.startswith("has-") else None
+    """The tag a section class stands for (memlib.report.book.section_tag: one rule for the build and for the
+    summary's equation numbers)."""
+    from memlib.report.book import section_tag
+
+    return section_tag(cls)
 
 
 def _drop_sections(app, doctree) -> None:

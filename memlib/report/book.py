@@ -46,3 +46,73 @@ def book_tags(model: str = BOOK_MODEL) -> set[str]:
     tags |= {f"has_{b}" for b in book_blocks(model)}
     tags |= {"deepseek_figures"} if official(model) else set()
     return tags | ({"deepseek_arch"} if is_deepseek_architecture(load_model(model)) else set())
+
+
+#: a section class of the chapters' headings (``{.deepseek-arch}``) and the build tag it stands for; ``has-BLOCK``
+#: stands for ``has_BLOCK`` (book/_ext/memlib_book.py drops a section whose tag is not set)
+SECTION_CLASSES = {"paper-model": "paper_model", "deepseek-arch": "deepseek_arch", "html-only": "html"}
+
+
+def section_tag(cls: str) -> str | None:
+    """The tag a section class stands for (:data:`SECTION_CLASSES`, ``has-BLOCK``), None for another class."""
+    if cls in SECTION_CLASSES:
+        return SECTION_CLASSES[cls]
+    return cls.replace("-", "_") if cls.startswith("has-") else None
+
+
+def equation_numbers(model: str = BOOK_MODEL, builder: str = "html") -> dict[str, str]:
+    """The number each displayed equation gets in ``model``'s book (``builder`` ``html`` or ``latex``): registry
+    formula name -> ``"N.k"``, the k-th equation its chapter N keeps.  A chapter leaves out an equation inside an
+    ``{only}`` block whose condition is false, or under a heading whose section class's tag is not set, and Sphinx
+    numbers what is left; this reads the chapters' sources in the table of contents' order the same way.  Empty
+    where the sources are not there (an installed memlib without the book)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+    from sphinx.util.tags import Tags
+
+    root = Path(__file__).resolve().parents[2]
+    toc_file = root / "_toc.yml"
+    if not toc_file.is_file():
+        return {}
+    tags = Tags(sorted(book_tags(model) | {builder}))
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
+    chapters = [root / (c["file"] + ".md") for part in toc["parts"] for c in part["chapters"]]
+    fence = re.compile(r"^(`{3,}|:{3,})(.*)$")
+    out: dict[str, str] = {}
+    for number, path in enumerate(chapters, start=1):
+        fences: list[tuple[str, bool]] = []       # (the fence's marks, whether its content is shown)
+        sections: list[tuple[int, bool]] = []     # (heading level, shown)
+        pending: list[str] = []
+        k = 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            mo = fence.match(line)
+            if mo:
+                marks, info = mo.group(1), mo.group(2).strip()
+                if not info and fences and marks[0] == fences[-1][0][0] and len(marks) >= len(fences[-1][0]):
+                    fences.pop()
+                    continue
+                if info:
+                    shown = True
+                    if info.startswith("{only}"):
+                        shown = tags.eval_condition(info[len("{only}"):].strip())
+                    fences.append((marks, shown))
+                    if info.startswith("{glue:math}") and all(s for _, s in fences) and all(s for _, s in sections):
+                        k += 1
+                        key = info.split()[1]
+                        out[key] = f"{number}.{k}"
+                continue
+            cls = re.fullmatch(r"\{((?:\.[\w-]+\s*)+)\}", line.strip())
+            if cls and not fences:
+                pending = re.findall(r"\.([\w-]+)", cls.group(1))
+                continue
+            heading = re.match(r"^(#{1,6}) ", line)
+            if heading and not fences:
+                level = len(heading.group(1))
+                while sections and sections[-1][0] >= level:
+                    sections.pop()
+                wanted = [section_tag(c) for c in pending]
+                sections.append((level, all(t is None or tags.eval_condition(t) for t in wanted)))
+                pending = []
+    return out

@@ -19,6 +19,8 @@ from ..model.blocks import model_blocks, own_modules
 from ..model.profiles import PROFILES
 from ..config.precision import RECIPES
 from ..scenarios import deepseek as ds
+from .book import equation_numbers
+from .glue import equation_key
 from .format import VERDICT_CELLS, display_math, fmt_bytes, fmt_count, fmt_difference, md_table, model_name, typeset
 
 __all__ = ["equation_setting", "equations", "glossary_values", "knob_table", "knob_values"]
@@ -55,9 +57,13 @@ def equations(model, train: TrainingConfig | None = None) -> str:
     # the model's null widths and counts, by a symbol no other reads as (a subscript or a prime: not a bare N)
     unset = [n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(m, n.field, None) is None
              and any(c in n.latex for c in "_^'")]
+    numbers = equation_numbers(model if isinstance(model, str) else m.name)
     out = []
     for f in book_formulas():
         if f.attention not in (None, m.attention) or not f.needs <= own:
+            continue
+        number = numbers.get(equation_key(f.name)) if numbers else f.number
+        if number is None:                         # its chapter leaves it out of this model's book
             continue
         try:
             tex = equation(f.name, m, train)
@@ -68,7 +74,7 @@ def equations(model, train: TrainingConfig | None = None) -> str:
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
         if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)
             continue
-        out.append(f"**({f.number})** {typeset(f.description_for(m))} (`{f.name}`)" + (f": **{v}**" if v else "")
+        out.append(f"**({number})** {typeset(f.description_for(m))} (`{f.name}`)" + (f": **{v}**" if v else "")
                    + "\n\n" + display_math(tex))
     return "\n\n".join(out)
 
