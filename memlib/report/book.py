@@ -78,14 +78,14 @@ def equation_numbers(model: str = BOOK_MODEL, builder: str = "html") -> dict[str
         return {}
     tags = Tags(sorted(book_tags(model) | {builder}))
     toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
-    chapters = [root / (c["file"] + ".md") for part in toc["parts"] for c in part["chapters"]]
+    chapters = [root.joinpath(c["file"]).with_suffix(".md") for part in toc["parts"] for c in part["chapters"]]
     fence = re.compile(r"^(`{3,}|:{3,})(.*)$")
     out: dict[str, str] = {}
     for number, path in enumerate(chapters, start=1):
         fences: list[tuple[str, bool]] = []       # (the fence's marks, whether its content is shown)
         sections: list[tuple[int, bool]] = []     # (heading level, shown)
         pending: list[str] = []
-        k = 0
+        shown_keys: list[str] = []
         for line in path.read_text(encoding="utf-8").splitlines():
             mo = fence.match(line)
             if mo:
@@ -99,9 +99,7 @@ def equation_numbers(model: str = BOOK_MODEL, builder: str = "html") -> dict[str
                         shown = tags.eval_condition(info[len("{only}"):].strip())
                     fences.append((marks, shown))
                     if info.startswith("{glue:math}") and all(s for _, s in fences) and all(s for _, s in sections):
-                        k += 1
-                        key = info.split()[1]
-                        out[key] = f"{number}.{k}"
+                        shown_keys.append(info.split()[1])
                 continue
             cls = re.fullmatch(r"\{((?:\.[\w-]+\s*)+)\}", line.strip())
             if cls and not fences:
@@ -115,4 +113,5 @@ def equation_numbers(model: str = BOOK_MODEL, builder: str = "html") -> dict[str
                 wanted = [section_tag(c) for c in pending]
                 sections.append((level, all(t is None or tags.eval_condition(t) for t in wanted)))
                 pending = []
+        out.update({key: f"{number}.{k}" for k, key in enumerate(shown_keys, start=1)})
     return out
