@@ -62,15 +62,6 @@ def observed(tp: int) -> list[float]:
             and not c.run.train.transformer_impl.uses_te]
 
 
-def qkv_output(c) -> int:
-    """Bytes of the fused QKV projection's output of a case, ``[s/CP b, (n_h + 2 n_kv) d_h / TP]`` in 16 bits: a
-    request of every layer's forward, saved (local) or not (Transformer Engine's attention copies q, k, v)."""
-    m, t = c.run.model, c.run.train
-    d = m.head_dim or m.hidden_size // m.num_attention_heads
-    kv = m.num_key_value_heads or m.num_attention_heads
-    return t.micro_batch * -(-t.seq_len // t.cp) * (m.num_attention_heads + 2 * kv) * d // t.tp * 2
-
-
 def golden_groups() -> None:
     """The GPT-3 shells of the functional tests (none with expandable segments) grouped by TP, PP, CP and
     implementation: their QKV output, whether it is a multiple of 2 MiB, and what they hold at the peak beyond
@@ -84,7 +75,7 @@ def golden_groups() -> None:
         if c.family != fv.FAMILIES[3] or c.run.framework.expandable_segments:
             continue
         t = c.run.train
-        key = (t.tp, t.pp, t.cp, "TE" if t.transformer_impl.uses_te else "local", qkv_output(c))
+        key = (t.tp, t.pp, t.cp, "TE" if t.transformer_impl.uses_te else "local", fv.fused_qkv_bytes(c.run.model, t))
         groups[key].append(c.peak_gap / MiB)
     print("Megatron-LM's functional tests, GPT-3 shells without expandable segments: the QKV output and the peak "
           "gap (MiB; what the run holds at its peak beyond memlib's account)")

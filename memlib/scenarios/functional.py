@@ -26,6 +26,7 @@ from typing import Optional
 from ..config import ConfigError, ModelConfig, ZeroStage
 from ..config.strategies import AttnBackend, CrossEntropyFusionImpl
 from ..core.units import fmt_bytes
+from ..core.words import join_and
 from ..config.versions import container_rules
 from ..config.versions import MEGATRON_COMMIT
 from ..data.functional_tests import Golden, goldens
@@ -66,10 +67,13 @@ _TRAINING = ("regular", "ckpt-resume", "release")
 _INFERENCE_FLAGS = ("--inference", "--grpo", "--rl-", "--langrl", "--perform-rl-step")
 
 
-def fmt_list_mib(sizes) -> str:
-    """Byte sizes as '3 MiB and 1.5 MiB' (MiB, up to two decimals)."""
-    parts = [fmt_bytes(n, "MiB", 2 if n % (1 << 20) else 0) for n in sizes]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+def fused_qkv_bytes(m: ModelConfig, t) -> int:
+    """Bytes of the fused QKV projection's output of grouped-query or multi-head attention,
+    ``[s/CP b, (n_h + 2 n_kv) d_h / TP]`` in the activations' dtype: a request of every such layer's forward, saved
+    (Megatron-Core's local attention) or not (Transformer Engine copies q, k and v from it)."""
+    d = m.head_dim or m.hidden_size // m.num_attention_heads
+    kv = m.num_key_value_heads or m.num_attention_heads
+    return t.micro_batch * -(-t.seq_len // t.cp) * (m.num_attention_heads + 2 * kv) * d // t.tp * t.recipe.activations
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,7 @@ class Validation:
         in_flight = sum(self.peak.moment.counts)
         requests = [(n, k * in_flight) for _, n, k in est.saved_tensors(t.pp - 1)]
         if m.attention != "mla":
-            d = m.head_dim or m.hidden_size // m.num_attention_heads
-            kv = m.num_key_value_heads or m.num_attention_heads
-            layers = len(est.partition.stages[t.pp - 1].layers)
-            requests.append((t.micro_batch * -(-t.seq_len // t.cp) * (m.num_attention_heads + 2 * kv) * d // t.tp
-                             * t.recipe.activations, layers))
+            requests.append((fused_qkv_bytes(m, t), len(est.partition.stages[t.pp - 1].layers)))
         uneven = [(n, k) for n, k in requests if n and not unsplit_remainders_impossible([n])]
         return tuple(sorted({allocation(n) for n, _ in uneven})), sum(k for _, k in uneven)
 
@@ -202,7 +202,7 @@ class Validation:
                         f"cross_entropy_workspace); the same test is within 1% on {', '.join(hits)}")
         sizes, alive = self.allocator_remainders
         if sizes and self.miss_location == ("at the peak", True):
-            return (f"the caching allocator without expandable segments: requests of {fmt_list_mib(sizes)} are "
+            return (f"the caching allocator without expandable segments: requests of {join_and(fmt_bytes(n, 'MiB', 2 if n % (1 << 20) else 0) for n in sizes)} are "
                     f"not whole multiples of 2 MiB, so each can be handed a cached block up to 1 MiB larger and "
                     f"hold all of it (c10/cuda/CUDACachingAllocator.cpp should_split; {alive} such tensors of "
                     f"memlib's ledger are alive at the peak, besides the transient ones); the run holds "
