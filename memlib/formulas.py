@@ -36,7 +36,7 @@ import sympy as sp
 
 from .model.profiles import PROFILES, act_profile
 from .ledgers.base import entry_bytes, ledger_bytes, parse_policy
-from .model.architecture import MLA_EQUATIONS, attention_name, attention_tensors, mtp_tensors
+from .model.architecture import attention_name, mla_equation, attention_tensors, mtp_tensors
 from .core.breakdown import Breakdown
 from .config import PAPER_TRAINING, ConfigError, ModelConfig, TrainingConfig, load_model, show
 from .ledgers.paper import MULTI_HEAD, gpt_structure, paper_layer
@@ -50,6 +50,7 @@ from .config.precision import RECIPES
 from .model.states import sharded_count, states_formula
 from .paper import device_group
 from .core.symbols import CP, EP, ETP, TP, b, latex, latex_lines, printed_width, s, sym
+from .core.words import counted, join_and
 
 #: a displayed equation whose right-hand side prints wider than this many characters is broken into lines of
 #: about LINE_WIDTH: at 1,300 px the HTML's text column holds about 70 printed characters of an equation, the
@@ -237,7 +238,12 @@ def default_training(m: ModelConfig) -> TrainingConfig:
 # chapter 2: the architecture
 # ------------------------------------------------------------------------------------------------
 def _mla_eq(label: str):
-    return lambda m, t: dict(MLA_EQUATIONS)[label]
+    def rhs(m: ModelConfig, t: TrainingConfig) -> str:
+        try:
+            return mla_equation(label, m)
+        except ValueError as e:                    # the query latent's equation for a model without one
+            raise ConfigError(f"formula=mla.cq: {e}") from None
+    return rhs
 
 
 def _mtp_input(m: ModelConfig, t: TrainingConfig) -> str:
@@ -423,21 +429,13 @@ def _f(name, description, lhs, rhs, number=None, defs=(), order=None, attention=
 # ------------------------------------------------------------------------------------------------
 # descriptions in the words of a model's own blocks
 # ------------------------------------------------------------------------------------------------
-_COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-
-
-def _counted(n: int, noun: str) -> str:
-    return f"{_COUNT_WORDS[n] if n < len(_COUNT_WORDS) else n} {noun}{'' if n == 1 else 's'}"
-
-
 def _attention_parts(m: ModelConfig) -> str:
     """``MLA: eight matrices and two latent norms``, ``GQA: four matrices``: the attention's tensors by kind."""
     kinds = [t.kind for t in attention_tensors(m)]
     norm = "latent norm" if m.attention == "mla" else "head norm"
-    parts = [_counted(kinds.count(k), noun) for k, noun in (("matrix", "matrix"), ("bias", "bias"), ("norm", norm))
-             if kinds.count(k)]
-    text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    return f"{attention_name(m)}: {text.replace('matrixs', 'matrices').replace('biass', 'biases')}"
+    parts = [counted(kinds.count(k), noun, plural) for k, noun, plural in
+             (("matrix", "matrix", "matrices"), ("bias", "bias", "biases"), ("norm", norm, None)) if kinds.count(k)]
+    return f"{attention_name(m)}: {join_and(parts)}"
 
 
 def _experts(m: ModelConfig, local: bool = False) -> str:
@@ -499,7 +497,7 @@ TOKEN_EXAMPLES = {"gqa": "llama-3-8b", "mla": "deepseek-v3"}
 
 FORMULAS: dict[str, Formula] = {f.name: f for f in (
     # chapter 2
-    _f("mla.cq", "MLA: the compressed query latent", "", _mla_eq("mla-cq"), "2.1", needs=("mla",)),
+    _f("mla.cq", "MLA: the compressed query latent", "", _mla_eq("mla-cq"), "2.1", needs=("mla", "q_latent")),
     _f("mla.q", "MLA: queries, no-RoPE and RoPE parts", "", _mla_eq("mla-q"), "2.2", needs=("mla",)),
     _f("mla.ckv", "MLA: the compressed key-value latent", "", _mla_eq("mla-ckv"), "2.3", needs=("mla",)),
     _f("mla.k", "MLA: keys, with the RoPE key shared by every head", "", _mla_eq("mla-k"), "2.4", needs=("mla",)),

@@ -152,12 +152,17 @@ STRUCTURES = ("deepseek-v2-lite", "llama-3-8b", "mixtral-8x7b", "qwen3-30b-a3b")
 @pytest.mark.parametrize("preset", STRUCTURES)
 def test_every_formula_builds_for_every_structure(preset):
     """``memlib formula`` answers for every preset: a count for every formula, and MLA's equations only
-    for an MLA model (a one-line ConfigError for the others)."""
+    for an MLA model, the query latent's only for one that compresses its queries (a one-line ConfigError for the
+    others)."""
     m = load_model(preset)
     for name, f in FORMULAS.items():
         needs = f.attention or ("mla" if name.startswith("mla.") else None)
         if needs and m.attention != needs:
             with pytest.raises(ConfigError, match=f"formula={name} is an equation of "):
+                f.latex(m)
+            continue
+        if name == "mla.cq" and m.q_lora_rank is None:
+            with pytest.raises(ConfigError, match="formula=mla.cq: .* compresses no query"):
                 f.latex(m)
             continue
         assert f.latex(m) and f.text(m)

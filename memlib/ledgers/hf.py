@@ -114,7 +114,8 @@ def _pre_norm(m: ModelConfig, block: str, what: str, reader: str, modules=frozen
 def _mla_attention(m: ModelConfig) -> list[Saved]:
     """``DeepseekV3Attention`` (MLA) with eager attention."""
     bs = b * s
-    out = _pre_norm(m, "attention", "input RMSNorm", "q_a_proj (q_proj) and kv_a_proj_with_mqa")
+    out = _pre_norm(m, "attention", "input RMSNorm",
+                    ("q_a_proj" if m.q_lora_rank is not None else "q_proj") + " and kv_a_proj_with_mqa")
     if m.q_lora_rank is not None:
         out += _rmsnorm("attention.q_norm", "RMSNorm of the query latent c^Q", d_cq)
         out.append(_S("attention.c_q", "normalised query latent c^Q, input of q_b_proj", bs * d_cq))

@@ -216,7 +216,8 @@ def _attention(m: ModelConfig, k: Kernels) -> list[Saved]:
     out = _norm(
         "attention", "the layer input (residual stream)", h, k, keep_input=True, modules={"layernorm"},
         checkpoint_module="layernorm",
-        output_name="input RMSNorm output, input of the down-projections W^DQ and W^DKV (or of W^Q)",
+        output_name="input RMSNorm output, input of " + ("the down-projections W^DQ and W^DKV" if m.q_lora_rank
+                                                         is not None else "W^Q and the down-projection W^DKV"),
         output_note=("W^DQ and W^DKV run on the local s/TP tokens (TE 'duplicated' Linear); in FP8 each of the "
                      "two unfused GEMMs keeps its own quantized copy unless fused (linear_qkv_down_proj) "
                      "or layernorm recompute makes them keep the bf16 original: counted once; "

@@ -31,7 +31,7 @@ __all__ = [
     "decoder_layer_tensors", "embedding_tensors", "head_tensors", "mtp_tensors", "mtp_embedding_copy",
     "tied_head_copy",
     "model_values", "block_names",
-    "MLA_EQUATIONS", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
+    "MLA_EQUATIONS", "mla_equation", "BLOCKS", "ATTENTION", "DENSE_FFN", "MOE", "NORMS",
 ]
 
 
@@ -392,14 +392,17 @@ def model_values(m: ModelConfig) -> dict:
     return vals
 
 
-#: MLA, as in the paper (its eqs. following DeepSeek-V2 App. C); LaTeX built from the registry
-def _mla_equations() -> list[tuple[str, str]]:
+#: MLA, as in the paper (its eqs. following DeepSeek-V2 App. C); LaTeX built from the registry.  ``mla-q`` is the
+#: query of a model that compresses queries; :func:`mla_equation` gives a model without query compression its own
+def _mla_equations(q_latent: bool = True) -> list[tuple[str, str]]:
     L = lambda k: latex(sym(k))  # noqa: E731 - tiny local alias for readability
     dh, dhR = L("d_h"), L("d_hR")
+    # the queries' up-projections read the query latent c^Q_t, or h_t itself where queries are not compressed
+    wq, src = (r"W^{UQ}", r"c^Q_t") if q_latent else (r"W^{Q}", r"h_t")
     return [
         ("mla-cq", r"c_t^{Q} = W^{DQ} h_t \in \mathbb{R}^{" + L("d_cq") + "}"),
-        ("mla-q", r"\begin{aligned}[q^C_{t,1};\dots;q^C_{t,n_h}] &= W^{UQ} c^Q_t,\qquad "
-                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} c^Q_t),\\ "
+        ("mla-q", r"\begin{aligned}[q^C_{t,1};\dots;q^C_{t,n_h}] &= " + wq + " " + src + r",\qquad "
+                  r"[q^R_{t,1};\dots;q^R_{t,n_h}] = \mathrm{RoPE}(W^{QR} " + src + r"),\\ "
                   r"q_{t,i} &= [q^C_{t,i}; q^R_{t,i}] \in \mathbb{R}^{" + dh + "+" + dhR + r"}\end{aligned}"),
         ("mla-ckv", r"c_t^{KV} = W^{DKV} h_t \in \mathbb{R}^{" + L("d_c") + "}"),
         ("mla-k", r"[k^C_{t,1};\dots;k^C_{t,n_h}] = W^{UK} c^{KV}_t,\quad "
@@ -411,3 +414,15 @@ def _mla_equations() -> list[tuple[str, str]]:
 
 
 MLA_EQUATIONS: list[tuple[str, str]] = _mla_equations()
+_MLA_DIRECT_QUERY = dict(_mla_equations(q_latent=False))
+
+
+def mla_equation(label: str, m: ModelConfig) -> str:
+    """The MLA equation ``label`` (``mla-q``, ``mla-k``, ...) of :data:`MLA_EQUATIONS` as it holds for ``m``: without
+    query compression (``q_lora_rank`` null, DeepSeek-V2-Lite) ``W^{Q}`` and ``W^{QR}`` read ``h_t``; the query
+    latent's own equation ``mla-cq`` is then no equation of ``m`` (a :class:`ValueError`)."""
+    if m.q_lora_rank is not None:
+        return dict(MLA_EQUATIONS)[label]
+    if label == "mla-cq":
+        raise ValueError(f"{m.name} compresses no query (q_lora_rank is null): it has no query latent c^Q")
+    return _MLA_DIRECT_QUERY[label]

@@ -1,7 +1,7 @@
 """Which optional blocks a model has, and the words that belong to each: one table.
 
 A model is built from blocks that some models have and others lack: multi-head latent attention
-(with its latents and its RoPE split) or grouped-query attention, MoE layers, shared experts, the
+(with its latents, its query compression and its RoPE split) or grouped-query attention, MoE layers, shared experts, the
 router's bias buffer, MTP modules, dense-FFN layers.  :func:`model_blocks` says which of them a
 model has, read from its config; :data:`VOCABULARY` lists, per block, the words (regular
 expressions) that describe it, so that a text written for a model may use them only when the
@@ -26,6 +26,7 @@ __all__ = ["BLOCK_NAMES", "VOCABULARY", "SYMBOLS", "MODULE_BLOCKS", "model_block
 #: each optional block and what it is, in words
 BLOCK_NAMES = {
     "mla": "multi-head latent attention (latent key-value and query projections)",
+    "q_latent": "query compression (MLA's query latent, its norm and up-projection)",
     "rope_split": "decoupled RoPE (a RoPE part of the query and one RoPE key shared by the heads)",
     "gqa": "grouped-query (or multi-head) attention",
     "moe": "mixture-of-experts layers (router, routed experts, expert parallelism)",
@@ -38,8 +39,10 @@ BLOCK_NAMES = {
 
 #: block -> regular expressions of the words that may appear in a text only for a model with the block
 VOCABULARY: dict[str, tuple[str, ...]] = {
-    "mla": (r"\bMLA\b", r"multi-head latent attention", r"\blatents?\b", r"W\^\{?(?:DKV|UK|UV|DQ|UQ)\b",
-            r"\bkv_b_proj\b", r"\bq_b_proj\b", r"\bkv_a_proj", r"\bq_a_proj\b", r"c\^\{?KV\}?", r"mla_up_proj"),
+    "mla": (r"\bMLA\b", r"multi-head latent attention", r"\blatents?\b", r"W\^\{?(?:DKV|UK|UV)\b",
+            r"\bkv_b_proj\b", r"\bkv_a_proj", r"c\^\{?KV\}?", r"mla_up_proj"),
+    "q_latent": (r"W\^\{?(?:DQ|UQ)\b", r"\bq_b_proj\b", r"\bq_a_proj\b", r"c\^\{?Q\}?", r"query latent",
+                 r"query compression", r"d_\{?c'"),
     "rope_split": (r"decoupled RoPE", r"RoPE key", r"W\^\{?(?:QR|KR)\}?", r"d_h\^R", r"\bd\^\{?R\}?_\{?h"),
     "gqa": (r"grouped-query", r"\bGQA\b", r"key-value heads"),
     "moe": (r"\bMoE\b", r"\bexperts?\b", r"\brouter\b", r"\brouted\b", r"\ball-to-all\b",
@@ -53,7 +56,8 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
 
 #: block -> the registry symbols (:data:`memlib.core.symbols.REGISTRY` keys) only a model with it has
 SYMBOLS: dict[str, tuple[str, ...]] = {
-    "mla": ("d_h", "d_v", "d_cq", "d_c"),
+    "mla": ("d_h", "d_v", "d_c"),
+    "q_latent": ("d_cq",),
     "rope_split": ("d_hR",),
     "gqa": ("n_kv", "d_head"),
     "moe": ("h_E", "N", "N_r", "n_g", "k_g", "EP", "ETP", "EDP", "L_moe", "P_e", "P_ne"),
@@ -80,6 +84,7 @@ def model_blocks(m: ModelConfig, paper: bool = False) -> frozenset[str]:
     paper's: pass :func:`memlib.paper.is_paper_model`)."""
     has = {
         "mla": m.attention == "mla",
+        "q_latent": m.attention == "mla" and m.q_lora_rank is not None,
         "rope_split": m.attention == "mla" and bool(m.qk_rope_head_dim),
         "gqa": m.attention != "mla",
         "moe": m.has_moe,
@@ -104,5 +109,5 @@ def words_of_lacking_blocks(text: str, m: ModelConfig, paper: bool = False) -> l
         for pattern in VOCABULARY[block]:
             # a word said to be absent ("no shared expert", "has no MLA", "without MTP") is not about the block
             found += [(m_.start(), block, m_.group(0)) for m_ in re.finditer(pattern, text)
-                      if not re.search(r"\b(?:no|without)\s+$", text[max(0, m_.start() - 9):m_.start()])]
+                      if not re.search(r"\b(?:no|without)\s+$", text[max(0, m_.start() - 9):m_.start()], re.I)]
     return [(b, w) for _, b, w in sorted(found)]

@@ -92,7 +92,8 @@ def _listed(items: list[str], serial: bool) -> str:
 
 def _paper_words(own: frozenset) -> str:
     mla = "mla" in own
-    split = "W^UQ, W^UK, W^UV, W^O" if mla else "W^Q, W^K, W^V, W^O"
+    query = "W^UQ" if "q_latent" in own else "W^Q"        # the queries' projection, from c^Q or from h
+    split = f"{query}, W^UK, W^UV, W^O" if mla else "W^Q, W^K, W^V, W^O"
     repl = (["down-projections", "W^QR"] if mla else []) + ["norms"] + (["router"] if "moe" in own else []) + (
         ["shared experts"] if "shared_experts" in own else [])
     return (f"the paper's convention (arXiv 2502.07846 §3): {split} TP-split; "
@@ -102,7 +103,8 @@ def _paper_words(own: frozenset) -> str:
 def _megatron_words(own: frozenset) -> str:
     split = (["dense FFN"] if "dense_layers" in own else []) + (
         ["shared experts"] if "shared_experts" in own else []) + ["the vocab-parallel embedding/head"]
-    return ("Megatron-Core: " + ("W^QR split with W^UQ; " if "mla" in own else "") + f"{_listed(split, False)} TP-split"
+    query = "W^UQ" if "q_latent" in own else "W^Q"
+    return ("Megatron-Core: " + (f"W^QR split with {query}; " if "mla" in own else "") + f"{_listed(split, False)} TP-split"
             + ("; MTP on the last stage" if "mtp" in own else ""))
 
 

@@ -113,7 +113,11 @@ def mla_values(est: Estimate) -> dict[str, str]:
         "d_c": fmt_count(m.kv_lora_rank),
         "d_cq": fmt_count(m.q_lora_rank) if s["q_compression"] else "null: this model projects queries directly",
         "head_dims": "the same" if m.qk_nope_head_dim == m.v_head_dim else "different",
-        "mla_matrices": fmt_count(b["mla_matrix_count"]), "mla_norms": fmt_count(b["mla_norm_count"]),
+        "mla_matrices": fmt_count(b["mla_matrix_count"]),
+        "mla_norms": fmt_count(b["mla_norm_count"]) + (" latent RMSNorm" if b["mla_norm_count"] == 1
+                                                        else " latent RMSNorms"),
+        "attention_beside": "" if (other := _contrast(m)) is None
+        else f", beside {model_name(other)}'s, which projects its queries the other way",
         "qk_width": fmt_count(w["qk"]), "rope_share": pct(w["rope_share"], 1, 1),
         "kv_cache_width": fmt_count(w["kv_cache"]), "mha_kv_width": fmt_count(w["mha_kv"]),
     }
@@ -174,10 +178,16 @@ def _shape_num(shape) -> str:
     return "[" + ", ".join(fmt_count(d) for d in shape) + "]"
 
 
+def _contrast(m) -> str | None:
+    """The preset the attention table sets beside ``m``: the one that projects its queries the other way, for a
+    model that compresses its queries (a book without query compression tabulates no query latent)."""
+    return sm.contrasting_preset(m) if m.q_lora_rank is not None else None
+
+
 def attention_table(est: Estimate) -> str:
-    """The MLA tensors of the book's model and of the preset that projects its queries the other
-    way: symbolic shape = numeric shape, and the Hugging Face parameter."""
-    ms = [est.model] + [n for n in [sm.contrasting_preset(est.model)] if n]
+    """The MLA tensors of the book's model and, for a model that compresses its queries, of the preset that
+    projects them directly (:func:`_contrast`): symbolic shape = numeric shape, and the Hugging Face parameter."""
+    ms = [est.model] + [n for n in [_contrast(est.model)] if n]
     rows = []
     for r in sm.attention_shapes(ms):
         t0 = r["tensor"]

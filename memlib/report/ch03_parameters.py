@@ -19,7 +19,7 @@ from ..data.reference import PAPER
 from ..scenarios import models as sm
 from ..config.precision import RECIPES
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
-from .format import (
+from .format import (counted, number_word,
     fmt_billions, fmt_bytes, fmt_count, fmt_decimal, join_and, layer_word, layout_text, md_table, model_name, pct,
     span, tex,
 )
@@ -220,7 +220,7 @@ def paper_values(est: Estimate) -> dict[str, str]:
         "moe_gib_from_rounded": fmt_decimal(moe["gib_from_rounded"], 3) + " GiB",
         "moe_rounded_b": fmt_billions(moe["params"]),
         "disagree": join_and(disagree) or "none",
-        "disagree_n": fmt_count(len(disagree)),
+        "disagree_n": number_word(len(disagree)),
         "paper_stage0": PAPER["table4"]["0"]["params"],
         "stage0_sum_terms": " + ".join(p for _, p in s0["terms"]) + " = " + fmt_decimal(s0["sum"], 2) + "B",
         "stage0_sum_is_printed": "is" if pp.rounds_to(s0["sum"], PAPER["table4"]["0"]["params"]) else "is not",
@@ -336,7 +336,7 @@ def _official_intro(m) -> str:
     n = len(pp.official(m))
     if n == 0:
         return f"DeepSeek publishes no parameter counts for {model_name(m)}, so there is nothing to set beside these."
-    what = "one figure" if n == 1 else f"{fmt_count(n)} figures"
+    what = counted(n, "figure")
     return (f"DeepSeek states {what} for {model_name(m)} (model cards, reports, weights documentation). Beside "
             "each, the counts memlib computes for what it is about, whether a count rounds or truncates to the "
             "printed digits, and the one closest to it:")

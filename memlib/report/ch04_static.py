@@ -20,7 +20,7 @@ from ..config.precision import RECIPES
 from ..core.symbols import SYMBOLS
 from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
-from .format import (fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, ratio, span, tex)
+from .format import (counted, fmt_bytes, fmt_count, join_and, number_word, layout_text, math, md_table, model_name, pct, ratio, span, tex)
 from .notation import chapter_notation
 
 __all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
@@ -66,18 +66,14 @@ def _stages_text(indices: list[int]) -> str:
     return ("stage " if len(indices) == 1 else "stages ") + join_and(parts)
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{fmt_count(n)} {one if n == 1 else (many or one + 's')}"
-
-
 def _holds(row: dict, profile: str = "paper") -> str:
     """What a stage's device holds, in words: its layers and the ends of the model."""
     blocks = row[profile]["blocks"]
     parts = []
     if row["dense"]:
-        parts.append(_plural(row["dense"], "dense layer"))
+        parts.append(counted(row["dense"], "dense layer"))
     if row["moe"]:
-        parts.append(_plural(row["moe"], "MoE layer"))
+        parts.append(counted(row["moe"], "MoE layer"))
     if row["first"]:
         parts.append("the embedding")
     if "final_norm" in blocks:
@@ -134,11 +130,12 @@ def values(est: Estimate) -> dict[str, str]:
         "first_stage": fmt_count(rows[0]["stage"]), "last_stage": fmt_count(rows[-1]["stage"]),
         "layout": layout_text(part.layout), "layout_rule": _LAYOUT_RULES[layout["rule"]]
         + (_DEFAULT_FITS[layout["default_fits"]] if layout["rule"] != "default" else ""),
-        "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": _plural(ex["moe_layers"], "MoE layer"),
+        "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": counted(ex["moe_layers"], "MoE layer"),
         "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
         "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
-        "shared_clause": (f" and the {fmt_count(ex['shared'])} {shared_word}" if ex["shared"] else "")
-        + f", so {_plural(ex['per_layer'], 'expert')}",
+        "shared_clause": (f" and the {'' if ex['shared'] == 1 else number_word(ex['shared']) + ' '}{shared_word}"
+                          if ex["shared"] else "")
+        + f", so {counted(ex['per_layer'], 'expert')}",
         "experts_per_device": fmt_count(ex["per_device"]),
         **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
         **{T6_KEYS[r] + "_gib": fmt_bytes(n) for r, n in b6.items()},
@@ -156,7 +153,7 @@ def values(est: Estimate) -> dict[str, str]:
         "expert_majority": _majority(est),
         "diff_wqr": fmt_count(pc["wqr"]), "diff_shared": fmt_count(pc["shared"]), "diff_stage": fmt_count(pc["stage"]),
         "diff_stage_gib": fmt_bytes(pc["stage_bytes"]), "megatron_stage_gib": fmt_bytes(pc["megatron_stage_bytes"]),
-        "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (_plural(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
+        "mtp": fmt_count(pc["mtp"]), "mtp_note": "this model has " + (counted(m.num_nextn_predict_layers, "MTP module") if pc["has_mtp"] else "none"),
         "final_norm": fmt_count(pc["final_norm"]), "last_paper": fmt_count(pc["paper_last"]),
         "last_megatron": fmt_count(pc["megatron_last"]),
         "last_change": (f"grows, although its {attention_name(m)} and {shared_word} shrink" if pc["last_grows"]
@@ -183,7 +180,7 @@ def _block_words(est: Estimate, row: dict, moe: list[int]) -> dict[str, str]:
                             + ("hold only MoE layers" if "dense" in m.layer_kinds
                                else "hold MoE layers and neither the embedding nor the head") + ", the kind "
                             "of stage the paper analyses; we take the device of the first of them, stage "
-                            f"{fmt_count(i)} with {_plural(row['moe'], 'MoE layer')}, as the example."),
+                            f"{fmt_count(i)} with {counted(row['moe'], 'MoE layer')}, as the example."),
                 "every_intro": "The paper stops at the MoE-only stages; memlib counts every stage.",
                 "computes": "the paper's Table 5 (the parallel configuration) and Table 6 (static parameters per device)",
                 "fig_majority": "The routed experts are more than half of a device's parameters on "

@@ -15,7 +15,7 @@ from ..paper import activations as pact
 from ..scenarios import activations as sact
 from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, in_unit, new_figure,
                       plain_log_ticks)
-from .format import (fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+from .format import (number_word, fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math, zero_name)
 from .notation import chapter_notation
 
@@ -84,7 +84,7 @@ def _block_words(m) -> dict[str, str]:
                  + (", and the shared experts, which see every token:" if shared else ":"))
     else:
         intro = "The dense FFN, which sees every token:"
-    whole = (["the key-value latent (and the query latent where the queries are compressed)"] if mla else []) \
+    whole = (["the key-value latent"] if mla else []) + (["the query latent"] if mla and m.q_lora_rank else []) \
         + (["the router"] if m.has_moe else []) + (["the shared experts"] if m.has_moe and shared else [])
     listed = join_and(whole)
     layer = _layer_name(m)
@@ -141,7 +141,7 @@ def values(est: Estimate) -> dict[str, str]:
         "e_token": fmt_number(tokens["e_token"]), "paper_tokens": fmt_count(tokens["paper"]),
         "held_tokens": fmt_number(tokens["held"]), "held_more": "more" if tokens["held_exceeds"] else "no more",
         # the attention scores
-        "scores_count": fmt_count(split["tensors"]), "scores_layer": fmt_bytes(split["quadratic"]),
+        "scores_count": number_word(split["tensors"]), "scores_layer": fmt_bytes(split["quadratic"]),
         "scores_share": pct(split["share"], 1), "scores_verb": "dominate" if split["dominates"] else "do not dominate",
         "crossover": fmt_count(cross["s"]) if cross else "no",
         # policies
@@ -165,10 +165,10 @@ def paper_values(est: Estimate) -> dict[str, str]:
     if not is_paper_model(est.model):
         return {}
     summary = pact.formula_summary(pact.formula_checks(est))
-    n = fmt_count(summary["formulas"])
+    n = number_word(summary["formulas"])
     return {"formulas": n,
             "formulas_equal": f"all {n} equal the ledger's sum" if summary["all_equal"]
-            else f"{fmt_count(summary['equal'])} of the {n} equal the ledger's sum",
+            else f"{number_word(summary['equal'])} of the {n} equal the ledger's sum",
             "formulas_verdict": "reproduces" if summary["all_equal"] else "does not reproduce",
             "formulas_rounding": f"does not act, since {ROUTED_DIVISOR} divides {ROUTED_COPIES}" if summary["exact"]
             else f"acts, since {ROUTED_DIVISOR} does not divide {ROUTED_COPIES}"}
@@ -439,7 +439,7 @@ def routed_count_values(cmp: dict) -> dict[str, str]:
         return {"rc_paper": "0", "rc_held": "0", "rc_ratio": "—", "rc_layer_paper": fmt_bytes(0),
                 "rc_layer_held": fmt_bytes(0), "rc_added": fmt_bytes(0),
                 "rc_claim": "a model without routed experts routes no token, so neither count applies to it"}
-    times = fmt_decimal(cmp["ratio"], 0 if cmp["ratio"].denominator == 1 else 2)
+    times = number_word(int(cmp["ratio"])) if cmp["ratio"].denominator == 1 else fmt_decimal(cmp["ratio"], 2)
     return {"rc_paper": fmt_count(p["tokens"]), "rc_held": fmt_count(h["tokens"]), "rc_ratio": times,
             "rc_layer_paper": fmt_bytes(p["layer_routed"]), "rc_layer_held": fmt_bytes(h["layer_routed"]),
             "rc_added": fmt_bytes(cmp["added"]),

@@ -255,9 +255,10 @@ def clauses(est: Estimate) -> dict[str, str]:
                              if "router_bias" in own else ""))
     rope = ("the shared RoPE key expanded to every head" if "rope_split" in own
             else "the keys and values repeated to every query head" if "gqa" in own else "one per head")
+    latents = "latents $c^Q$ and $c^{KV}$ before their norm" if "q_latent" in own else "latent $c^{KV}$ before its norm"
     te_norms = "its input and one FP32 `rsigma` per token" + (
-        "; its fused norm and linear of the latents keeps the normalised output for the weight gradient and the "
-        "latents $c^Q$ and $c^{KV}$ before their norm, which the table counts with the MLA latents and projections"
+        f"; its fused norm and linear of the {latents.split(' ')[0]} keeps the normalised output for the weight "
+        f"gradient and the {latents}, which the table counts with the MLA latents and projections"
         if "mla" in own else "")
     return {"mini_keeps": join_and(keep) if keep else "its blocks", "params_method": params, "rope_copies": rope,
             "k_norms_te": te_norms,

@@ -13,7 +13,7 @@ from ..scenarios.deepseek import GPU as RECIPE_GPU, deepseek_recipe
 from ..search.cost import EFFICIENCY, GPU_SOURCES, GPUS, NETWORK_ETA, TIE_BAND
 from ..search.plan import PRACTICAL, SPACE_RULES, fine_grained
 from .figures import STEP_TICKS, CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
-from .format import (fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
+from .format import (counted, fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
                      signed_pct, zero_name)
 
 __all__ = ["values", "recipe_values", "RECIPE_KEYS", "rules_table", "gpus_table", "validation_table", "fits_table",
@@ -80,7 +80,7 @@ def values(model: ModelConfig | str) -> dict[str, str]:
         "seq_len": fmt_count(sf.grid(model, sf.GPU_COUNTS[0]).seq_len), "cap": f"{DEVICE_PRODUCT_GB[MAIN]} GB",
         "fit": fmt_count(main.fitting), "best": _config(main.best, main.best_layout_rule) if main.best else "nothing",
         "best_step": _s(main.best_step_s), "best_peak": fmt_bytes(main.best_peak, UNIT) if main.best else "—",
-        "tied": fmt_count(main.tied), "tie_band": _pct(TIE_BAND),
+        "tied": f"{counted(main.tied, 'configuration')} {'is' if main.tied == 1 else 'are'}", "tie_band": _pct(TIE_BAND),
         "smallest_peak": fmt_bytes(main.smallest_peak, UNIT) if main.smallest_peak is not None else "—",
         "profile": sp["profiles"][0], "precision": sp["precisions"][0], "recomputes": join_and(sp["recomputes"]),
         "schedules": join_and(sp["schedules"]), "cp_tokens": fmt_count(PRACTICAL.min_cp_tokens),

@@ -21,11 +21,11 @@ from ..config import ModelConfig
 from ..config.strategies import ZeroStage
 from ..core.symbols import SYMBOLS, latex, latex_lines
 from ..core.units import UNITS, GiB, MiB, fmt_billions, fmt_bytes, fmt_count, fmt_decimal
-from ..core.words import join_and
+from ..core.words import counted, join_and, number_word
 
 __all__ = ["fmt_billions", "fmt_bytes", "fmt_count", "fmt_decimal", "pct", "ratio", "span", "layout_text", "wrapped_math",
            "signed_bytes", "rounded", "fmt_difference", "md_table", "tex", "sym_tex", "math", "model_name", "MODEL_NAMES", "DASH",
-           "yes_no", "join_and", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "percent", "PERCENT_SIGN", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
+           "yes_no", "join_and", "number_word", "counted", "zero_name", "fmt_exact", "fmt_number", "fmt_float", "percent", "PERCENT_SIGN", "fmt_percent", "fmt_rate", "signed_pct", "fmt_size", "fmt_capacity", "typeset", "ascii_symbols", "architecture_note"]
 
 DASH = "–"  # en dash: ranges of layers and stages
 

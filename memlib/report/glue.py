@@ -139,10 +139,14 @@ def glue_equations(names, model, train=None) -> None:
     :func:`equation_key` and the label :func:`equation_label`): the same LaTeX ``memlib formula NAME
     --latex`` prints."""
     from ..config import load_model
-    from ..formulas import equation
+    from ..formulas import FORMULAS, equation
+    from ..model.blocks import model_blocks
 
-    mla = load_model(model).attention == "mla"
+    m = load_model(model)
+    own = model_blocks(m) | {"paper"}
     for name in names:
-        # MLA's equations for a model without MLA: a placeholder, in a section that model's book drops
-        latex = r"\text{—}" if name.startswith("mla.") and not mla else equation(name, model, train)
-        glue_math(equation_key(name), latex)
+        # the equation of a block the model lacks (MLA's without MLA, the query latent's without query compression):
+        # a placeholder, in a section or an {only} block that model's book drops
+        f = FORMULAS[name]
+        lacks = not f.needs <= own or (name.startswith("mla.") and m.attention != "mla")
+        glue_math(equation_key(name), r"\text{—}" if lacks else equation(name, m, train))

@@ -7,10 +7,8 @@ Nothing here computes a quantity.
 """
 from __future__ import annotations
 
-import re
 
 from ..config import ConfigError, TrainingConfig, load_model
-from ..core.symbols import REGISTRY, SYMBOLS
 from ..core.units import GiB
 from ..config.strategies import FP8_RECIPES, ZeroStage
 from ..formulas import book_formulas, equation, value, value_unit
@@ -38,25 +36,17 @@ def _value_text(name: str, model, train: TrainingConfig | None) -> str | None:
     return fmt_count(v)
 
 
-def _names(tex: str, symbol: str) -> bool:
-    """Whether the LaTeX ``tex`` writes the symbol ``symbol`` (braces aside: ``d_{c'}`` is ``d_c'``)."""
-    flat = tex.replace("{", "").replace("}", "")
-    return re.search(re.escape(symbol.replace("{", "").replace("}", "")) + r"(?![\w'])", flat) is not None
-
-
 def equations(model, train: TrainingConfig | None = None) -> str:
     """Every numbered equation in the book's order, each typeset as the book displays it (unnumbered here)
     under a line with its number, what it counts, its name for ``memlib formula`` and its value in ``train``
     (default: the paper's configuration; a stage's symbols are those of the stage the paper analyses), described in
     the words of the model's blocks (:meth:`memlib.formulas.Formula.description_for`).  An equation of a block the
-    model lacks (:attr:`memlib.formulas.Formula.needs`: MLA's, a dense FFN's for a model without dense layers) or
-    of another attention is left out, as its chapter leaves it out, and so is one that counts nothing for the
-    model (the attention parameters TP replicates, under grouped-query attention)."""
+    model lacks (:attr:`memlib.formulas.Formula.needs`: MLA's, the query latent's without query compression, a
+    dense FFN's for a model without dense layers) or of another attention is left out, as its chapter leaves it
+    out, and so is one that counts nothing for the model (the attention parameters TP replicates, under
+    grouped-query attention)."""
     m = load_model(model)
     own = model_blocks(m)
-    # the model's null widths and counts, by a symbol no other reads as (a subscript or a prime: not a bare N)
-    unset = [n.key for n in REGISTRY if n.kind == "model" and n.field and getattr(m, n.field, None) is None
-             and any(c in n.latex for c in "_^'")]
     numbers = equation_numbers(model if isinstance(model, str) else m.name)
     out = []
     for f in book_formulas():
@@ -68,8 +58,6 @@ def equations(model, train: TrainingConfig | None = None) -> str:
         try:
             tex = equation(f.name, m, train)
         except ConfigError:
-            continue
-        if any(_names(tex, SYMBOLS[k].latex) for k in unset):   # a width the model leaves null (V2-Lite's d_c')
             continue
         v = _value_text(f.name, m, train) if value_unit(f.name) != "latex" else None
         if v == "0":                               # a count of a block the model lacks (GQA replicates nothing)

@@ -45,10 +45,12 @@ def test_the_blocks_of_each_family():
     """Hand-read from the model cards: V3 has every DeepSeek block (MTP, router bias, 3 dense layers), V2
     neither MTP nor the bias, V2-Lite no query compression but the RoPE split; Mixtral is GQA and MoE
     without shared experts or dense layers; Llama is dense GQA."""
-    blocks = {m: model_blocks(load_model(m)) for m in ("deepseek-v3", "deepseek-v2", "mixtral-8x7b", "llama-3-8b",
-                                                        "qwen3-30b-a3b")}
-    assert blocks["deepseek-v3"] == {"mla", "rope_split", "moe", "shared_experts", "router_bias", "mtp", "dense_layers"}
-    assert blocks["deepseek-v2"] == {"mla", "rope_split", "moe", "shared_experts", "dense_layers"}
+    blocks = {m: model_blocks(load_model(m)) for m in ("deepseek-v3", "deepseek-v2", "deepseek-v2-lite", "mixtral-8x7b",
+                                                        "llama-3-8b", "qwen3-30b-a3b")}
+    assert blocks["deepseek-v3"] == {"mla", "q_latent", "rope_split", "moe", "shared_experts", "router_bias", "mtp",
+                                     "dense_layers"}
+    assert blocks["deepseek-v2"] == {"mla", "q_latent", "rope_split", "moe", "shared_experts", "dense_layers"}
+    assert blocks["deepseek-v2-lite"] == blocks["deepseek-v2"] - {"q_latent"}
     assert blocks["mixtral-8x7b"] == blocks["qwen3-30b-a3b"] == {"gqa", "moe"}
     assert blocks["llama-3-8b"] == {"gqa", "dense_layers"}
     assert book_blocks("deepseek-v3") == blocks["deepseek-v3"] | {"paper"}

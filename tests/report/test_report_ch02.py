@@ -55,9 +55,29 @@ def test_another_models_chapter_is_about_that_model(model):
 
 def test_v2_lite_has_no_query_compression():
     v = ch.mla_values(est("deepseek-v2-lite"))
-    assert v["mla_matrices"] == "7" and v["mla_norms"] == "1" and v["d_cq"].startswith("null")
+    assert v["mla_matrices"] == "7" and v["mla_norms"] == "1 latent RMSNorm" and v["attention_beside"] == ""
     assert ch.other_values(est("deepseek-v2-lite"))["name"] == "DeepSeek-V2"
-    assert "$W^{Q}$" in ch.attention_table(est("deepseek-v2-lite"))
+    # its own tensors only: no query latent of another model in the book of a model without one
+    table = ch.attention_table(est("deepseek-v2-lite"))
+    assert "$W^{Q}$" in table and "W^{DQ}" not in table and "DeepSeek-V2 " not in table.replace("V2-Lite", "")
+    # DeepSeek-V3's book sets V2-Lite's direct query projection beside its own query latent
+    v3 = ch.attention_table(est("deepseek-v3"))
+    assert "$W^{Q}$" in v3 and "W^{DQ}" in v3 and "DeepSeek-V2-Lite" in v3
+    assert ch.mla_values(est("deepseek-v3"))["attention_beside"] == (
+        ", beside DeepSeek-V2-Lite's, which projects its queries the other way")
+
+
+def test_the_query_equation_is_the_models_own():
+    """V2-Lite projects h_t to its queries (W^Q, W^QR reading h_t); V3 up-projects its query latent c^Q_t; a model
+    without a query latent has no equation for one (a one-line error naming the formula)."""
+    from memlib.config import ConfigError
+    from memlib.formulas import equation
+
+    lite, v3 = equation("mla.q", "deepseek-v2-lite"), equation("mla.q", "deepseek-v3")
+    assert "W^{Q} h_t" in lite and r"\mathrm{RoPE}(W^{QR} h_t)" in lite and "c^Q" not in lite
+    assert "W^{UQ} c^Q_t" in v3 and r"\mathrm{RoPE}(W^{QR} c^Q_t)" in v3
+    with pytest.raises(ConfigError, match="formula=mla.cq: deepseek-v2-lite compresses no query"):
+        equation("mla.cq", "deepseek-v2-lite")
 
 
 def test_the_comparison_shows_every_preset_in_every_book():

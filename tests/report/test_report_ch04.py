@@ -69,7 +69,7 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
     v = ch.values(est)
     assert (v["largest_stages"], v["analysed_largest"], v["expert_majority"]) == (
         "stages 1–14", "is one of them", "every stage except stage 0")
-    assert v["last_change"].startswith("grows") and v["mtp_note"] == "this model has 1 MTP module"
+    assert v["last_change"].startswith("grows") and v["mtp_note"] == "this model has one MTP module"
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
@@ -87,7 +87,7 @@ def test_another_models_chapter_has_no_deepseek_v3_number(model):
 def test_deepseek_v2_lite_words():
     v = ch.values(estimate("deepseek-v2-lite", paper_training("deepseek-v2-lite")))
     assert v["largest_stages"] == "stage 15" and v["expert_majority"] == "every stage except stages 0 and 15"
-    assert v["shared_word"] == "shared experts" and v["first_holds"] == "1 dense layer and the embedding"
+    assert v["shared_word"] == "shared experts" and v["first_holds"] == "one dense layer and the embedding"
     assert "runs out of layers" in v["layout_rule"]
 
 

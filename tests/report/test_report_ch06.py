@@ -64,7 +64,7 @@ def test_deepseek_v3_chapter_has_the_papers_numbers():
         ("24,671,158,272", "22.98 GiB", "235,143,168", "224.25 MiB")
     assert (v["crossover"], v["scores_verb"], v["mla_most"], v["paper_tokens"], v["held_tokens"]) == \
         ("610", "dominate", "most", "4,096", "16,384")
-    assert ch.paper_values(e) == {"formulas": "9", "formulas_equal": "all 9 equal the ledger's sum",
+    assert ch.paper_values(e) == {"formulas": "nine", "formulas_equal": "all nine equal the ledger's sum",
                                   "formulas_verdict": "reproduces",
                                   "formulas_rounding": "does not act, since the product of the expert- and context-parallel sizes divides a micro-batch's routed token copies"}
     # the formula check says "equal" on every row; the routed-token count the paper's differs from is stated
@@ -82,7 +82,7 @@ def test_the_formula_check_says_differs(monkeypatch):
     monkeypatch.setattr(pa, "PAPER_ACTIVATION_FORMULAS", wrong)
     table = ch.formula_check_table(e)
     assert table.count("| equal |") == 8 and table.count("**differs**") == 1
-    assert ch.paper_values(e)["formulas_equal"] == "8 of the 9 equal the ledger's sum"
+    assert ch.paper_values(e)["formulas_equal"] == "eight of the nine equal the ledger's sum"
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2", "deepseek-v2-lite"])
@@ -126,8 +126,8 @@ def test_routed_count_table_shows_both_counts_in_gib():
     assert "| routed token copies on one device | 4,096 | 16,384 |" in table
     assert "| routed tensors of one MoE layer, one micro-batch | 0.14 GiB | 0.58 GiB |" in table
     v = ch6.routed_count_values(c)
-    assert (v["rc_ratio"], v["rc_added"]) == ("4", "26.02 GiB")
-    assert v["rc_claim"] == "16,384 instead of the paper's 4,096, 4 times as many"
+    assert (v["rc_ratio"], v["rc_added"]) == ("four", "26.02 GiB")
+    assert v["rc_claim"] == "16,384 instead of the paper's 4,096, four times as many"
     same = ch6.routed_count_values(routed_count_comparison(
         estimate("deepseek-v3", paper_training("deepseek-v3").with_(ep=2))))     # EP ETP = TP: one count
     assert same["rc_claim"].startswith("under this layout as many as the paper counts, 16,384")

@@ -99,10 +99,12 @@ def test_an_equation_that_counts_nothing_for_the_model_is_left_out():
 
 
 def test_an_equation_of_a_width_the_model_leaves_null_is_left_out():
-    # DeepSeek-V2-Lite projects its queries directly (q_lora_rank: null): no query latent c^Q of width d_c'
+    # DeepSeek-V2-Lite projects its queries directly (q_lora_rank: null): no query latent c^Q of width d_c', and
+    # its chapter 2 numbers its query projection (2.1), the key-value latent (2.2)
     lite, v3 = ch.equations("deepseek-v2-lite"), ch.equations("deepseek-v3")
-    assert "**(2.1)**" in v3 and "**(2.1)**" not in lite
-    assert "**(2.3)**" in lite                      # the key-value latent it has stays
+    assert "c_t^{Q}" in v3 and "c^Q_t" in v3 and "c_t^{Q}" not in lite and "c^Q" not in lite
+    q = lite.split("**(2.1)**")[1].split("**(2.2)**")
+    assert "W^{Q} h_t" in q[0] and "W^{DKV} h_t" in q[1] and "**(2.5)**" in lite and "**(2.6)**" not in lite
 
 
 def test_equation_numbers_follow_what_each_book_shows():
