@@ -67,8 +67,8 @@ lint: $(STAMP)
 
 # PDF via xelatex (see _config.yml `latex:`); run `make pdf-deps` once per machine first.
 pdf: $(STAMP)
-	$(BIN)/jupyter-book build . --all --builder pdflatex
-	@echo "PDF: _build/latex/report.pdf"
+	MEMLIB_BOOK_MODEL=$(MODEL) $(BIN)/jupyter-book build . --all --builder pdflatex $(BOOK_OUT)
+	@echo "PDF: $(if $(MODEL),_build/models/$(MODEL_SLUG)/,)_build/latex/report.pdf"
 
 pdf-deps:
 	apt-get update

@@ -14,7 +14,7 @@ from ..scenarios import models as sm
 from ..model.architecture import block_kinds
 from ..scenarios.dataflow import block_flow, ffn_block
 from .diagrams import flow_diagram
-from .format import architecture_note, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
+from .format import architecture_note, counted, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
 __all__ = ["models", "notation", "values", "mla_values", "gqa_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
@@ -113,9 +113,8 @@ def mla_values(est: Estimate) -> dict[str, str]:
         "d_c": fmt_count(m.kv_lora_rank),
         "d_cq": fmt_count(m.q_lora_rank) if s["q_compression"] else "null: this model projects queries directly",
         "head_dims": "the same" if m.qk_nope_head_dim == m.v_head_dim else "different",
-        "mla_matrices": fmt_count(b["mla_matrix_count"]),
-        "mla_norms": fmt_count(b["mla_norm_count"]) + (" latent RMSNorm" if b["mla_norm_count"] == 1
-                                                        else " latent RMSNorms"),
+        "mla_matrices": counted(b["mla_matrix_count"], "matrix", "matrices"),
+        "mla_norms": counted(b["mla_norm_count"], "latent RMSNorm"),
         "attention_beside": "" if (other := _contrast(m)) is None
         else f", beside {model_name(other)}'s, which projects its queries the other way",
         "qk_width": fmt_count(w["qk"]), "rope_share": pct(w["rope_share"], 1, 1),

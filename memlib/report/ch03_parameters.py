@@ -132,10 +132,10 @@ def values(est: Estimate) -> dict[str, str]:
         "matrices_clause": "matrices" + (f" and {fmt_count(b['mla_latent_norms'])} in the latent norms"
                                          if m.attention == "mla" else ""),
         "norms_kind": "block and latent" if m.attention == "mla" else "block",
-        "mla_split": (f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices and "
+        "mla_split": (f": {fmt_count(b['mla_matrices'])} in the {number_word(b['mla_matrix_count'])} matrices and "
                       f"{fmt_count(b['mla_latent_norms'])} in the latent norms" if m.attention == "mla"
-                      else f", all in its {fmt_count(b['mla_matrix_count'])} matrices" if b["mla_matrices"] == b["mla"]
-                      else f": {fmt_count(b['mla_matrices'])} in the {fmt_count(b['mla_matrix_count'])} matrices"),
+                      else f", all in its {number_word(b['mla_matrix_count'])} matrices" if b["mla_matrices"] == b["mla"]
+                      else f": {fmt_count(b['mla_matrices'])} in the {number_word(b['mla_matrix_count'])} matrices"),
         "norms_clause": ", block and latent together," if m.attention == "mla" else "",
         "attention": attention_name(m),
         "mtp_modules": "one MTP module" if tot["mtp_modules"] == 1 else f"{fmt_count(tot['mtp_modules'])} MTP modules",

@@ -41,7 +41,7 @@ def test_deepseek_v3_values():
     assert (v["l"], v["k_dense"], v["moe_layers"], v["N"], v["N_s"], v["n_mtp"]) == ("61", "3", "58", "256", "1", "1")
     assert (v["qk_width"], v["rope_share"], v["kv_cache_width"], v["mha_kv_width"]) == ("192", "33.3%", "576", "40,960")
     assert v["mtp_module"] == v["mtp_own"] == "11,610,067,968" and v["router_bias"] == "has such a buffer"
-    assert v["mla_matrices"] == "8" and v["d_cq"] == "1,536" and v["head_dims"] == "the same"
+    assert v["mla_matrices"] == "eight matrices" and v["d_cq"] == "1,536" and v["head_dims"] == "the same"
     assert ch.other_values(est("deepseek-v3"))["routed_total"] == "1,664"          # V2-Lite: 26 x 64
     assert not [n for n in V3_NUMBERS if n not in per_model_text("deepseek-v3")]
 
@@ -55,7 +55,7 @@ def test_another_models_chapter_is_about_that_model(model):
 
 def test_v2_lite_has_no_query_compression():
     v = ch.mla_values(est("deepseek-v2-lite"))
-    assert v["mla_matrices"] == "7" and v["mla_norms"] == "1 latent RMSNorm" and v["attention_beside"] == ""
+    assert v["mla_matrices"] == "seven matrices" and v["mla_norms"] == "one latent RMSNorm" and v["attention_beside"] == ""
     assert ch.other_values(est("deepseek-v2-lite"))["name"] == "DeepSeek-V2"
     # its own tensors only: no query latent of another model in the book of a model without one
     table = ch.attention_table(est("deepseek-v2-lite"))
