@@ -25,7 +25,7 @@ from .format import (fmt_billions, fmt_bytes, fmt_capacity, fmt_count, fmt_decim
                      model_name, parallel_kinds, pct, signed_pct, span)
 from .notation import chapter_notation
 
-__all__ = ["PAPER_KEYS", "notation", "values", "paper_values", "library_table", "stages_text",
+__all__ = ["PAPER_KEYS", "notation", "subject", "values", "paper_values", "library_table", "stages_text",
            "answer_values", "capacity_table"]
 
 def notation(est: Estimate) -> str:
@@ -36,6 +36,14 @@ def notation(est: Estimate) -> str:
 def stages_text(stages: list[int]) -> str:
     """Stages as ranges: ``1–14``, ``2–13, 15``."""
     return ", ".join(span(a, b) for a, b in pp.index_runs(stages))
+
+
+def subject(m) -> str:
+    """What the book's question asks about, in the words of the model's kind: 'a DeepSeek-style mixture-of-experts
+    model', 'a dense transformer such as Llama-3-8B' (the landing page and the introduction)."""
+    return ("a DeepSeek-style mixture-of-experts model" if m.has_moe and m.attention == "mla"
+            else f"a mixture-of-experts transformer such as {model_name(m)}" if m.has_moe
+            else f"a dense transformer such as {model_name(m)}")
 
 
 def values(est: Estimate) -> dict[str, str]:
@@ -65,9 +73,7 @@ def values(est: Estimate) -> dict[str, str]:
                              else "the rest from rounding down to the printed digits"),
         "model_gib": fmt_bytes(model_bytes, "GiB"), "model_gb": fmt_bytes(model_bytes, "GB"),
         "moe_layer_params": fmt_count(pp.layer_blocks(m)[f"{kind}_layer"]), "layer_word": word,
-        "subject": ("a DeepSeek-style mixture-of-experts model" if m.has_moe and m.attention == "mla"
-                    else f"a mixture-of-experts transformer such as {model_name(m)}" if m.has_moe
-                    else f"a dense transformer such as {model_name(m)}"),
+        "subject": subject(m),
         "fitted_to": join_and(["layers", "heads"] + (["experts"] if m.has_moe else [])),
         "parallel_kinds": parallel_kinds(m),
         "recipe_chapter": ("checks DeepSeek-V3's own recipe rank by rank and what each of its memory techniques saves" if is_paper_model(m)

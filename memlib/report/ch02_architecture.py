@@ -14,7 +14,7 @@ from ..scenarios import models as sm
 from ..model.architecture import block_kinds
 from ..scenarios.dataflow import block_flow, ffn_block
 from .diagrams import flow_diagram
-from .format import architecture_note, counted, fmt_count, math, md_table, model_name, pct, span, tex, yes_no
+from .format import architecture_note, counted, fmt_count, number_word, math, md_table, model_name, pct, span, tex, yes_no
 from .tables import notation_table
 
 __all__ = ["models", "notation", "values", "mla_values", "gqa_values", "preset_values", "other_values", "attention_table", "layer_pattern_table",
@@ -130,8 +130,8 @@ def gqa_values(est: Estimate) -> dict[str, str]:
         return {k: "—" for k in ("gqa_kv_cache", "gqa_mha_kv", "gqa_group", "gqa_d_head", "gqa_n_kv")}
     w = pp.gqa_widths(m)
     return {"gqa_kv_cache": fmt_count(w["kv_cache"]), "gqa_mha_kv": fmt_count(w["mha_kv"]),
-            "gqa_group": fmt_count(w["group"]), "gqa_d_head": fmt_count(m.head_dim),
-            "gqa_n_kv": fmt_count(m.num_key_value_heads)}
+            "gqa_group": number_word(w["group"]), "gqa_d_head": fmt_count(m.head_dim),
+            "gqa_n_kv": number_word(m.num_key_value_heads)}
 
 
 def _names(xs) -> str:

@@ -15,7 +15,7 @@ from ..paper import activations as pact
 from ..scenarios import activations as sact
 from .figures import (CATEGORY_COLORS, OKABE_ITO, POLICY_COLORS, SMALL_FONT, TEXT_WIDTH, in_unit, new_figure,
                       plain_log_ticks)
-from .format import (number_word, fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
+from .format import (counted, number_word, fmt_bytes, fmt_number, join_and, fmt_count, fmt_decimal, layout_text, math, md_table, model_name, pct, span, tex,
                      wrapped_math, zero_name)
 from .notation import chapter_notation
 
@@ -116,15 +116,15 @@ def values(est: Estimate) -> dict[str, str]:
     held = ("that hold MoE layers only" if "dense" in est.model.layer_kinds
             else "that hold neither the embedding nor the head")
     device = (f"one of stage {fmt_count(i)}, the first of the stages {span(moe[0], moe[-1]) if moe else fmt_count(i)} "
-              f"{held}: it holds {fmt_count(n_layers)} MoE layers" if est.model.has_moe else
-              f"one of stage {fmt_count(i)}, which holds {fmt_count(n_layers)} decoder layers"
+              f"{held}: it holds {counted(n_layers, 'MoE layer')}" if est.model.has_moe else
+              f"one of stage {fmt_count(i)}, which holds {counted(n_layers, 'decoder layer')}"
               + (" after the embedding" if est.partition.stages[i].first else ""))
     return {
         "model": model_name(est.model), "label": t.label(), "stage": fmt_count(i), "device": device,
-        "stage_layers": f"{fmt_count(n_layers)} {_layer_name(est.model)}s",
+        "stage_layers": counted(n_layers, _layer_name(est.model)),
         **_block_words(est.model),
         "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i), "layout": layout_text(est.partition.layout),
-        "layers": fmt_count(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
+        "layers": number_word(pact.moe_layers(est)), "seq_len": fmt_count(t.seq_len), "b": fmt_count(t.micro_batch),
         "tp": fmt_count(t.tp), "ep": fmt_count(t.ep), "etp": fmt_count(t.etp), "cp": fmt_count(t.cp),
         "sp": f"sequence parallelism over the {fmt_count(t.tp)} tensor-parallel ranks" if t9["sp"]
         else "no sequence parallelism",
