@@ -175,7 +175,16 @@ class Validation:
         do not: the report says then where the miss lies, :attr:`post_step_gap` or :attr:`peak_gap`):
 
         * the resumed half of a checkpoint-resume test that keeps more after each step than its first half on the
-          same platform: what loading the checkpoint left allocated, which no training step allocates;
+          same platform: what loading the checkpoint left allocated, which no training step allocates.  Its size
+          is Adam's two moments once more (told beside memlib's ``exp_avg + exp_avg_sq``): Transformer Engine's
+          ``FusedAdam.load_state_dict`` empties each parameter's state and allocates fresh moments into which it
+          copies the loaded ones (``transformer_engine/pytorch/optimizers/fused_adam.py:444-473`` at v2.9,
+          ``set_scaled_state`` -> ``_initialize_state`` ``empty_like``), so the tensors the checkpoint was read
+          into (``init_state_fn``'s for Megatron-Core's mixed-precision optimizer, the state ``DistributedOptimizer``
+          wraps in its ``dp_reshardable`` sharded state dict) are freed only with the loaded state dict of
+          ``load_checkpoint``.  When that happens is not in the logs' reach: most resumed runs, and the same test
+          on another platform or at another commit, free them before their first step, so memlib does not predict
+          them (docs/issue22-findings.md, section 11);
         * a run with the native fused cross-entropy whose gap at the peak is more than its fp32 logits, on a
           container whose PyTorch is older than those on which the same test is within :data:`TARGET`: the
           cross-entropy as that PyTorch compiles it (``jit_fuser`` is ``torch.compile``) holds more fp32 buffers
@@ -187,8 +196,12 @@ class Validation:
             first = next((x for x in goldens() if x.key == g.key and x.file == g.file.replace("_2nd", "")), None)
             if first is not None and first.post_step is not None and \
                     g.post_step - first.post_step >= abs(self.predicted - self.steady) // 2:
+                moments = self.peak.persistent.get("exp_avg", 0) + self.peak.persistent.get("exp_avg_sq", 0)
                 return (f"loading the checkpoint: the resumed half keeps {fmt_bytes(g.post_step - first.post_step, 'MiB', 1)}"
-                        f" more after each step than the first half ({first.file}), which no training step allocates")
+                        f" more after each step than the first half ({first.file}), which no training step allocates;"
+                        f" Adam's two moments once more are {fmt_bytes(moments, 'MiB', 1)} (memlib's exp_avg + "
+                        f"exp_avg_sq): Transformer Engine's FusedAdam.load_state_dict copies the loaded moments into "
+                        f"fresh ones, and the loaded ones stay as long as the loaded state dict")
         t = self.run.train
         logits = self.peak.transient.get("cross_entropy_workspace", 0)
         if t.cross_entropy_loss_fusion and t.cross_entropy_fusion_impl is CrossEntropyFusionImpl.NATIVE and logits \

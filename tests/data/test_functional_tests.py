@@ -264,6 +264,17 @@ def test_misses_named_where_the_logs_name_them(validation):
     assert "2.14 x the fp32 logits" in ce.missing and "25.09" in ce.missing
     resumed = by[("gpt3_mcore_te_tp2_pp2_resume_torch_dist_cp2_nondeterministic", "golden_values_dev_dgx_h100_2nd.json")]
     assert resumed.missing.startswith("loading the checkpoint: the resumed half keeps 173.7 MiB more")
+    # what it keeps is Adam's two moments once more (TE's FusedAdam.load_state_dict copies the loaded ones into fresh
+    # ones): 2 x 4 bytes a parameter without the distributed optimizer, 2 x 4 / DP with it; the TP 4 run keeps them
+    # to the byte (65,992,704 = 2 x 4 x 16,498,176 / 2), the TP 2 PP 2 one 3 MiB more (one more run's spread)
+    assert "Adam's two moments once more are 170.7 MiB" in resumed.missing
+    dist = by[("gpt3_mcore_te_tp4_pp1_resume_torch_dist_dist_optimizer_overlap_grad_reduce",
+               "golden_values_lts_dgx_a100_2nd.json")]
+    first = by[("gpt3_mcore_te_tp4_pp1_resume_torch_dist_dist_optimizer_overlap_grad_reduce",
+                "golden_values_lts_dgx_a100.json")]
+    assert dist.golden.post_step - first.golden.post_step == 65_992_704 == \
+        dist.peak.persistent["exp_avg"] + dist.peak.persistent["exp_avg_sq"]
+    assert "keeps 62.9 MiB more" in dist.missing and "moments once more are 62.9 MiB" in dist.missing
     assert all(c.missing is None for c in ok if c.within_target)
 
 
