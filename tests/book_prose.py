@@ -149,11 +149,14 @@ def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
             drop_level = None
         mark = None if code else re.match(r"^\{\.([\w-]+)\}\s*$", line)
         if mark and mark.group(1) == OTHER_MODELS:
+            level = len(re.match(r"^(#{1,6}) ", lines[next(i for i in range(n + 1, len(lines))
+                                                          if lines[i].strip())]).group(1))
+            if drop_level is not None and level <= drop_level:
+                drop_level = None                  # its heading ends the dropped section before it
             if drop_level is None:                 # kept, between sentinels: its subject is not the book's model
                 if other_level is not None:
                     out.append(CLOSE)
-                other_level = len(re.match(r"^(#{1,6}) ", lines[next(i for i in range(n + 1, len(lines))
-                                                                      if lines[i].strip())]).group(1))
+                other_level = level
                 out.append(OPEN)
             continue
         if h and other_level is not None and len(h.group(1)) <= other_level and out and out[-1] != OPEN:
