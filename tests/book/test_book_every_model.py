@@ -213,3 +213,16 @@ def test_mla_is_spelled_out_where_chapter_12_first_names_it(model):
         before = text[:text.find("M^{A}_{\\mathrm{MLA}}")]
         for symbol in ("$c^{KV}$", "$W^{UK}$", "$d_c$", "$c^Q$", "$d_c'$", "$q^R$", "$k^R$", "$d^R_h$"):
             assert symbol in before, symbol
+
+
+def test_section_marks_are_read_as_the_build_reads_them():
+    """tests/book_prose follows book/_ext: a heading may carry several classes, a tag class drops its section where
+    the tag is not set, ``other-models`` keeps it between sentinels, and a section right after a dropped one is read
+    for what it is (it was taken as the book's model's text, or dropped with the one before)."""
+    src = ["## A", "a", "", "{.deepseek-arch .other-models}", "## B", "b", "", "{.other-models}", "## C", "c", "",
+           "## D", "d"]
+    bare = bp._drop_sections(src, set())
+    assert "b" not in bare and bare[bare.index(bp.OPEN):bare.index(bp.CLOSE)] == [bp.OPEN, "## C", "c", ""]
+    tagged = bp._drop_sections(src, {"deepseek_arch"})
+    assert tagged.count(bp.OPEN) == 2 and "b" in tagged
+    assert bp.own_text("\n".join(tagged)).split() == ["##", "A", "a", "##", "D", "d"]
