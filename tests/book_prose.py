@@ -147,24 +147,26 @@ def _drop_sections(lines: list[str], tags: set[str]) -> list[str]:
         h = None if code else re.match(r"^(#{1,6}) ", line)
         if h and drop_level is not None and n != start and len(h.group(1)) <= drop_level:
             drop_level = None
-        mark = None if code else re.match(r"^\{\.([\w-]+)\}\s*$", line)
-        if mark and mark.group(1) == OTHER_MODELS:
-            if drop_level is None:                 # kept, between sentinels: its subject is not the book's model
-                if other_level is not None:
-                    out.append(CLOSE)
-                other_level = len(re.match(r"^(#{1,6}) ", lines[next(i for i in range(n + 1, len(lines))
-                                                                      if lines[i].strip())]).group(1))
-                out.append(OPEN)
-            continue
+        mark = None if code else re.match(r"^\{((?:\s*\.[\w-]+)+)\s*\}\s*$", line)
+        classes = re.findall(r"\.([\w-]+)", mark.group(1)) if mark else []
         if h and other_level is not None and len(h.group(1)) <= other_level and out and out[-1] != OPEN:
             out.append(CLOSE)
             other_level = None
         if mark:
             k = next((i for i in range(n + 1, len(lines)) if lines[i].strip()), None)
-            level = re.match(r"^(#{1,6}) ", lines[k]) if k is not None else None
-            if level and mark.group(1).replace("-", "_") not in tags and (
-                    drop_level is None or len(level.group(1)) <= drop_level):
-                drop_level, start = len(level.group(1)), k
+            heading = re.match(r"^(#{1,6}) ", lines[k]) if k is not None else None
+            level = len(heading.group(1)) if heading else None
+            if level is not None and drop_level is not None and level <= drop_level:
+                drop_level = None                  # its heading ends the dropped section before it
+            if level is not None and any(c != OTHER_MODELS and c.replace("-", "_") not in tags for c in classes):
+                if drop_level is None:
+                    drop_level, start = level, k
+            elif OTHER_MODELS in classes and drop_level is None and level is not None:
+                # kept, between sentinels: its subject is not the book's model
+                if other_level is not None:
+                    out.append(CLOSE)
+                other_level = level
+                out.append(OPEN)
             continue
         if drop_level is None:
             out.append(line)

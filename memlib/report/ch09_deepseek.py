@@ -1,4 +1,4 @@
-"""Chapter 9, "How DeepSeek-V3 trains without tensor parallelism": tables, figures and glued values,
+"""Chapter 9, "DeepSeek-V3's recipe, without tensor parallelism": tables, figures and glued values,
 formatted from :mod:`memlib.scenarios.deepseek`.
 
 Every function takes the chapter's :class:`~memlib.device.estimate.Estimate`, built in the chapter's
@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..device.estimate import Estimate
 from ..scenarios import deepseek as ds
 from ..config.precision import RECIPES
+from ..ledgers.base import fp8_scaling
 from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
@@ -129,7 +130,7 @@ def values(est: Estimate) -> dict[str, str]:
         "s": fmt_count(t.seq_len), "layers": fmt_count(m.num_hidden_layers),
         "dense": fmt_count(m.first_k_dense_replace), "experts": fmt_count(m.n_routed_experts or 0),
         "layout": layout_text(est.partition.layout), "stages_count": fmt_count(len(est.partition.layout)),
-        "bytes_per_param": fmt_count(RECIPES[t.precision].total_bytes),
+        "bytes_per_param": fmt_count(RECIPES[t.precision].total_bytes), "fp8_tile": fmt_count(fp8_scaling(RECIPES[t.precision])[0]),
         "megatron_bytes_per_param": fmt_count(RECIPES["megatron"].total_bytes),
         "ovh_ctx": fmt_bytes(est.overhead.cuda_context, "MiB", 0), "ovh_comm": fmt_bytes(est.overhead.comm_buffers),
         "ovh_frag": pct(est.overhead.fragmentation, 1, 0),

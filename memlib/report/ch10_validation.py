@@ -121,7 +121,9 @@ def values(est: Estimate) -> dict[str, str]:
         "params_differing": fmt_count(pc[0]["tensors_differing"]),
         "params_differ_clause": _of(pc[0]["tensors_differing"], len(pc[0]["tensors"]), "tensors", "differ"),
         "params_buffers": fmt_count(pc[0]["buffers"]["transformers"]),
-        "others": _others(pc),
+        "params_buffers_clause": ("holds no buffer beside them" if not pc[0]["buffers"]["transformers"] else
+                                  f"holds {fmt_count(pc[0]['buffers']['transformers'])} buffer elements beside them"),
+        "others": _others(pc, m),
         "others_verdict": _all(all(r["ok"] for r in pc[1:]), "agree exactly as well", "do not all agree"),
         # hf-eager, measured
         "hf_head_case": ("a single head of wider values" if m.attention == "mla" else
@@ -189,8 +191,8 @@ def _mini_layers(m, mini) -> str:
     if not mini.has_moe:
         return text
     rule = ("the fewest multiple of the expert groups that holds twice the experts per token"
-            if m.family == "deepseek" else "twice the experts per token, at most the model's")
-    return f"{text} and {_n(mini.n_routed_experts, 'routed expert')}, {rule}"
+            if m.family == "deepseek" else "twice the experts per token, or all of the model's if it has fewer")
+    return f"{text} and {_n(mini.n_routed_experts, 'routed expert')} ({rule})"
 
 
 def clauses(est: Estimate) -> dict[str, str]:
@@ -272,9 +274,15 @@ def _mini_changed(m, mini) -> str:
                     if k and getattr(m, f) != getattr(mini, f) and getattr(m, f) is not None)
 
 
-def _others(checks) -> str:
-    """The other presets checked, by name: ``DeepSeek-V2 and DeepSeek-V2-Lite``."""
-    return join_and(model_name(r["model"]) for r in checks[1:]) or "no other preset"
+def _others(checks, m) -> str:
+    """The other presets checked (DeepSeek's own models, :data:`memlib.scenarios.models.PRESET_ORDER`), by name:
+    ``DeepSeek's other models, DeepSeek-V2 and DeepSeek-V2-Lite`` in the book of one of them."""
+    names = join_and(model_name(r["model"]) for r in checks[1:])
+    if not names:
+        return "no other preset"
+    from ..scenarios.models import PRESET_ORDER
+
+    return f"DeepSeek's other models, {names}" if m.name in PRESET_ORDER else f"DeepSeek's models {names}"
 
 
 def _list(names) -> str:

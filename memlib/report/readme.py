@@ -1,4 +1,4 @@
-"""The README's figure: the ablation of chapter 9 ("How DeepSeek-V3 trains without tensor
+"""The README's figure: the ablation of chapter 9 ("DeepSeek-V3's recipe, without tensor
 parallelism") for DeepSeek-V3 under its own recipe.
 
 ``python -m memlib.report.readme [PATH]`` writes it (default ``docs/readme-figure.png``); a test

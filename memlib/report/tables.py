@@ -148,25 +148,30 @@ def attention_switch_values(sw: dict, model=None) -> dict[str, str]:
 
 
 def _switch_sentence(sw: dict, model) -> str:
-    """What the ``deepseek`` policy does under the eager profile: why it does not fit, or that it fits all
-    the same; what it recomputes named by the model's blocks (the up-projections only where MLA has them)."""
-    recomputed = "the norms and the MLA up-projections" if model.attention == "mla" else "the norms"
+    """What the ``deepseek`` policy does under the eager profile: it recomputes none of the attention core's
+    tensors (:data:`memlib.ledgers.base.POLICIES`: the norms and MLA's up-projections), so why it does not fit, or
+    that it fits all the same."""
     peak = fmt_bytes(sw["paper_deepseek_total"])
     if sw["paper_deepseek_fits"]:
-        return (f"The deepseek recomputation policy, which recomputes only {recomputed}, keeps them as well; it peaks at "
-                f"{peak} with ZeRO-1 and fits all the same.")
-    return (f"That is why the deepseek recomputation policy, which recomputes only {recomputed}, peaks at {peak} with "
-            f"ZeRO-1 and does not fit.")
+        return (f"The deepseek recomputation policy recomputes none of them; it peaks at {peak} with ZeRO-1 and fits "
+                f"all the same.")
+    return (f"The deepseek recomputation policy recomputes none of them: that is why it peaks at {peak} with ZeRO-1 "
+            f"and does not fit.")
 
 
 def band_text(band) -> str:
-    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs."""
+    """A measured band in words: how far memlib's peaks were from the measured ones, on which runs, and, where they
+    are few (:attr:`~memlib.scenarios.uncertainty.Band.thin`), that the band is no firm bound."""
     if band.n == 0:
         return (f"never held against a measured run of a {band.family} model, so the verdict below is the "
                 f"prediction's alone")
-    where = join_and(f"{fmt_count(n)} from {name}" for name, n in band.sources)
-    return (f"off the measured peaks by {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} on "
-            f"{fmt_count(band.n)} training steps of {band.family} models ({where})")
+    if len(band.sources) == 1:
+        where = f"{'both' if band.n == 2 else 'all'} {band.sources[0][0]}"
+    else:
+        where = join_and(f"{fmt_count(n)} {name}" for name, n in band.sources)
+    text = (f"off the measured peaks by {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} on "
+            f"{'only ' if band.thin else ''}{fmt_count(band.n)} training steps of {band.family} models ({where})")
+    return text + (", too few for the band's ends to be firm" if band.thin else "")
 
 
 def collapse_runs(rows: list[list[str]], first_same: int) -> list[list[str]]:

@@ -123,7 +123,7 @@ def ablation_steps(train: TrainingConfig, m: ModelConfig | None = None) -> tuple
              + (", the SwiGLU input in FP8 and the routed experts' SwiGLU output recomputed" if moe
                 else " and the SwiGLU input in FP8"), "activations",
              zero.with_(precision=train.precision)),
-        Step("recompute", "+ recompute norms" + (" and up-projections" if mla else ""), "every RMSNorm output"
+        Step("recompute", "+ recompute norms" + (" and up-projections" if mla else ""), "RMSNorm outputs"
              + (" and the MLA up-projections" if mla else "") + " recomputed in backward: the full recipe",
              "activations", train),
     )

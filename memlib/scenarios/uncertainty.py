@@ -22,10 +22,14 @@ from .functional import model_family
 from .gpu_steps import gpu_steps
 from .measured import published_cases
 
-__all__ = ["Band", "measured_band", "verdict", "judged", "judged_total", "accounting_gap", "VERDICTS"]
+__all__ = ["Band", "THIN_BAND_RUNS", "measured_band", "verdict", "judged", "judged_total", "accounting_gap", "VERDICTS"]
 
 #: the three verdicts, from the safest
 VERDICTS = ("fits", "marginal", "does not fit")
+
+#: a band over fewer measured runs than this is thin: its ends are the extremes of a handful of errors, not a bound
+#: the next run is likely to respect, and the book says so beside every verdict read with it
+THIN_BAND_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,12 @@ class Band:
     low: Fraction | None           #: the most negative error (memlib short of the measurement); None: no run
     high: Fraction | None          #: the most positive
     n: int                         #: the runs
-    sources: tuple[tuple[str, int], ...]   #: (where the runs come from, how many)
+    sources: tuple[tuple[str, int], ...]   #: (where the runs come from, after a count: "on an H200"; how many)
+
+    @property
+    def thin(self) -> bool:
+        """Whether the band rests on too few runs to be firm (:data:`THIN_BAND_RUNS`); a band of no run is no band."""
+        return 0 < self.n < THIN_BAND_RUNS
 
     def allocated_range(self, predicted: int) -> tuple[int, int]:
         """The measured peaks the band allows for a prediction: predicted / (1 + high) to predicted / (1 + low),
@@ -60,8 +69,8 @@ def _band(fam: str) -> Band:
     gpu = [s.error for s in gpu_steps() if model_family(s.estimate.model) == fam]
     sim = [c.error for c in published_cases() if model_family(c.model) == fam]
     fun = [c.error for c in functional_cases() if c.family == fam]
-    for name, errs in (("whole training steps on an H200", gpu), ("SimuMax's published runs", sim),
-                       ("Megatron-LM's functional tests", fun)):
+    for name, errs in (("on an H200", gpu), ("from SimuMax's published runs", sim),
+                       ("from Megatron-LM's functional tests", fun)):
         if errs:
             sources.append((name, len(errs)))
             errors += errs

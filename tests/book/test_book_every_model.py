@@ -27,7 +27,7 @@ import book_prose as bp
 from memlib import load_model
 from memlib.config.model import preset_names
 from memlib.model.blocks import BLOCK_NAMES, VOCABULARY, lacking, model_blocks, words_of_lacking_blocks
-from memlib.report.book import book_blocks
+from memlib.report.book import book_blocks, book_tags
 
 PRESETS = preset_names()
 CHAPTERS = [p.name for p in bp.NOTEBOOKS]
@@ -126,6 +126,8 @@ NONSENSE = [
     # one thing said twice in one sentence ("leaves the fastest step as it is ...; on N GPUs it leaves the fastest
     # step as it is")
     r"(leaves the fastest step as it is)[^.]*;[^.]*\1",
+    # a count of nothing ("transformers holds 0 buffer elements beside them")
+    r"\b0 buffer (?:elements?|s)\b",
 ]
 
 @pytest.mark.parametrize("model", PRESETS)
@@ -171,3 +173,58 @@ def test_a_causal_sentence_only_where_its_verdict_holds(model):
     found = [(c.name, s[:160]) for c in bp.book(model)
              for s in re.findall(r"That is why[^.]*?(?:\.\d+[^.]*?)*\bfits\b", re.sub(r"\s+", " ", c.text))]
     assert found == []
+
+
+# --- what a chapter is about --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", [p for p in PRESETS if "paper" not in book_blocks(p)])
+def test_no_chapter_title_says_what_deepseek_v3_does(model):
+    """Chapter 9 was titled "How DeepSeek-V3 trains without tensor parallelism" in every book, while another
+    model's chapter applies DeepSeek-V3's recipe to that model: a title may name the recipe, not claim what
+    DeepSeek-V3 does."""
+    titles = [(c.name, t) for c in bp.book(model) for t in re.findall(r"^# (.+)$", c.text, flags=re.M)]
+    assert titles and [t for t in titles if re.search(r"\bDeepSeek-V3 (?:trains|fits|runs|uses)\b", t[1])] == []
+
+
+@pytest.mark.parametrize("model", [p for p in PRESETS if "paper" not in book_blocks(p)])
+def test_errata_with_nothing_to_compare_state_no_assumptions_about_it(model):
+    """Another model's book has no errata (they are the paper's DeepSeek-V3 numbers): its chapter 14 says where they
+    are and does not go on to assume things about the paper's units and transcriptions."""
+    text = chapter(model, "14_errata.md").text
+    assert "make book" in text
+    assert "## What we assume" not in text and "printed values are the paper's" not in text
+
+
+@pytest.mark.parametrize("model", [p for p in PRESETS if "deepseek_arch" not in book_tags(p)])
+def test_a_record_of_deepseek_style_runs_alone_is_the_deepseek_books(model):
+    """Chapter 10's GPU record of the transformers measurement ran DeepSeek-style configurations only (MLA widths,
+    shared experts): another architecture's book leaves the section out rather than table symbols it never
+    defines."""
+    assert "v3-widths" not in chapter(model, "10_validation.md").text
+
+
+@pytest.mark.parametrize("model", PRESETS)
+def test_mla_is_spelled_out_where_chapter_12_first_names_it(model):
+    """Chapter 12 compares MLA with GQA in every book; a book without MLA never defined it (chapter 2's section is
+    dropped there), so the chapter spells it out at its first use, and defines its symbols before its equations."""
+    text = chapter(model, "12_other_architectures.md").text
+    first = text.find("MLA")
+    spelled = re.sub(r"\s+", " ", text[:first]).endswith("multi-head latent attention (")
+    assert first > 0 and spelled, text[max(0, first - 80): first + 5]
+    if "deepseek_arch" not in book_tags(model):
+        before = text[:text.find("M^{A}_{\\mathrm{MLA}}")]
+        for symbol in ("$c^{KV}$", "$W^{UK}$", "$d_c$", "$c^Q$", "$d_c'$", "$q^R$", "$k^R$", "$d^R_h$"):
+            assert symbol in before, symbol
+
+
+def test_section_marks_are_read_as_the_build_reads_them():
+    """tests/book_prose follows book/_ext: a heading may carry several classes, a tag class drops its section where
+    the tag is not set, ``other-models`` keeps it between sentinels, and a section right after a dropped one is read
+    for what it is (it was taken as the book's model's text, or dropped with the one before)."""
+    src = ["## A", "a", "", "{.deepseek-arch .other-models}", "## B", "b", "", "{.other-models}", "## C", "c", "",
+           "## D", "d"]
+    bare = bp._drop_sections(src, set())
+    assert "b" not in bare and bare[bare.index(bp.OPEN):bare.index(bp.CLOSE)] == [bp.OPEN, "## C", "c", ""]
+    tagged = bp._drop_sections(src, {"deepseek_arch"})
+    assert tagged.count(bp.OPEN) == 2 and "b" in tagged
+    assert bp.own_text("\n".join(tagged)).split() == ["##", "A", "a", "##", "D", "d"]

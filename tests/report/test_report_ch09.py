@@ -198,3 +198,29 @@ def test_the_recipes_open_choices_are_stated(v3):
     one_f_one_b = v3.train.with_(schedule="1f1b")
     assert ds.recipe_choices(v3.model, one_f_one_b)["mirror_saving"] == 0
     assert "E5M6" in ch.choices_values(v3)["e5m6_clause"]
+
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "deepseek-v3", "llama-3-8b"])
+def test_the_switch_sentence_does_not_contradict_the_choices_table(model):
+    """The eager-attention sentence said the deepseek policy "recomputes only the norms" a few lines above a table
+    in which the routed experts' SwiGLU output is recomputed too (issue 24); what it means is that the policy
+    recomputes none of the attention core's tensors, and it says so, whatever else the recipe recomputes."""
+    from memlib import load_model
+
+    m = load_model(model)
+    sentence = ch.switch_values(ds.attention_switch(m), m)["paper_deepseek_sentence"]
+    recomputed = [r[0] for r in _table_rows(ch.choices_table(chapter_est(model))) if r[2] == "recomputed in backward"]
+    assert recomputed and "recomputes none of them" in sentence
+    assert not re.search(r"recomputes only", sentence), sentence
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama-3-8b", "mixtral-8x7b"])
+def test_the_recompute_step_claims_no_norm_output_the_recipe_keeps(model):
+    """The ablation's last step said "every RMSNorm output recomputed" where the recipe keeps the dense FFN's norm
+    output (fused into fc1): the step names what the choices table recomputes, no more."""
+    est = chapter_est(model)
+    kept = [r[0] for r in _table_rows(ch.choices_table(est)) if r[2] == "kept from the forward"]
+    what = next(r["what"] for r in ds.ablation(est.model, est.train) if r["key"] == "recompute")
+    if any("norm" in k.lower() for k in kept):
+        assert "every" not in what, (what, kept)

@@ -56,3 +56,16 @@ def test_the_gap_between_the_books_allocated_bytes_and_the_replayed_peak_is_expl
     g = accounting_gap(estimate("deepseek-v3", deepseek_recipe("deepseek-v3")))
     assert (g["persistent"], g["replay_held"]) == (g["states"], g["book_held"])       # the same states, the same held
     assert (g["transient"], g["working_set"]) == ({"forward_transients": 961_544_192}, 707_985_408)
+
+
+def test_a_band_of_few_runs_says_it_is_thin():
+    """Mixtral's band rests on its two H200 steps: the text says how few and that the ends are not firm (issue 24);
+    DeepSeek-V3's fifteen runs make no such caveat, and one source is not counted twice ("2 ... (2 from ...)")."""
+    from memlib.report.tables import band_text
+
+    thin, firm = measured_band("mixtral-8x7b"), measured_band("deepseek-v3")
+    assert thin.n == 2 and thin.thin and not firm.thin
+    assert "only 2 training steps" in band_text(thin) and "too few" in band_text(thin)
+    assert "(both on an H200)" in band_text(thin)
+    assert "only" not in band_text(firm) and "too few" not in band_text(firm)
+    assert not Band("test", None, None, 0, ()).thin
