@@ -12,12 +12,16 @@ True
 """
 from __future__ import annotations
 
+import re
+
+from ..config import load_model
 from ..core.symbols import REGISTRY, SYMBOLS
-from .format import md_table
+from ..model.blocks import BLOCK_NAMES, SYMBOLS as BLOCK_SYMBOLS, lacking
+from .format import join_and, md_table, model_name
 from .tables import _not_own, _value, notation_recap
 
-__all__ = ["CHAPTERS", "CHAPTER_SYMBOLS", "chapter_notation", "earlier_line", "first_chapter", "new_symbols",
-           "notation_page"]
+__all__ = ["CHAPTERS", "CHAPTER_SYMBOLS", "chapter_notation", "earlier_line", "first_chapter", "foreign_note",
+           "new_symbols", "notation_page"]
 
 #: each chapter's label and the symbols its notation section is about, in the book's order (chapter 2's are
 #: the model's: the paper's notation table, which it reproduces whole)
@@ -91,14 +95,27 @@ def chapter_notation(chapter: str, model=None, train=None) -> str:
     return f"{table}{earlier_line(chapter, model, train)}".strip()
 
 
-def notation_page() -> str:
+def notation_page(model=None) -> str:
     """Every symbol of the registry: its meaning, unit, configuration field and the chapter that introduces
     it (a link), in the registry's order (the model's, the parallel sizes, a training step's, a stage's,
-    the precision's)."""
+    the precision's).  In the book of ``model`` a symbol of a block it lacks (MLA's in a Llama book) is
+    introduced by no chapter: its column says so with a dash (:func:`foreign_note`)."""
+    foreign = _not_own(load_model(model)) if model is not None else set()
     rows = []
     for n in REGISTRY:
-        c = first_chapter(n.key)
+        c = None if n.key in foreign else first_chapter(n.key)
         rows.append([f"${n.latex}$", n.meaning, n.unit, f"`{n.field}`" if n.field else "derived",
                      f"{{ref}}`{CHAPTERS[c]}`" if c else "—"])
     return md_table(["symbol", "meaning", "unit", "config field", "introduced in"], rows, "lllll")
 
+
+def foreign_note(model) -> str:
+    """The sentence under the notation page's table on the symbols that are not ``model``'s (``''`` if all are)."""
+    m = load_model(model)
+    if not _not_own(m):
+        return ""
+    blocks = [re.sub(r" \(.*?\)", "", BLOCK_NAMES[b]) for b in BLOCK_NAMES if b in lacking(m) and BLOCK_SYMBOLS.get(b)]
+    kinds = (f"to a block {model_name(m)} does not have ({join_and(blocks)}) or " if blocks else "") + \
+        "to a setting its configuration leaves out"
+    return (f"A symbol introduced by no chapter (—) is not one of {model_name(m)}'s: it belongs {kinds}. The book "
+            f"uses such a symbol only where it sets other models beside {model_name(m)}.")

@@ -99,6 +99,18 @@ def test_the_notation_page_lists_every_symbol_once_with_where_it_is_introduced()
     assert any(r.startswith("| $\\mathrm{CP}$ |") and r.endswith("{ref}`ch-static` |") for r in rows)
 
 
+def test_the_notation_page_introduces_no_symbol_of_a_block_the_model_lacks():
+    """Llama-3-8B's chapter 2 introduces no MLA or MoE symbol (its sections on them are dropped): its notation page
+    marks them introduced by no chapter and says why; DeepSeek-V3's links them to chapter 2 and dashes GQA's."""
+    llama, v3 = notation.notation_page("llama-3-8b"), notation.notation_page("deepseek-v3")
+    row = lambda page, sym: next(r for r in page.splitlines() if r.startswith(f"| ${sym}$ |"))  # noqa: E731
+    assert row(llama, "d_c").endswith("| — |") and row(llama, "N").endswith("| — |")
+    assert row(llama, "h").endswith("{ref}`arch` |") and row(llama, "n_{kv}").endswith("{ref}`arch` |")
+    assert row(v3, "d_c").endswith("{ref}`arch` |") and row(v3, "n_{kv}").endswith("| — |")
+    assert "multi-head latent attention" in notation.foreign_note("llama-3-8b")
+    assert "(grouped-query attention)" in notation.foreign_note("deepseek-v3")
+
+
 def test_a_chapter_shows_only_the_symbols_it_introduces():
     from memlib import PAPER_TRAINING, estimate
     from memlib.report.tables import _not_own
