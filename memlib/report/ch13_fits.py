@@ -15,6 +15,7 @@ from ..search.plan import PRACTICAL, SPACE_RULES, fine_grained
 from .figures import STEP_TICKS, CATEGORY_COLORS, OKABE_ITO, SMALL_FONT, capacity_line, in_unit, in_units, new_figure, plain_log_ticks
 from .format import (counted, fmt_bytes, fmt_count, fmt_float, fmt_percent, fmt_rate, join_and, md_table, model_name,
                      signed_pct, zero_name)
+from .tables import THIN_BAND_WORDS
 
 __all__ = ["values", "recipe_values", "RECIPE_KEYS", "rules_table", "gpus_table", "validation_table", "fits_table",
            "fastest_table", "memory_table", "recipe_table", "region_figure", "region_fix", "pareto_figure"]
@@ -117,8 +118,9 @@ def _verdicts(model: ModelConfig | str, fl) -> str:
         return (f"No measured run of a {band.family} model bounds memlib's error, so these fits are the "
                 "prediction's alone.")
     marginal = [f"{fmt_count(f.gpus)} {f.card.name}s" for f in fl if sf.best_verdict(model, f) == "marginal"]
-    head = (f"Against {fmt_count(band.n)} measured runs of {band.family} models memlib's peaks were "
-            f"{signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off (chapter 11)")
+    head = (f"Against {'only ' if band.thin else ''}{fmt_count(band.n)} measured runs of {band.family} models "
+            f"memlib's peaks were {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} off (chapter 11"
+            + (f"; {THIN_BAND_WORDS})" if band.thin else ")"))
     if not marginal:
         return f"{head}; every fastest configuration of the table fits even at the far end of that range."
     fits = "is a marginal fit" if len(marginal) == 1 else "are marginal fits"

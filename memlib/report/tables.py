@@ -159,6 +159,10 @@ def _switch_sentence(sw: dict, model) -> str:
             f"and does not fit.")
 
 
+#: what a band of few runs (:attr:`~memlib.scenarios.uncertainty.Band.thin`) is said to be, wherever it is quoted
+THIN_BAND_WORDS = "too few for the band's ends to be firm"
+
+
 def band_text(band) -> str:
     """A measured band in words: how far memlib's peaks were from the measured ones, on which runs, and, where they
     are few (:attr:`~memlib.scenarios.uncertainty.Band.thin`), that the band is no firm bound."""
@@ -171,7 +175,7 @@ def band_text(band) -> str:
         where = join_and(f"{fmt_count(n)} {name}" for name, n in band.sources)
     text = (f"off the measured peaks by {signed_pct(band.low, 2)} to {signed_pct(band.high, 2)} on "
             f"{'only ' if band.thin else ''}{fmt_count(band.n)} training steps of {band.family} models ({where})")
-    return text + (", too few for the band's ends to be firm" if band.thin else "")
+    return text + (f", {THIN_BAND_WORDS}" if band.thin else "")
 
 
 def collapse_runs(rows: list[list[str]], first_same: int) -> list[list[str]]:

@@ -73,3 +73,13 @@ def test_figures_draw(model):
     fig = ch.region_figure(model)
     assert len(fig.axes) == len(reg.pps)
     assert len(ch.pareto_figure(model).axes) >= 1
+
+
+def test_a_band_of_few_runs_says_so():
+    """Mixtral's band rests on two measured steps: the answer says 'only' and that its ends are not firm; DeepSeek's
+    fifteen do not."""
+    from memlib.report.tables import THIN_BAND_WORDS
+
+    thin, firm = ch._verdicts("mixtral-8x7b", []), ch._verdicts("deepseek-v3", [])
+    assert thin.startswith("Against only 2 measured runs of Mixtral-style") and THIN_BAND_WORDS in thin
+    assert firm.startswith("Against 15 measured runs") and THIN_BAND_WORDS not in firm
