@@ -24,7 +24,7 @@ from ..data.reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
 from ..config import ZeroStage
 
 __all__ = ["CAPACITY_GPU", "CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
-           "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
+           "spread", "widest_term", "fits", "judged_fit", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
            "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
 
 #: an "80 GB" device (H800, H100 SXM) as its driver reports it, 81,559 MiB
@@ -76,6 +76,16 @@ def widest_term(stage: StageMemory) -> str:
 def fits(stage: StageMemory, preset: str = "low", capacity: int = CAPACITY_80GB) -> bool:
     """Whether the device's total under ``preset`` is at most ``capacity`` bytes."""
     return preset_terms(stage)[preset]["total"] <= capacity
+
+
+def judged_fit(stage: StageMemory, model: ModelConfig, preset: str = "low", capacity: int = CAPACITY_80GB) -> dict:
+    """:func:`fits` read with memlib's measured errors for ``model``'s family
+    (:func:`memlib.scenarios.uncertainty.verdict` on the device's allocated bytes, ``preset``'s overheads beside
+    them): the ``verdict`` (fits, marginal, does not fit) and the ``band`` it was read with."""
+    from .uncertainty import measured_band, verdict
+
+    b = measured_band(model)
+    return {"verdict": verdict(stage.allocated, preset_terms(stage)[preset]["overhead"], capacity, b), "band": b}
 
 
 def band() -> tuple[Fraction, Fraction]:
