@@ -35,7 +35,7 @@ SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], 
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
 #: the policies of the grid figure (the module list is in the table)
 GROWTH_PHRASES = {"working": "the working set of the recomputed layer, which grows with b",
-                  "held": "the micro-batches held, each of them larger with b",
+                  "held": "the activations held for the backward, which grow with b",
                   "overhead": "the overheads (fragmentation grows with the allocated bytes)",
                   "states": "the model states"}
 #: the recompute policies in a sentence (any other: a module list, :func:`_policy_words`)
