@@ -54,6 +54,8 @@ def _policy_label(p: str) -> str:
 
 #: how a cell of the fit table gives a verdict read with memlib's measured errors
 FIT_CELLS = {"fits": "fits", "marginal": "*marginal*", "does not fit": "**does not fit**"}
+#: the schedule table's "every stage fits", read with memlib's measured errors
+SCHEDULE_FIT_CELLS = {"fits": "yes", "marginal": "*marginal*", "does not fit": "**no**"}
 #: the verdict of ZeRO-1 with full recomputation, after "so it"
 FIT_WORDS = {"fits": "fits even at the band's far end", "marginal": "is marginal: inside the band it may not fit",
              "does not fit": "does not fit even at the band's near end"}
@@ -257,7 +259,7 @@ def schedule_table(runs: dict[str, st.Outcome]) -> str:
                      fmt_bytes(pk.model_states, with_unit=False), fmt_bytes(pk.bytes["activations"], with_unit=False),
                      fmt_bytes(pk.bytes["overhead"], with_unit=False),
                      f"**{fmt_bytes(r.peak_total, with_unit=False)}**",
-                     "yes" if r.fits else "**no**"])
+                     SCHEDULE_FIT_CELLS[r.verdict] if r.fits else "**no**"])
     headers = ["schedule", "model chunks per device", "peak stage", "micro-batches in flight there (all chunks)",
                "model states (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)", "every stage fits"]
     return md_table(headers, rows, "lrrrrrrrl")

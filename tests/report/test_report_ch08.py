@@ -112,7 +112,8 @@ def test_the_words_agree_with_the_tables(chapters, model):
     assert ("every rank fits" in s["dualpipe_sentence"]) == (rows["DualPipe"][-1] == "yes")
     assert f"rank {rows['DualPipe'][2]}," in s["dualpipe_sentence"] and rows["DualPipe"][7] in s["dualpipe_sentence"]
     assert ("the last rank" in s["gpipe_sentence"]) == (int(rows["GPipe"][2]) == p["pp"] - 1)
-    assert s["n_fit"] == str(sum(r[-1] == "yes" for r in rows.values()))
+    assert s["n_fit"] == str(sum(r[-1] in ("yes", "marginal") for r in rows.values()))
+
     assert ("costs more" in s["gpipe_cost"]) == (float(rows["GPipe"][7]) > float(rows["1F1B"][7]))
     assert ("costs more" in s["dualpipe_cost"]) == (float(rows["DualPipe"][7]) > float(rows["1F1B"][7]))
     # worked problem: selective recomputation with ZeRO-1, then ZeRO-3
@@ -224,3 +225,12 @@ def test_the_largest_micro_batch_is_read_with_the_band():
     est = estimate("mixtral-8x7b", step_training(paper_training("mixtral-8x7b")))
     a = ch.problem_values(est, grid(est))["p1_answer"]
     assert a.startswith("b = 29:") and "memlib's measured error" in a and "only 2 runs" in a
+
+
+def test_a_schedule_that_fits_inside_the_measured_band_is_marginal(chapters):
+    """On a card one byte larger than DeepSeek-V3's GPipe peak (73.90 GiB) GPipe fits by the prediction, but
+    memlib's DeepSeek-style peaks were up to 4.19 % short of measured ones: the table calls it marginal, not yes."""
+    gpipe = chapters["deepseek-v3"]["runs"]["gpipe"].peak_total
+    runs = schedules(estimate("deepseek-v3", paper_training("deepseek-v3")), capacity=gpipe + 1)
+    assert runs["gpipe"].fits and runs["gpipe"].verdict == "marginal"
+    assert schedule_rows(ch.schedule_table(runs))["GPipe"][-1] == "marginal"
