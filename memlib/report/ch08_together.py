@@ -10,6 +10,7 @@ library computed.
 from __future__ import annotations
 
 from ..device.estimate import Estimate
+from ..paper import PAPER_TRAINING
 from ..scenarios import overheads as so
 from ..scenarios import together as st
 from ..config import Schedule
@@ -86,6 +87,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     z1_verdict = grid[(ZeroStage.OS, "full")].verdict
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
+        # the paper's PP16@TP2@EP8@ETP1, or what the model allows of it (a dense model: EP1)
+        "whose": "the paper's" if t.label() == PAPER_TRAINING.label() else "the paper's, as far as the model allows:",
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
         "capacity": capacity_label(), "capacity_text": fmt_capacity(cap), "capacity_gpu": so.CAPACITY_GPU,
         "capacity_bytes": fmt_count(cap),
