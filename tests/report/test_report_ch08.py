@@ -234,3 +234,14 @@ def test_a_schedule_that_fits_inside_the_measured_band_is_marginal(chapters):
     runs = schedules(estimate("deepseek-v3", paper_training("deepseek-v3")), capacity=gpipe + 1)
     assert runs["gpipe"].fits and runs["gpipe"].verdict == "marginal"
     assert schedule_rows(ch.schedule_table(runs))["GPipe"][-1] == "marginal"
+
+
+def test_a_dense_models_configuration_is_not_called_the_papers():
+    """The paper trains with EP8; Llama-3-8B has no experts and runs PP16@TP2@EP1@ETP1: 'the paper's, as far as the
+    model allows', as chapter 4 says; Mixtral-8x7B runs the paper's own PP16@TP2@EP8@ETP1."""
+    from memlib.scenarios.together import step_training
+
+    def whose(model):
+        est = estimate(model, step_training(paper_training(model)))
+        return ch.values(est, grid(est))["whose"]
+    assert whose("llama-3-8b") == "the paper's, as far as the model allows:" and whose("mixtral-8x7b") == "the paper's"
