@@ -47,7 +47,7 @@ def count_words(est: Estimate) -> dict[str, str]:
     """The parameter counts the prose substitutes, in Markdown: :math:`P_{ne}` and :math:`P_e` for a model with MoE
     layers, :math:`P` for a dense one (whose eq. (5.1) has no expert term)."""
     if est.model.has_moe:
-        return {"counts": "$P_{ne}$, $P_e$", "megatron_p": r"no expert parameters ($P_e = 0$), $\tilde P = P/d$",
+        return {"counts": "$P_{ne}$, $P_e$", "megatron_p": r"no expert parameters ($P_e = 0$) and $\tilde P = P/d$",
                 "p2_p": r"$P_{ne} = \Psi$, $P_e = 0$"}
     return {"counts": "$P$", "megatron_p": r"$\tilde P = P/d$", "p2_p": r"$P = \Psi$"}
 
