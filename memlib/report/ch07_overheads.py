@@ -206,7 +206,7 @@ def problem_values(base: Estimate) -> dict[str, str]:
     return {"p1_run": f"{run['model']}, {run['parallel']}", "p1_measured": pct(m["fraction"], 1, 1),
             "p1_why": "a measured run of this model" if own else ("the measured MoE run with the largest gap"
                                                                   if base.model.has_moe else
-                                                                  "the measured run with the largest gap"),
+                                                                  "the measured run of a dense model"),
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
             "p1_delta": fmt_difference(m["total"], m["low_total"], signed=True), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_capacity(h["capacity"]),
