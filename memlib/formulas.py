@@ -552,7 +552,7 @@ FORMULAS: dict[str, Formula] = {f.name: f for f in (
         (P_MOE_DEV, "static.moe")], describe=lambda m: f"parameters one device of a stage of {_stage(m)} layers stores"),
     # chapter 5
     _f("states.sharded", "parameters one device owns once ZeRO shards them", r"\tilde{P}",
-       lambda m, t: sharded_count(), "5.1"),
+       lambda m, t: sharded_count(m.has_moe), "5.1"),
     *(_f(f"states.zero{z.value}", f"model-state bytes of one device under ZeRO-{z.value}", _zero_lhs(z), _zero(z),
          f"5.{z.value + 2}", [(P_TILDE, "states.sharded")]) for z in ZeroStage),
     _f("states.zero1_paper", "ZeRO-1 with the paper's recipe (2, 4 and 8 bytes per parameter)",

@@ -54,7 +54,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("megatron", "bf16 weights, fp32 main gradients, fp32 master weights and AdamW moments",
            2, 4, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
            "Megatron-LM distributed optimizer table: 18 bytes, or 6 + 12/d"),
-    Recipe("fp16-mixed", "fp16 weights and gradients, fp32 master weights and Adam moments (K = 12)",
+    Recipe("fp16-mixed", "fp16 weights and gradients, fp32 master weights and Adam moments (the ZeRO paper's K = 12)",
            2, 2, (("master_weights", 4), ("exp_avg", 4), ("exp_avg_sq", 4)),
            "ZeRO paper (arXiv 1910.02054) §3.1: 2 + 2 + K with K = 12"),
     Recipe("megatron-fp16", "fp16 weights and gradients, fp32 main gradients, master weights and moments",

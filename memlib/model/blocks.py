@@ -46,7 +46,7 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "rope_split": (r"decoupled RoPE", r"RoPE key", r"W\^\{?(?:QR|KR)\}?", r"d_h\^R", r"\bd\^\{?R\}?_\{?h"),
     "gqa": (r"grouped-query", r"\bGQA\b", r"key-value heads"),
     "moe": (r"\bMoE\b", r"\bexperts?\b", r"\brouter\b", r"\brouted\b", r"\ball-to-all\b",
-            r"DeepSeekMoE"),
+            r"DeepSeekMoE", r"\bEDP\b", r"P_\{?e\}?(?![\w{])", r"P_\{?ne\}?"),
     "shared_experts": (r"shared experts?\b",),
     "router_bias": (r"router(?:'s|’s)? bias", r"bias buffer", r"e_score_correction_bias", r"noaux_tc"),
     "mtp": (r"\bMTP\b", r"multi-token prediction", r"n_\{MTP\}"),

@@ -37,8 +37,12 @@ B_w, B_g, B_o = sym("B_w"), sym("B_g"), sym("B_o")
 DP, CP, EDP = sym("DP"), sym("CP"), sym("EDP")
 
 
-def sharded_count() -> sp.Expr:
-    r"""Parameters one device owns once sharded: :math:`\lceil P_{ne}/(DP\,CP)\rceil + \lceil P_e/EDP\rceil`."""
+def sharded_count(moe: bool = True) -> sp.Expr:
+    r"""Parameters one device owns once sharded: :math:`\lceil P_{ne}/(DP\,CP)\rceil + \lceil P_e/EDP\rceil`;
+    for a model without MoE layers (``moe=False``: no expert parameters, every parameter non-expert)
+    :math:`\lceil P/(DP\,CP)\rceil`, the same count with :math:`P_e = 0`."""
+    if not moe:
+        return sp.ceiling(P / (DP * CP))
     return sp.ceiling(P_ne / (DP * CP)) + sp.ceiling(P_e / EDP)
 
 

@@ -79,7 +79,8 @@ def printed_sum(row: dict[str, str]) -> str:
 
 
 def rule_totals(part: Partition, index: int) -> dict[str, dict[ZeroStage, int]]:
-    """Model-state bytes of a device of stage ``index`` per ZeRO stage under each sharding rule."""
+    """Model-state bytes of a device of stage ``index`` per ZeRO stage under each sharding rule (``paper``,
+    ``megatron``), and what Megatron-Core's rule saves against the paper's (``saving``)."""
     rec = RECIPES[part.train.precision]
     t = part.train
     out: dict[str, dict[ZeroStage, int]] = {}
@@ -88,6 +89,7 @@ def rule_totals(part: Partition, index: int) -> dict[str, dict[ZeroStage, int]]:
             continue
         subs = {sym("P_ne"): r["P_ne"], sym("P_e"): r["P_e"], sym("DP"): t.dp, sym("CP"): t.cp, sym("EDP"): t.edp}
         out[name] = {z: int(states_formula(z, rec).total.xreplace(subs)) for z in ZeroStage}
+    out["saving"] = {z: out["paper"][z] - out["megatron"][z] for z in ZeroStage}
     return out
 
 

@@ -16,10 +16,11 @@ from ..model.architecture import attention_name
 from ..config import ZeroStage
 from ..config.precision import RECIPES
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, Series, new_figure, stacked_bars
-from .format import fmt_bytes, fmt_count, layout_text, math, md_table, span, tex, yes_no, zero_name
+from .format import (fmt_bytes, fmt_count, fmt_difference, fmt_size, layout_text, math, md_table, span, tex, yes_no,
+                     zero_name)
 from .notation import chapter_notation
 
-__all__ = ["stage", "values", "paper_values", "table7", "recipes_table", "sharding_table", "table8",
+__all__ = ["stage", "values", "count_words", "paper_values", "table7", "recipes_table", "sharding_table", "table8",
            "table8_printed", "prose_swap_table", "megatron_table", "ep_table", "ep_values", "states_figure",
            "problem_values", "zero_paper_table", "notation"]
 
@@ -42,6 +43,15 @@ def _router_and_shared(m) -> str:
     return "the router and the shared experts" if m.has_shared_experts else "the router"
 
 
+def count_words(est: Estimate) -> dict[str, str]:
+    """The parameter counts the prose substitutes, in Markdown: :math:`P_{ne}` and :math:`P_e` for a model with MoE
+    layers, :math:`P` for a dense one (whose eq. (5.1) has no expert term)."""
+    if est.model.has_moe:
+        return {"counts": "$P_{ne}$, $P_e$", "megatron_p": r"no expert parameters ($P_e = 0$) and $\tilde P = P/d$",
+                "p2_p": r"$P_{ne} = \Psi$, $P_e = 0$"}
+    return {"counts": "$P$", "megatron_p": r"$\tilde P = P/d$", "p2_p": r"$P = \Psi$"}
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers for its prose (every one of them, formatted)."""
     i = stage(est)
@@ -58,10 +68,12 @@ def values(est: Estimate) -> dict[str, str]:
         "them": "them" if "shared" in _router_and_shared(est.model) else "it",
         "router_shared_is": _router_and_shared(est.model) + (" are" if "shared" in _router_and_shared(est.model)
                                                              else " is"),
+        "router_shared_shard": _router_and_shared(est.model) + (" shard" if "shared" in _router_and_shared(est.model)
+                                                                else " shards"),
         "label": t.label(), "stage": fmt_count(i), "moe_stages": span(moe[0], moe[-1]) if moe else fmt_count(i),
-        # which device: the first MoE-only stage's where the model has MoE layers, else a stage of dense layers
-        "stage_clause": (f", the first of stages {span(moe[0], moe[-1])}, which hold MoE layers only" if moe
-                         else f", stage {fmt_count(i)}"),
+        # which device: the first MoE-only stage's where the model has MoE layers (a dense model's stage is named
+        # in the sentence already)
+        "stage_clause": f", the first of stages {span(moe[0], moe[-1])}, which hold MoE layers only" if moe else "",
         "stages_word": f"stages {span(moe[0], moe[-1])}" if moe else f"stage {fmt_count(i)}",
         "params": fmt_count(t6["total"]), "params_gib": fmt_bytes(pstatic.table6_bytes(part, i)["total"]),
         "bw": fmt_count(rec.weights), "bg": fmt_count(rec.gradients), "bo": fmt_count(rec.optimizer_bytes),
@@ -70,8 +82,7 @@ def values(est: Estimate) -> dict[str, str]:
         "p_ne": fmt_count(sh["paper"]["P_ne"]), "p_e": fmt_count(sh["paper"]["P_e"]),
         "shard": fmt_count(sh["paper"]["shard"]), "shard_megatron": fmt_count(sh["megatron"]["shard"]),
         "shard_diff": fmt_count(sh["difference"]["shard"]), "moved": fmt_count(sh["difference"]["moved"]),
-        "os_megatron_gib": fmt_bytes(rules["megatron"][ZeroStage.OS]),
-        "osgp_megatron_gib": fmt_bytes(rules["megatron"][ZeroStage.OS_G_PARAMS]),
+        "megatron_clause": _megatron_clause(rules), "megatron_lowers": _megatron_lowers(rules),
         **{f"total_{k}": fmt_bytes(t8[z]["total"]) for k, z in _KEYS.items()},
         "total_none_bytes": fmt_count(t8[ZeroStage.NONE]["total"]),
         "grads_full": fmt_bytes(t8[ZeroStage.NONE]["gradients"]),
@@ -81,6 +92,25 @@ def values(est: Estimate) -> dict[str, str]:
         "opt_shard": fmt_bytes(t8[ZeroStage.OS_G_PARAMS]["optimizer_states"]),
         "layout": layout_text(part.layout),
     }
+
+
+def _megatron_clause(rules: dict) -> str:
+    """What Megatron-Core's sharding rule would need under ZeRO-1 and ZeRO-3, or, where that prints as the paper's
+    rule's GiB (Mixtral's router: a few KiB), what it would save."""
+    p, m = rules["paper"], rules["megatron"]
+    zs = (ZeroStage.OS, ZeroStage.OS_G_PARAMS)
+    if all(fmt_bytes(p[z]) != fmt_bytes(m[z]) for z in zs):
+        return f"with Megatron-Core's rule ZeRO-1 would need {fmt_bytes(m[zs[0]])} and ZeRO-3 {fmt_bytes(m[zs[1]])}"
+    return (f"Megatron-Core's rule would save only {fmt_size(rules['saving'][zs[0]], small='B')} under ZeRO-1 and "
+            f"{fmt_size(rules['saving'][zs[1]], small='B')} under ZeRO-3")
+
+
+def _megatron_lowers(rules: dict) -> str:
+    """"lowers ZeRO-1 to 43.30 GiB", or "lowers ZeRO-1 by only 49,152 B" where the GiB would print the same."""
+    p, m = rules["paper"][ZeroStage.OS], rules["megatron"][ZeroStage.OS]
+    if fmt_bytes(p) != fmt_bytes(m):
+        return f"lowers ZeRO-1 to {fmt_bytes(m)}"
+    return f"lowers ZeRO-1 by only {fmt_size(rules['saving'][ZeroStage.OS], small='B')}"
 
 
 _KEYS = {"none": ZeroStage.NONE, "os": ZeroStage.OS, "os_g": ZeroStage.OS_G, "os_g_params": ZeroStage.OS_G_PARAMS}
@@ -170,28 +200,51 @@ def megatron_table() -> str:
                      "Megatron docs, distributed", "match"], rows, "llrrrrl")
 
 
+#: the units a sweep may be printed in, coarsest first (:func:`_unit_showing`)
+_SWEEP_UNITS = (("GiB", 2), ("MiB", 2), ("KiB", 2))
+
+
+def _unit_showing(values) -> tuple[str, int]:
+    """The coarsest unit of :data:`_SWEEP_UNITS` in which values that differ are printed differently (Mixtral's
+    router moves the sharded states by a tenth of a MiB: "0.59 GiB" to "0.59 GiB" would say it does not)."""
+    distinct = sorted(set(values))
+    for unit, digits in _SWEEP_UNITS:
+        if len({fmt_bytes(v, unit, digits) for v in distinct}) == len(distinct):
+            return unit, digits
+    return _SWEEP_UNITS[-1]
+
+
+def _sweep_unit(rows) -> tuple[str, int]:
+    return _unit_showing([r[k] for r in rows for k in ("paper", "megatron")])
+
+
 def ep_values(est: Estimate) -> dict[str, str]:
     """The EP sweep under ZeRO-3, in words and numbers: whether each convention ever rises."""
     rows = ep_sweep(est, stage(est))
+    unit, digits = _sweep_unit(rows)
+
+    def b(n):
+        return fmt_bytes(n, unit, digits)
 
     def rises(key):
-        return any(b[key] > a[key] for a, b in zip(rows, rows[1:]))
+        return any(y[key] > x[key] for x, y in zip(rows, rows[1:]))
     return {"paper_rises": "rise" if rises("paper") else "never rise",
             "megatron_rises": "rise" if rises("megatron") else "never rise",
             "ep_first": fmt_count(rows[0]["ep"]), "ep_last": fmt_count(rows[-1]["ep"]),
-            "paper_first": fmt_bytes(rows[0]["paper"]), "paper_last": fmt_bytes(rows[-1]["paper"]),
-            "megatron_first": fmt_bytes(rows[0]["megatron"]), "megatron_last": fmt_bytes(rows[-1]["megatron"]),
-            "megatron_clause": (f"stay at {fmt_bytes(rows[0]['megatron'])}"
+            "paper_first": b(rows[0]["paper"]), "paper_last": b(rows[-1]["paper"]),
+            "megatron_first": b(rows[0]["megatron"]), "megatron_last": b(rows[-1]["megatron"]),
+            "megatron_clause": (f"stay at {b(rows[0]['megatron'])}"
                                 if all(r["megatron"] == rows[0]["megatron"] for r in rows) else
-                                f"{'rise' if rises('megatron') else 'never rise'} ({fmt_bytes(rows[0]['megatron'])} "
-                                f"to {fmt_bytes(rows[-1]['megatron'])})")}
+                                f"{'rise' if rises('megatron') else 'never rise'} ({b(rows[0]['megatron'])} "
+                                f"to {b(rows[-1]['megatron'])})")}
 
 
 def ep_table(est: Estimate) -> str:
     rows = ep_sweep(est, stage(est))
+    unit, digits = _sweep_unit(rows)
     return md_table([math("EP"), math("EDP"), "paper's convention", "Megatron-Core's"],
-                    [[fmt_count(r["ep"]), fmt_count(r["edp"]), fmt_bytes(r["paper"]), fmt_bytes(r["megatron"])]
-                     for r in rows], "rrrr")
+                    [[fmt_count(r["ep"]), fmt_count(r["edp"]), fmt_bytes(r["paper"], unit, digits),
+                      fmt_bytes(r["megatron"], unit, digits)] for r in rows], "rrrr")
 
 
 def states_figure(est: Estimate):
@@ -211,7 +264,9 @@ def problem_values(est: Estimate) -> dict[str, str]:
     r = recipe_change(est, stage(est), "megatron", ZeroStage.OS)
     rec = RECIPES["megatron"]
     return {"p1_bo": fmt_count(rec.optimizer_bytes), "p1_bpp": fmt_count(rec.total_bytes),
-            "p1_opt": fmt_bytes(r["optimizer"]), "p1_total": fmt_bytes(r["total"]), "p1_delta": fmt_bytes(r["delta"])}
+            "p1_opt": fmt_bytes(r["optimizer"]), "p1_total": fmt_bytes(r["total"]),
+            # the difference of the printed totals (2.85 GiB against 2.80 GiB is 0.05 GiB more, not 0.06)
+            "p1_delta": fmt_difference(r["total"], r["base"])}
 
 
 def zero_paper_table() -> tuple[dict[str, str], str]:

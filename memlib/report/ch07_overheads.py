@@ -76,8 +76,21 @@ def values(base: Estimate) -> dict[str, str]:
         "widest": TERM_PHRASES[widest], "widest_high": fmt_bytes(rows["high"][widest]),
         "widest_spread": fmt_bytes(so.spread(st)[widest]),
         "capacity": fmt_capacity(cap),
-        "fits": "fits" if so.fits(st, "low", cap) else "does not fit",
+        **_fit_words(so.judged_fit(st, base.model, "low", cap)),
     }
+
+
+#: a verdict of :func:`memlib.scenarios.overheads.judged_fit`: the verb, and how it reads with memlib's measured error
+FIT_VERBS = {"fits": "fits", "marginal": "fits", "does not fit": "does not fit"}
+FIT_BANDS = {"fits": "even at the far end of memlib's measured error",
+             "marginal": "but only marginally, inside memlib's measured error",
+             "does not fit": "even at the near end of memlib's measured error"}
+
+
+def _fit_words(j: dict) -> dict[str, str]:
+    band = ("by the prediction alone, which no measured run of a model of its family checks" if j["band"].n == 0
+            else FIT_BANDS[j["verdict"]])
+    return {"fits": FIT_VERBS[j["verdict"]], "fits_band": band}
 
 
 def sources_table() -> str:
@@ -179,8 +192,11 @@ def problem_values(base: Estimate) -> dict[str, str]:
                   f"{fmt_capacity(h['capacity'])} without any fragmentation.")
     else:
         band = ("above" if h["above_band"] else "at or below") + f" the paper's high end of {_frac(so.band()[1])}"
-        high = ("this device fits under any overhead in the paper's ranges" if h["high_fits"]
-                else "this device does not fit at the high end of the paper's ranges")
+        judged = so.judged_fit(st, base.model, "high", h["capacity"])["verdict"]
+        high = ("this device fits under any overhead in the paper's ranges" if judged == "fits" else
+                "at the high end of the paper's ranges this device fits only marginally, inside memlib's measured "
+                "error" if judged == "marginal" else
+                "this device does not fit at the high end of the paper's ranges")
         if h["max_fraction"] >= 1:
             # a small device on a large card: fragmentation may outgrow the tensors themselves
             answer = (f"Up to {fmt_bytes(h['room'])}, {ratio(h['max_fraction'], 1, 1)} times the "
@@ -190,7 +206,7 @@ def problem_values(base: Estimate) -> dict[str, str]:
     return {"p1_run": f"{run['model']}, {run['parallel']}", "p1_measured": pct(m["fraction"], 1, 1),
             "p1_why": "a measured run of this model" if own else ("the measured MoE run with the largest gap"
                                                                   if base.model.has_moe else
-                                                                  "the measured run with the largest gap"),
+                                                                  "the measured run of a dense model"),
             "p1_frag": fmt_bytes(m["fragmentation"]), "p1_total": fmt_bytes(m["total"]),
             "p1_delta": fmt_difference(m["total"], m["low_total"], signed=True), "p1_low_total": fmt_bytes(m["low_total"]),
             "p2_capacity": fmt_capacity(h["capacity"]),

@@ -10,6 +10,7 @@ library computed.
 from __future__ import annotations
 
 from ..device.estimate import Estimate
+from ..paper import PAPER_TRAINING
 from ..scenarios import overheads as so
 from ..scenarios import together as st
 from ..config import Schedule
@@ -19,7 +20,7 @@ from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP
                       SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
 from .format import (fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, join_and, layout_text, md_table,
-                     pct, zero_name)
+                     pct, percent, zero_name)
 from .notation import chapter_notation
 from .tables import band_text
 from ..scenarios.uncertainty import measured_band
@@ -35,7 +36,7 @@ SCHEDULE_COLORS = {"gpipe": OKABE_ITO["vermillion"], "1f1b": OKABE_ITO["blue"], 
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
 #: the policies of the grid figure (the module list is in the table)
 GROWTH_PHRASES = {"working": "the working set of the recomputed layer, which grows with b",
-                  "held": "the micro-batches held, each of them larger with b",
+                  "held": "the activations held for the backward, which grow with b",
                   "overhead": "the overheads (fragmentation grows with the allocated bytes)",
                   "states": "the model states"}
 #: the recompute policies in a sentence (any other: a module list, :func:`_policy_words`)
@@ -54,6 +55,8 @@ def _policy_label(p: str) -> str:
 
 #: how a cell of the fit table gives a verdict read with memlib's measured errors
 FIT_CELLS = {"fits": "fits", "marginal": "*marginal*", "does not fit": "**does not fit**"}
+#: the schedule table's "every stage fits", read with memlib's measured errors
+SCHEDULE_FIT_CELLS = {"fits": "yes", "marginal": "*marginal*", "does not fit": "**no**"}
 #: the verdict of ZeRO-1 with full recomputation, after "so it"
 FIT_WORDS = {"fits": "fits even at the band's far end", "marginal": "is marginal: inside the band it may not fit",
              "does not fit": "does not fit even at the band's near end"}
@@ -84,13 +87,20 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     z1_verdict = grid[(ZeroStage.OS, "full")].verdict
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
+        # the paper's PP16@TP2@EP8@ETP1, or what the model allows of it (a dense model: EP1)
+        "whose": "the paper's" if t.label() == PAPER_TRAINING.label() else "the paper's, as far as the model allows:",
         "schedule": SCHEDULE_NAMES.get(t.schedule, t.schedule),
         "capacity": capacity_label(), "capacity_text": fmt_capacity(cap), "capacity_gpu": so.CAPACITY_GPU,
         "capacity_bytes": fmt_count(cap),
         "n_combos": fmt_count(n), "n_fit": fmt_count(n_fit),
-        "fit_list": ("every one of them" if n_fit == n else
-                     "; ".join(f"{zero_name(z, short=True)} with {_policy_words(p)}"
-                               + (" (marginal)" if (z, p) in marginal else "") for z, p in fit) if fit else "none"),
+        "fit_count": (f"All {fmt_count(n)} combinations of ZeRO stage and recompute policy fit" if n_fit == n else
+                      f"None of the {fmt_count(n)} combinations of ZeRO stage and recompute policy fits" if not n_fit
+                      else f"{fmt_count(n_fit)} of {fmt_count(n)} combinations of ZeRO stage and recompute policy fit"),
+        "fit_sentence": (f"All {fmt_count(n)} combinations fit." if n_fit == n else
+                         "The combinations that fit: " + "; ".join(
+                             f"{zero_name(z, short=True)} with {_policy_words(p)}"
+                             + (" (marginal)" if (z, p) in marginal else "") for z, p in fit) + "." if fit else
+                         "No combination fits."),
         "n_marginal": (f"{fmt_count(len(marginal))} of them only marginally" if marginal
                        else "none of them marginally"),
         "band": band_text(measured_band(est.model)), "z1_verdict": FIT_WORDS[z1_verdict],
@@ -168,17 +178,23 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
                 "it fits with every ZeRO stage" if ds == n else
                 f"it fits with {fmt_count(ds)} of the {fmt_count(n)} ZeRO stages")
     dropping = [_policy_words(p) for p, d in v["drops_scores"].items() if d]
-    keeping_fit = [_policy_words(p) for p, d in v["drops_scores"].items() if not d and v["policy_fits"][p]]
+    # the policies that keep the scores and fit, but for the two the paragraph has named (none, deepseek)
+    keeping_fit = [_policy_words(p) for p, d in v["drops_scores"].items()
+                   if not d and v["policy_fits"][p] and p not in ("none", "deepseek")]
     if v["every_fitting_drops"]:
         policies = "Every policy that fits with some ZeRO stage drops them: " + ", ".join(dropping) + "."
-    else:
+    elif keeping_fit:
         policies = "Here policies that keep them fit too: " + ", ".join(keeping_fit) + "."
+    else:
+        policies = ""
     return {
         "zero": zero_name(v["zero"]), "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
         "in_flight": fmt_count(v["in_flight"]), "states": fmt_bytes(v["states"]),
         "per_mb": fmt_bytes(v["per_microbatch"]), "scores": fmt_bytes(v["scores"]), "share": pct(v["share"], 1),
         "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
-        "times": fmt_decimal(v["held_over_capacity"], 1), "rest": fmt_bytes(v["without_scores"]),
+        "times": (f"{fmt_decimal(v['held_over_capacity'], 1)} times the card's capacity" if v["held_over_capacity"] >= 1
+                  else f"{percent(v['held_over_capacity'], 0)} of the card's capacity"),
+        "rest": fmt_bytes(v["without_scores"]),
         "verdict": verdict, "deepseek": deepseek, "policies": policies,
         "deepseek_what": "the norms and the up-projections" if next(iter(grid.values())).est.model.attention == "mla"
         else "the norms",
@@ -246,7 +262,7 @@ def schedule_table(runs: dict[str, st.Outcome]) -> str:
                      fmt_bytes(pk.model_states, with_unit=False), fmt_bytes(pk.bytes["activations"], with_unit=False),
                      fmt_bytes(pk.bytes["overhead"], with_unit=False),
                      f"**{fmt_bytes(r.peak_total, with_unit=False)}**",
-                     "yes" if r.fits else "**no**"])
+                     SCHEDULE_FIT_CELLS[r.verdict] if r.fits else "**no**"])
     headers = ["schedule", "model chunks per device", "peak stage", "micro-batches in flight there (all chunks)",
                "model states (GiB)", "activations (GiB)", "overheads (GiB)", "total (GiB)", "every stage fits"]
     return md_table(headers, rows, "lrrrrrrrl")
@@ -344,22 +360,33 @@ def schedule_diagram(configs: dict):
     return fig
 
 
+#: the largest micro-batch that fits, read with memlib's measured errors (after "the peak is X on stage N, ")
+P1_WORDS = {"fits": "inside the card even at the far end of memlib's measured error",
+            "marginal": "inside the card, but only marginally: within memlib's measured error it may not fit",
+            "does not fit": "inside the card by the prediction, but not at the near end of memlib's measured error"}
+#: a fit of the grid, as the answer to "does it fit?"
+P2_WORDS = {"fits": "Yes", "marginal": "Marginally", "does not fit": "No"}
+
+
 def problem_values(est: Estimate, grid: dict) -> dict[str, str]:
     """(1) the largest micro-batch that fits with ZeRO-1 and full recomputation; (2) selective
     recomputation with ZeRO-1, and with ZeRO-3."""
     b = st.largest_micro_batch(est)
     if b["b"]:
-        answer = f"b = {b['b']}: the peak is {fmt_bytes(b['total'])} on stage {b['stage']}."
+        thin = f" (an error measured on only {fmt_count(b['band'].n)} runs)" if b["band"].thin else ""
+        answer = (f"b = {b['b']}: the peak is {fmt_bytes(b['total'])} on stage {b['stage']}, "
+                  f"{P1_WORDS[b['verdict']] if b['band'].n else 'by the prediction alone'}{thin}.")
         growth = f"; most of the growth is {GROWTH_PHRASES[b['grew_most']]}"
     else:
         answer = "None: even b = 1 does not fit."
         growth = ""
     sel = st.policy_change(grid, "selective")
-    first = (f"Yes: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['room'])} under the capacity."
-             if sel["fits"] else
+    first = (f"{P2_WORDS[sel['verdict']]}: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, "
+             f"{fmt_bytes(sel['room'])} under the capacity." if sel["fits"] else
              f"No: stage {sel['stage']} needs {fmt_bytes(sel['total'])}, {fmt_bytes(sel['excess'])} over.")
-    second = (f" {zero_name(sel['other'], short=True)} brings it to {fmt_bytes(sel['other_total'])}, which "
-              + ("fits." if sel["other_fits"] else "still does not fit."))
+    # the stronger ZeRO stage only where ZeRO-1 does not fit
+    second = ("" if sel["fits"] else f" {zero_name(sel['other'], short=True)} brings it to "
+              f"{fmt_bytes(sel['other_total'])}, which " + ("fits." if sel["other_fits"] else "still does not fit."))
     return {"p1_answer": answer, "p1_next": fmt_count(b["next"]), "p1_next_total": fmt_bytes(b["next_total"]),
             "p1_next_stage": fmt_count(b["next_stage"]), "p1_growth": growth, "p2_answer": f"{first}{second}"}
 
@@ -368,7 +395,13 @@ def routed_values(eff: dict) -> dict[str, str]:
     """The grid under the paper's routed-token count beside the held count
     (:func:`memlib.scenarios.together.routed_count_effect`), in words and GiB."""
     lost = eff["lost"]
-    return {"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
+    n, held = fmt_count(eff["n"]), fmt_count(eff["fit_held"])
+    count = (f"{held} of {n} combinations fit instead of {fmt_count(eff['fit_paper'])}: "
+             + join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)
+             + (" stop" if len(lost) > 1 else " stops") + " fitting" if lost else
+             f"all {n} combinations still fit" if eff["fit_held"] == eff["n"] else
+             f"the same {held} of the {n} combinations fit")
+    return {"count_sentence": count,"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
             "lost": ("none of them" if not lost else
                      join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
             "lost_verb": "stop" if len(lost) > 1 else "stops",

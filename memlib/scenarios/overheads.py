@@ -24,8 +24,8 @@ from ..data.reference import MEASURED_RESERVED, NCCL_BUFFSIZE, PYTORCH_ALLOCATOR
 from ..config import ZeroStage
 
 __all__ = ["CAPACITY_GPU", "CAPACITY_80GB", "TERMS", "PRESETS", "BASE_ZERO", "BASE_RECOMPUTE", "base_training", "preset_terms",
-           "spread", "widest_term", "fits", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
-           "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
+           "spread", "widest_term", "fits", "judged_fit", "band", "band_position", "measured_ratios", "RUN_OF_MODEL",
+           "MOE_RUNS", "measured_run", "measured_fragmentation", "headroom", "NOT_COVERED"]
 
 #: an "80 GB" device (H800, H100 SXM) as its driver reports it, 81,559 MiB
 #: (:data:`memlib.device.overhead.DEVICE_MEMORY`).  The one capacity chapters 7 and 8 size against
@@ -78,6 +78,16 @@ def fits(stage: StageMemory, preset: str = "low", capacity: int = CAPACITY_80GB)
     return preset_terms(stage)[preset]["total"] <= capacity
 
 
+def judged_fit(stage: StageMemory, model: ModelConfig, preset: str = "low", capacity: int = CAPACITY_80GB) -> dict:
+    """:func:`fits` read with memlib's measured errors for ``model``'s family
+    (:func:`memlib.scenarios.uncertainty.verdict` on the device's allocated bytes, ``preset``'s overheads beside
+    them): the ``verdict`` (fits, marginal, does not fit) and the ``band`` it was read with."""
+    from .uncertainty import measured_band, verdict
+
+    b = measured_band(model)
+    return {"verdict": verdict(stage.allocated, preset_terms(stage)[preset]["overhead"], capacity, b), "band": b}
+
+
 def band() -> tuple[Fraction, Fraction]:
     """The fragmentation band of the presets (the paper's §6): ``low`` and ``high`` fractions."""
     return Fraction(OVERHEAD_PRESETS["low"].fragmentation), Fraction(OVERHEAD_PRESETS["high"].fragmentation)
@@ -109,17 +119,21 @@ def measured_ratios() -> list[dict[str, object]]:
 
 #: the measured runs of a shipped model (a few of its layers), by preset name
 RUN_OF_MODEL = {"deepseek-v3": "deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef",
-                "deepseek-v2": "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef"}
+                "deepseek-v2": "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef",
+                "llama-3-70b": "llama3_70b_l12_tp1_pp2_dp4_mbc4_cef"}
+#: the measured runs of models with MoE layers (the others are of dense models)
+MOE_RUNS = frozenset({RUN_OF_MODEL["deepseek-v3"], RUN_OF_MODEL["deepseek-v2"]})
 
 
 def measured_run(model: ModelConfig | str) -> tuple[str, bool]:
     """The measured run to take a model's fragmentation from, and whether it is the model's own: its
-    own run where one is published, else the MoE run with the largest gap."""
-    name = load_model(model).name
-    if name in RUN_OF_MODEL:
-        return RUN_OF_MODEL[name], True
-    moe = [r for r in measured_ratios() if r["key"] in RUN_OF_MODEL.values()]
-    return max(moe, key=lambda r: r["excess"])["key"], False
+    own run where one is published, else the run with the largest gap among those of its kind (MoE runs for a
+    model with MoE layers, dense runs for a dense one: Llama-3-8B takes Llama3-70B's)."""
+    m = load_model(model)
+    if m.name in RUN_OF_MODEL:
+        return RUN_OF_MODEL[m.name], True
+    kind = [r for r in measured_ratios() if (r["key"] in MOE_RUNS) == m.has_moe]
+    return max(kind or measured_ratios(), key=lambda r: r["excess"])["key"], False
 
 
 def measured_fragmentation(stage: StageMemory, run: str) -> dict[str, object]:

@@ -343,8 +343,9 @@ def largest_micro_batch(est: Estimate, capacity: int = CAPACITY_80GB,
         fit = cache[lo]
         before = _peak_bytes(fit, j)
         growth = {k: after[k] - before[k] for k in ("held", "working", "states", "overhead")}
+        j = judged_total(fit, capacity)              # the fit read with memlib's measured errors
         out.update({"total": fit.peak.total, "stage": fit.peak.stage.index, "growth": growth,
-                    "grew_most": max(growth, key=lambda k: growth[k])})
+                    "grew_most": max(growth, key=lambda k: growth[k]), "verdict": j["verdict"], "band": j["band"]})
     return out
 
 
@@ -354,7 +355,7 @@ def policy_change(g: dict, policy: str, zero: ZeroStage = ZeroStage.OS, other: Z
     is over ``capacity`` (``excess``) or under it (``room``, the same with the other sign); and the same
     policy with ZeRO stage ``other``."""
     a, b = g[(zero, policy)], g[(other, policy)]
-    return {"zero": zero, "other": other, "total": a.peak_total, "stage": a.peak, "fits": a.fits,
+    return {"zero": zero, "other": other, "total": a.peak_total, "stage": a.peak, "fits": a.fits, "verdict": a.verdict,
             "excess": a.peak_total - capacity, "room": capacity - a.peak_total,
             "other_total": b.peak_total, "other_stage": b.peak, "other_fits": b.fits}
 

@@ -121,8 +121,16 @@ NONSENSE = [
     r"=\s*(?:\w\^\{[^}]*\}_\{[^}]*\}\s*)?0\s*\$?$",
     # nothing to compare, said instead of left out
     r"publishes no parameter counts", r"does not locate it here",
-    # a singular subject with a plural verb ("The router stay whole")
-    r"\b[Tt]he router stay\b",
+    # a singular subject with a plural verb ("The router stay whole", "the router shard over EDP")
+    r"\b[Tt]he router (?:stay|shard)\b",
+    # a count compared with itself ("20 of 20 combinations fit instead of 20"), a list that lists nothing
+    r"\b(\d+) of \d+ combinations fit instead of \1\b", r"fit: every one of them",
+    # a rise from a value to the same printed value ("rise with EP, from 0.59 GiB at EP = 1 to 0.59 GiB at EP = 8")
+    r"from (\d[\d,.]* [KMG]iB) at [^;]*? to \1 at",
+    # the only source of a count said again in its own parenthesis ("on 2 training steps ... (2 from ...)")
+    r"on (\d+) training steps[^()]*\(\1 from",
+    # a capacity in parentheses inside parentheses ("the H800 (81,559 MiB (79.65 GiB))")
+    r"\(\d[\d,]* MiB \([\d.]+ GiB\)\)",
     # one thing said twice in one sentence ("leaves the fastest step as it is ...; on N GPUs it leaves the fastest
     # step as it is")
     r"(leaves the fastest step as it is)[^.]*;[^.]*\1",

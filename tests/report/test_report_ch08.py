@@ -94,10 +94,10 @@ def test_the_words_agree_with_the_tables(chapters, model):
     assert all(x.endswith(words[verdicts[k]]) for k, x in c.items())
     assert int(v["n_fit"]) == sum(fits.values()) and int(v["n_combos"]) == len(c)
     marginal = [k for k in fits if fits[k] and verdicts[k] == "marginal"]
-    assert v["fit_list"].count("(marginal)") == (0 if all(fits.values()) else len(marginal))
+    assert v["fit_sentence"].count("(marginal)") == (0 if all(fits.values()) else len(marginal))
     assert (v["z1_full_side"] == "below") == fits[("full", 1)]
-    assert v["fit_list"].count("ZeRO-") == (0 if all(fits.values()) else sum(fits.values()))
-    assert (v["fit_list"] == "every one of them") == all(fits.values())
+    assert v["fit_sentence"].count("ZeRO-") == (0 if all(fits.values()) else sum(fits.values()))
+    assert (v["fit_sentence"] == f"All {len(fits)} combinations fit.") == all(fits.values())
     # no recomputation: the verdict against the table's first row
     none_fit = sum(fits[("none", z)] for z in range(4))
     verdict = p["none"]["verdict"]
@@ -112,12 +112,17 @@ def test_the_words_agree_with_the_tables(chapters, model):
     assert ("every rank fits" in s["dualpipe_sentence"]) == (rows["DualPipe"][-1] == "yes")
     assert f"rank {rows['DualPipe'][2]}," in s["dualpipe_sentence"] and rows["DualPipe"][7] in s["dualpipe_sentence"]
     assert ("the last rank" in s["gpipe_sentence"]) == (int(rows["GPipe"][2]) == p["pp"] - 1)
-    assert s["n_fit"] == str(sum(r[-1] == "yes" for r in rows.values()))
+    assert s["n_fit"] == str(sum(r[-1] in ("yes", "marginal") for r in rows.values()))
+
     assert ("costs more" in s["gpipe_cost"]) == (float(rows["GPipe"][7]) > float(rows["1F1B"][7]))
     assert ("costs more" in s["dualpipe_cost"]) == (float(rows["DualPipe"][7]) > float(rows["1F1B"][7]))
     # worked problem: selective recomputation with ZeRO-1, then ZeRO-3
     q = p["problems"]["p2_answer"]
-    assert q.startswith("Yes:") == fits[("selective", 1)] and q.endswith("which fits.") == fits[("selective", 3)]
+    assert q.startswith(("Yes:", "Marginally:")) == fits[("selective", 1)]
+    assert q.startswith("Yes:") == (verdicts[("selective", 1)] == "fits")
+    # ZeRO-3 only where ZeRO-1 does not fit
+    assert ("brings it to" in q) == (not fits[("selective", 1)])
+    assert q.endswith("which fits.") == (not fits[("selective", 1)] and fits[("selective", 3)])
     assert c[("selective", 1)].split(" ")[0] in q
 
 
@@ -208,3 +213,35 @@ def test_routed_values_in_words():
                                                                                     "and still fits")
     assert v["lost"] == ("ZeRO-1 with the module list, ZeRO-2 with selective recomputation and "
                          "ZeRO-3 with selective recomputation") and v["lost_verb"] == "stop"
+
+
+def test_the_largest_micro_batch_is_read_with_the_band():
+    """Mixtral-8x7B's largest micro-batch (b = 29, 78.77 GiB of 79.65 GiB) is judged with its family's band, and the
+    answer says that band rests on two runs."""
+    from memlib import estimate
+    from memlib.paper import paper_training
+    from memlib.scenarios.together import grid, step_training
+
+    est = estimate("mixtral-8x7b", step_training(paper_training("mixtral-8x7b")))
+    a = ch.problem_values(est, grid(est))["p1_answer"]
+    assert a.startswith("b = 29:") and "memlib's measured error" in a and "only 2 runs" in a
+
+
+def test_a_schedule_that_fits_inside_the_measured_band_is_marginal(chapters):
+    """On a card one byte larger than DeepSeek-V3's GPipe peak (73.90 GiB) GPipe fits by the prediction, but
+    memlib's DeepSeek-style peaks were up to 4.19 % short of measured ones: the table calls it marginal, not yes."""
+    gpipe = chapters["deepseek-v3"]["runs"]["gpipe"].peak_total
+    runs = schedules(estimate("deepseek-v3", paper_training("deepseek-v3")), capacity=gpipe + 1)
+    assert runs["gpipe"].fits and runs["gpipe"].verdict == "marginal"
+    assert schedule_rows(ch.schedule_table(runs))["GPipe"][-1] == "marginal"
+
+
+def test_a_dense_models_configuration_is_not_called_the_papers():
+    """The paper trains with EP8; Llama-3-8B has no experts and runs PP16@TP2@EP1@ETP1: 'the paper's, as far as the
+    model allows', as chapter 4 says; Mixtral-8x7B runs the paper's own PP16@TP2@EP8@ETP1."""
+    from memlib.scenarios.together import step_training
+
+    def whose(model):
+        est = estimate(model, step_training(paper_training(model)))
+        return ch.values(est, grid(est))["whose"]
+    assert whose("llama-3-8b") == "the paper's, as far as the model allows:" and whose("mixtral-8x7b") == "the paper's"
