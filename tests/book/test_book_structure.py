@@ -286,7 +286,7 @@ def test_chapters_link_the_glossary():
 
 
 def test_an_html_only_section_is_left_out_of_the_pdf():
-    """A section marked ``{.html-only}`` (chapter 11's table of every case) is dropped where the builder's tag
+    """A section marked ``{.html-only}`` (the reference appendix's table of every functional test) is dropped where the builder's tag
     ``html`` is not set (the LaTeX build) and kept in the HTML build; the chapter that has one says in an
     ``{only} latex`` block where the PDF's reader finds it."""
     from types import SimpleNamespace
