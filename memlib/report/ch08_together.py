@@ -19,7 +19,7 @@ from ..device.timeline import DURATION, OverTime, clock, microbatch, op_duration
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, OKABE_ITO, OP_COLORS, OP_LABELS, POLICY_COLORS,
                       SECOND_CHUNK_ALPHA, TEXT_WIDTH, Series,
                       capacity_line, in_unit, memory_time_panels, new_figure, schedule_boxes, stacked_bars)
-from .format import (fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, join_and, layout_text, md_table,
+from .format import (number_word, fmt_bytes, fmt_capacity, fmt_count, fmt_decimal, fmt_difference, join_and, layout_text, md_table,
                      pct, percent, zero_name)
 from .notation import chapter_notation
 from .tables import band_text
@@ -85,6 +85,8 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
     fit = st.fitting(grid)
     marginal = [k for k in fit if grid[k].verdict == "marginal"]
     z1_verdict = grid[(ZeroStage.OS, "full")].verdict
+    marginal_words = (f"{fmt_count(len(marginal))} of them only marginally" if marginal
+                      else "none of them marginally")
     return {
         "label": t.label(), "b": fmt_count(t.micro_batch), "s": fmt_count(t.seq_len),
         # the paper's PP16@TP2@EP8@ETP1, or what the model allows of it (a dense model: EP1)
@@ -101,8 +103,10 @@ def values(est: Estimate, grid: dict) -> dict[str, str]:
                              f"{zero_name(z, short=True)} with {_policy_words(p)}"
                              + (" (marginal)" if (z, p) in marginal else "") for z, p in fit) + "." if fit else
                          "No combination fits."),
-        "n_marginal": (f"{fmt_count(len(marginal))} of them only marginally" if marginal
-                       else "none of them marginally"),
+        "n_marginal": marginal_words,
+        "fit_paren": ("no combination does" if not n_fit else
+                      (f"all {fmt_count(n)} combinations do" if n_fit == n
+                       else f"{fmt_count(n_fit)} of {fmt_count(n)} combinations do") + f", {marginal_words}"),
         "band": band_text(measured_band(est.model)), "z1_verdict": FIT_WORDS[z1_verdict],
         "z1_full": fmt_bytes(z1["total"]), "z1_full_stage": fmt_count(z1["stage"]),
         "z1_full_margin": fmt_bytes(z1["room"] if z1["fits"] else z1["excess"]),
@@ -188,7 +192,7 @@ def no_recompute_values(grid: dict) -> dict[str, str]:
     else:
         policies = ""
     return {
-        "zero": zero_name(v["zero"]), "stage": fmt_count(v["stage"]), "layers": fmt_count(v["layers"]),
+        "zero": zero_name(v["zero"]), "stage": fmt_count(v["stage"]), "layers": number_word(v["layers"]),
         "in_flight": fmt_count(v["in_flight"]), "states": fmt_bytes(v["states"]),
         "per_mb": fmt_bytes(v["per_microbatch"]), "scores": fmt_bytes(v["scores"]), "share": pct(v["share"], 1),
         "scores_held": fmt_bytes(v["scores_held"]), "held": fmt_bytes(v["held"]),
@@ -297,7 +301,7 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
     else:
         sentence = (f"Rank 0 holds the most micro-batches, {fmt_count(r0.microbatches)}, but with "
                     f"{fmt_bytes(r0.states)} of model states it peaks at {fmt_bytes(r0.allocated)}; rank "
-                    f"{ot.peak_rank} holds {fmt_count(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
+                    f"{ot.peak_rank} holds {number_word(pk.microbatches)} on top of {fmt_bytes(pk.states)} of model "
                     f"states and peaks at {fmt_bytes(pk.allocated)}, the most of any rank.")
     last = ot.peaks[-1]
     idle = st.first_idle(ot) or st.first_idle(ot, 0)     # the peak rank's wait, or the first rank's
@@ -320,7 +324,7 @@ def memory_time_values(ot: OverTime) -> dict[str, str]:
             "peak_start": fmt_count(pk.slot.start), "last_rank": fmt_count(len(ot.peaks) - 1),
             "last_mb": fmt_count(last.microbatches), "last_peak": fmt_bytes(last.allocated),
             "last_sentence": ("" if ot.peak_rank == len(ot.peaks) - 1 else
-                              f"The last rank, {fmt_count(len(ot.peaks) - 1)}, holds {fmt_count(last.microbatches)} "
+                              f"The last rank, {fmt_count(len(ot.peaks) - 1)}, holds {number_word(last.microbatches)} "
                               f"at a time and peaks at {fmt_bytes(last.allocated)}."),
             "f": fmt_count(DURATION["F"]), "b": fmt_count(DURATION["B"])}
 

@@ -16,7 +16,7 @@ from ..device.timeline import DURATION, OverTime
 from .figures import (CATEGORY_COLORS, CATEGORY_LABELS, Series, capacity_line, in_unit, memory_time_panels, new_figure,
                       stacked_bars)
 from ..scenarios.uncertainty import accounting_gap, judged
-from .format import (VERDICT_CELLS, fmt_bytes, fmt_count, fmt_difference, join_and, layout_text, md_table, model_name, pct,
+from .format import (VERDICT_CELLS, number_word, fmt_bytes, fmt_count, fmt_difference, join_and, layout_text, md_table, model_name, pct,
                      span, yes_no)
 from .notation import chapter_notation
 from .tables import attention_switch_values, band_text, collapse_runs
@@ -153,9 +153,9 @@ def values(est: Estimate) -> dict[str, str]:
                         f"the embedding, the output head and the {fmt_count(r0['mtp'])} MTP modules" if r0["mtp"] else
                         "the embedding and the output head"),
         "rank0_sentence": (
-            f"Rank 0, a peak device, holds {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers"
+            f"Rank 0, a peak device, holds {_rank0_holds(r0)} beside its {number_word(r0['layers'])} decoder layers"
             if r0["is_peak"] else
-            f"Rank 0, with {_rank0_holds(r0)} beside its {fmt_count(r0['layers'])} decoder layers "
+            f"Rank 0, with {_rank0_holds(r0)} beside its {number_word(r0['layers'])} decoder layers "
             f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
             + (f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
                f"{fmt_difference(r0['total'], pk['total'])} more than the peak")),
