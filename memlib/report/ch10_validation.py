@@ -16,7 +16,7 @@ from ..model.blocks import model_blocks
 from ..scenarios import gpu_steps as gs
 from ..scenarios import validation as sv
 from .figures import OKABE_ITO, Series, new_figure, plain_log_ticks, stacked_bars
-from .format import fmt_bytes, fmt_count, join_and, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
+from .format import fmt_bytes, fmt_count, join_and, number_word, math, signed_pct, md_table, model_name, pct, ratio, signed_bytes, tex, yes_no
 from .notation import chapter_notation
 
 __all__ = ["notation", "measure", "values", "clauses", "miniature_table", "parameter_table", "hf_table", "hf_figure",
@@ -56,13 +56,13 @@ def _all(flag: bool, yes: str, no: str) -> str:
 
 
 def _of(part: int, whole: int, noun: str, verb: str) -> str:
-    """``'all 3 cases match'``, ``'2 of 3 cases match'``, ``'none of the 18 regions differs'``: a count of a
-    whole in words (``verb`` in the plural; its singular adds an s)."""
+    """``'all three cases match'``, ``'two of three cases match'``, ``'none of the 18 regions differs'``: a count
+    of a whole in words (``verb`` in the plural; its singular adds an s)."""
     if part == whole and whole > 1:
-        return f"all {fmt_count(whole)} {noun} {verb}"
+        return f"all {number_word(whole)} {noun} {verb}"
     if part == 0:
-        return f"none of the {fmt_count(whole)} {noun} {verb.split(' ', 1)[0]}s{verb[len(verb.split(' ', 1)[0]):]}"
-    return f"{fmt_count(part)} of {fmt_count(whole)} {noun} {verb}"
+        return f"none of the {number_word(whole)} {noun} {verb.split(' ', 1)[0]}s{verb[len(verb.split(' ', 1)[0]):]}"
+    return f"{number_word(part)} of {number_word(whole)} {noun} {verb}"
 
 
 def _kinds(kinds) -> str:
@@ -165,7 +165,7 @@ def values(est: Estimate) -> dict[str, str]:
         "k_rope_local": fmt_bytes(kd["rope_local"], "MiB"), "k_total_hf": fmt_bytes(kd["total_hf"]),
         "k_total_local": fmt_bytes(kd["total_local"]), "k_total_te": fmt_bytes(kd["total_te"]),
         "k_differ": _list(sv.group_name(g, m) for g in gt["local_te_differ"]),
-        "k_differ_count": fmt_count(len(gt["local_te_differ"])),
+        "k_differ_count": number_word(len(gt["local_te_differ"])),
         # the allocator
         "min_block": fmt_count(PYTORCH_ALLOCATOR["kMinBlockSize"]),
     }
@@ -485,8 +485,8 @@ def gpu_values(est: Estimate) -> dict[str, str]:
         "cuda": f"built for CUDA {run['cuda']}" if run["cuda"] else "its CUDA version not recorded",
         "order": ", ".join(run["order"]),
         "shared": ", ".join(f"{math(k)} = {fmt_count(v)}" for k, v in sv.gpu_shared().items()),
-        "configs": fmt_count(run["configs"]), "exact": fmt_count(run["exact"]),
-        "in_exact": (f"In all {fmt_count(run['configs'])} configurations" if run["exact"] == run["configs"] > 1 else
+        "configs": number_word(run["configs"]), "exact": fmt_count(run["exact"]),
+        "in_exact": (f"In all {number_word(run['configs'])} configurations" if run["exact"] == run["configs"] > 1 else
                      f"In {fmt_count(run['exact'])} of {fmt_count(run['configs'])} configurations"),
         "verdict": _all(run["all_exact"], "equals", "does not always equal"),
         "prediction_same": _all(run["all_same_prediction"], "gives the same predictions", "gives other predictions"),
@@ -591,10 +591,10 @@ def step_values() -> dict[str, str]:
     ds, llama = steps["ds-none-native"], steps["llama-full-native"]
     out = {
         "gpu": env["gpu"], "driver": env["driver"], "torch": env["torch"], "cuda": env["cuda"],
-        "mcore": env["megatron_core"], "n": fmt_count(summ["n"]), "smallest": fmt_bytes(summ["smallest"]),
+        "mcore": env["megatron_core"], "n": number_word(summ["n"]), "smallest": fmt_bytes(summ["smallest"]),
         "largest": fmt_bytes(summ["largest"]), "card": fmt_bytes(env["total_memory"]), "max_abs": signed_pct(summ["max_abs"]).lstrip("+"),
         "worst": summ["worst"], "cpu_max_abs": signed_pct(summ["cpu_max_abs"]).lstrip("+"),
-        "cpu_worst": summ["cpu_worst"], "n_rounding": fmt_count(summ["n_rounding"]),
+        "cpu_worst": summ["cpu_worst"], "n_rounding": number_word(summ["n_rounding"]),
         "rounding": signed_pct(summ["rounding"]).lstrip("+"), "misses_sentence": _misses(misses),
         "seq_len": fmt_count(ds.config["train"]["seq_len"]),
         "microbatches": " or ".join(sorted({fmt_count(x.config["train"]["num_microbatches"]) for x in steps.values()})),
