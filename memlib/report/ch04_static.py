@@ -371,7 +371,9 @@ def ep_problem_values(est: Estimate) -> dict[str, str]:
     ep = sstatic.more_ep(est)
     return {
         "p1_label": ep["label"], "p1_ep": fmt_count(ep["ep"]), "p1_edp": fmt_count(ep["edp"]),
-        "p1_routed": fmt_count(ep["experts"]["routed"]), "p1_shared": fmt_count(ep["experts"]["shared"]),
+        "p1_routed": fmt_count(ep["experts"]["routed"]),
+        "p1_shared_words": ("shared expert" if ep["experts"]["shared"] == 1
+                            else counted(ep["experts"]["shared"], "shared expert")),
         "p1_experts": fmt_count(ep["experts"]["per_device"]), "p1_params": fmt_count(ep["params"]),
         "p1_gib": fmt_bytes(ep["bytes"]), "p1_saving_gib": fmt_bytes(ep["saved_bytes"]),
     }

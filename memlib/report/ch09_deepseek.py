@@ -144,8 +144,8 @@ def values(est: Estimate) -> dict[str, str]:
         "shallow_stage": fmt_count(shallow["stage"]), "shallow_mb": fmt_count(shallow["in_flight"]),
         "deep_stage": fmt_count(deep["stage"]), "deep_mb": fmt_count(deep["in_flight"]),
         # rank 0
-        "rank0": fmt_bytes(r0["total"]), "rank0_layers": fmt_count(r0["layers"]),
-        "peak_layers": fmt_count(r0["peak_layers"]),
+        "rank0": fmt_bytes(r0["total"]), "rank0_layers": number_word(r0["layers"]),
+        "peak_layers": number_word(r0["peak_layers"]),
         "rank0_compare": ("as much as the peak" if r0["is_peak"] else
                           f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
                           f"{fmt_difference(r0['total'], pk['total'])} more than the peak"),
@@ -156,7 +156,7 @@ def values(est: Estimate) -> dict[str, str]:
             f"Rank 0, a peak device, holds {_rank0_holds(r0)} beside its {number_word(r0['layers'])} decoder layers"
             if r0["is_peak"] else
             f"Rank 0, with {_rank0_holds(r0)} beside its {number_word(r0['layers'])} decoder layers "
-            f"({fmt_count(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
+            f"({number_word(r0['peak_layers'])} on the peak device), needs {fmt_bytes(r0['total'])}, "
             + (f"{fmt_difference(pk['total'], r0['total'])} less than the peak" if r0["lighter"] else
                f"{fmt_difference(r0['total'], pk['total'])} more than the peak")),
         # one layer's ledger
