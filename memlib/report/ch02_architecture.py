@@ -271,7 +271,7 @@ def block_values(est: Estimate) -> dict[str, str]:
                 "shares; the branches meet at the attention, whose output the output projection maps back to "
                 "the hidden size.")
     else:
-        n_h, n_kv = fmt_count(k["n_h"]), fmt_count(k["n_kv"])
+        n_h, n_kv = number_word(k["n_h"]), number_word(k["n_kv"])
         cache = f"the keys and values of its {n_kv} key-value heads"
         steps = [f"The normalised input is projected into {n_h} heads of queries, keys and values"
                  if k["n_kv"] == k["n_h"] else
@@ -291,7 +291,7 @@ def block_values(est: Estimate) -> dict[str, str]:
         elif m.n_shared_experts == 1:
             shared = "; beside them the shared expert sees every token"
         elif m.n_shared_experts:
-            shared = f"; beside them the {fmt_count(m.n_shared_experts)} shared experts see every token"
+            shared = f"; beside them the {number_word(m.n_shared_experts)} shared experts see every token"
         ffn_flow = (f"{choice}; the tokens are dispatched to the ranks that hold their experts (an all-to-all "
                     f"over the EP ranks), and the experts' outputs are combined back, weighted by the router's "
                     f"probabilities{shared}; the sum is added to the block's input.")

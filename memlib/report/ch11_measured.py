@@ -8,7 +8,7 @@ from ..data.reference import SIMUMAX_COMMIT, SIMUMAX_SETUP
 from ..device.megatron_buffers import torch_cublas_workspace_bytes
 from ..scenarios import functional as fv, measured as sm
 from .figures import OKABE_ITO, SMALL_FONT, in_unit, new_figure, plain_log_ticks
-from .format import fmt_bytes, fmt_count, fmt_percent, md_table, signed_bytes, signed_pct
+from .format import fmt_bytes, fmt_count, fmt_percent, number_word, md_table, signed_bytes, signed_pct
 
 __all__ = ["values", "worked_values", "family_table", "cases_table", "misses_table", "not_expressible_table", "reasons_table",
            "measured_figure", "published_values", "published_table", "published_stage_table", "assumptions_table",
@@ -66,7 +66,7 @@ def values() -> dict[str, str]:
         "deepseek_max_abs": _abs(ds.max_abs), "deepseek_mean_abs": _abs(ds.mean_abs),
         "n_gpt": fmt_count(gpt.n), "n_gpt_within": fmt_count(gpt.within), "gpt_mean_abs": _abs(gpt.mean_abs),
         "n_mixtral": fmt_count(fam[fv.FAMILIES[1]].n), "n_llama": fmt_count(fam[fv.FAMILIES[2]].n),
-        "n_derived": fmt_count(k.n_derived),
+        "n_derived": number_word(k.n_derived),
         # the software of the CI images (memlib.config.versions.container_rules)
         "lts_containers": ", ".join(f"{y:02d}.{m:02d}" for y, m in sorted(NGC_TRANSFORMER_ENGINE)),
         "lts_te": ", ".join(".".join(map(str, v)) for v in sorted(set(NGC_TRANSFORMER_ENGINE.values()))),
@@ -202,7 +202,7 @@ def published_values() -> dict[str, str]:
                               if p.n_stage_over > 1 else "one stage is outside the target"),
         "simumax_commit": SIMUMAX_COMMIT[:10], "megatron_commit": SIMUMAX_SETUP["megatron_commit"][0][:8],
         "gpu": SIMUMAX_SETUP["gpu"][0][0], "world": fmt_count(SIMUMAX_SETUP["world_size"][0]),
-        "n_not_used": fmt_count(len(sm.PUBLISHED_NOT_USED)),
+        "n_not_used": number_word(len(sm.PUBLISHED_NOT_USED)),
         "unfused_max_abs": _abs(p.unfused_max_abs),
         "models": " and ".join(dict.fromkeys(c.label.split(" ")[0] for c in cs)),
     }

@@ -136,6 +136,11 @@ NONSENSE = [
     r"(leaves the fastest step as it is)[^.]*;[^.]*\1",
     # a count of nothing ("transformers holds 0 buffer elements beside them")
     r"\b0 buffer (?:elements?|s)\b",
+    # a small count in running prose written as a digit ("1 MTP module", "all 3 cases match", "its 4 layers"):
+    # core.words.number_word writes them as words
+    r"\b(?:all|its|the|has|holds|carries|beside its) [1-9] (?:cases?|MTP modules?|decoder layers?|MoE layers?|"
+    r"layers|configurations?|groups?|matrices|shared experts?|key-value heads|score-sized)\b",
+    r"\b[1-9] (?:times as many|MTP modules?)\b",
 ]
 
 @pytest.mark.parametrize("model", PRESETS)

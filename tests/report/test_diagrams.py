@@ -15,6 +15,7 @@ import pytest
 import sympy as sp
 
 from memlib import estimate
+from memlib.core.words import number_word
 from memlib.config import PRESETS, ZeroStage, load_model
 from memlib.config.model import model_from_dict
 from memlib.ledgers.paper import paper_layer
@@ -402,4 +403,4 @@ def test_the_captions_name_the_models_own_blocks(model):
     assert ("shared expert" in text) == bool(block_kinds(m)["shared"])
     assert ("router" in text) == m.has_moe
     if m.attention != "mla":
-        assert f"{m.num_key_value_heads} key-value heads" in text
+        assert f"{number_word(m.num_key_value_heads)} key-value heads" in text
