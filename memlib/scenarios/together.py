@@ -343,9 +343,10 @@ def largest_micro_batch(est: Estimate, capacity: int = CAPACITY_80GB,
         fit = cache[lo]
         before = _peak_bytes(fit, j)
         growth = {k: after[k] - before[k] for k in ("held", "working", "states", "overhead")}
-        j = judged_total(fit, capacity)              # the fit read with memlib's measured errors
+        judged = judged_total(fit, capacity)         # the fit read with memlib's measured errors
         out.update({"total": fit.peak.total, "stage": fit.peak.stage.index, "growth": growth,
-                    "grew_most": max(growth, key=lambda k: growth[k]), "verdict": j["verdict"], "band": j["band"]})
+                    "grew_most": max(growth, key=lambda k: growth[k]), "verdict": judged["verdict"],
+                    "band": judged["band"]})
     return out
 
 
