@@ -20,7 +20,7 @@ from ..config.precision import RECIPES
 from ..core.symbols import SYMBOLS
 from .diagrams import ep_groups_per_row, stage_diagram
 from .figures import BLOCK_COLORS, Series, new_figure, stacked_bars
-from .format import (counted, fmt_bytes, fmt_count, join_and, number_word, layout_text, math, md_table, model_name, pct, ratio, span, tex)
+from .format import (counted, fmt_bytes, fmt_count, join_and, layout_text, math, md_table, model_name, pct, ratio, span, tex)
 from .notation import chapter_notation
 
 __all__ = ["convention_differences", "stage", "notation", "values", "paper_values", "PAPER_KEYS", "absent_paper_values", "table5",
@@ -106,6 +106,11 @@ _DEFAULT_FITS = {True: "", False: " (the default rule, ⌈l/PP⌉ layers on ever
                                    "last, runs out of layers before the last stage)"}
 
 
+def _shared_experts(n: int) -> str:
+    """The shared experts after "the": 'shared expert' for one, 'two shared experts' for more."""
+    return "shared expert" if n == 1 else counted(n, "shared expert")
+
+
 def values(est: Estimate) -> dict[str, str]:
     """The chapter's numbers and computed words for its prose (every one of them, formatted)."""
     part, t, m = est.partition, est.train, est.model
@@ -133,8 +138,7 @@ def values(est: Estimate) -> dict[str, str]:
         "moe_layers": fmt_count(ex["moe_layers"]), "moe_layers_text": counted(ex["moe_layers"], "MoE layer"),
         "experts_routed": fmt_count(ex["routed"]), "experts_shared": fmt_count(ex["shared"]),
         "shared_word": shared_word, "experts_per_layer": fmt_count(ex["per_layer"]),
-        "shared_clause": (f" and the {'' if ex['shared'] == 1 else number_word(ex['shared']) + ' '}{shared_word}"
-                          if ex["shared"] else "")
+        "shared_clause": (f" and the {_shared_experts(ex['shared'])}" if ex["shared"] else "")
         + f", so {counted(ex['per_layer'], 'expert')}",
         "experts_per_device": fmt_count(ex["per_device"]),
         **{T6_KEYS[r]: fmt_count(n) for r, n in t6.items()},
@@ -372,8 +376,7 @@ def ep_problem_values(est: Estimate) -> dict[str, str]:
     return {
         "p1_label": ep["label"], "p1_ep": fmt_count(ep["ep"]), "p1_edp": fmt_count(ep["edp"]),
         "p1_routed": fmt_count(ep["experts"]["routed"]),
-        "p1_shared_words": ("shared expert" if ep["experts"]["shared"] == 1
-                            else counted(ep["experts"]["shared"], "shared expert")),
+        "p1_shared_words": _shared_experts(ep["experts"]["shared"]),
         "p1_experts": fmt_count(ep["experts"]["per_device"]), "p1_params": fmt_count(ep["params"]),
         "p1_gib": fmt_bytes(ep["bytes"]), "p1_saving_gib": fmt_bytes(ep["saved_bytes"]),
     }

@@ -94,12 +94,17 @@ def values(est: Estimate) -> dict[str, str]:
     }
 
 
+def _prints_same(rules: dict, z: ZeroStage) -> bool:
+    """Whether the two sharding rules' model states under ``z`` print as the same GiB."""
+    return fmt_bytes(rules["paper"][z]) == fmt_bytes(rules["megatron"][z])
+
+
 def _megatron_clause(rules: dict) -> str:
     """What Megatron-Core's sharding rule would need under ZeRO-1 and ZeRO-3, or, where that prints as the paper's
     rule's GiB (Mixtral's router: a few KiB), what it would save."""
-    p, m = rules["paper"], rules["megatron"]
     zs = (ZeroStage.OS, ZeroStage.OS_G_PARAMS)
-    if all(fmt_bytes(p[z]) != fmt_bytes(m[z]) for z in zs):
+    if not any(_prints_same(rules, z) for z in zs):
+        m = rules["megatron"]
         return f"with Megatron-Core's rule ZeRO-1 would need {fmt_bytes(m[zs[0]])} and ZeRO-3 {fmt_bytes(m[zs[1]])}"
     return (f"Megatron-Core's rule would save only {fmt_size(rules['saving'][zs[0]], small='B')} under ZeRO-1 and "
             f"{fmt_size(rules['saving'][zs[1]], small='B')} under ZeRO-3")
@@ -107,9 +112,8 @@ def _megatron_clause(rules: dict) -> str:
 
 def _megatron_lowers(rules: dict) -> str:
     """"lowers ZeRO-1 to 43.30 GiB", or "lowers ZeRO-1 by only 49,152 B" where the GiB would print the same."""
-    p, m = rules["paper"][ZeroStage.OS], rules["megatron"][ZeroStage.OS]
-    if fmt_bytes(p) != fmt_bytes(m):
-        return f"lowers ZeRO-1 to {fmt_bytes(m)}"
+    if not _prints_same(rules, ZeroStage.OS):
+        return f"lowers ZeRO-1 to {fmt_bytes(rules['megatron'][ZeroStage.OS])}"
     return f"lowers ZeRO-1 by only {fmt_size(rules['saving'][ZeroStage.OS], small='B')}"
 
 

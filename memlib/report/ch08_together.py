@@ -400,15 +400,13 @@ def routed_values(eff: dict) -> dict[str, str]:
     (:func:`memlib.scenarios.together.routed_count_effect`), in words and GiB."""
     lost = eff["lost"]
     n, held = fmt_count(eff["n"]), fmt_count(eff["fit_held"])
-    count = (f"{held} of {n} combinations fit instead of {fmt_count(eff['fit_paper'])}: "
-             + join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)
-             + (" stop" if len(lost) > 1 else " stops") + " fitting" if lost else
-             f"all {n} combinations still fit" if eff["fit_held"] == eff["n"] else
+    names = join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)
+    verb = "stop" if len(lost) > 1 else "stops"
+    count = (f"{held} of {n} combinations fit instead of {fmt_count(eff['fit_paper'])}: {names} {verb} fitting"
+             if lost else f"all {n} combinations still fit" if eff["fit_held"] == eff["n"] else
              f"the same {held} of the {n} combinations fit")
-    return {"count_sentence": count,"fit_paper": fmt_count(eff["fit_paper"]), "fit_held": fmt_count(eff["fit_held"]), "n": fmt_count(eff["n"]),
-            "lost": ("none of them" if not lost else
-                     join_and(f"{zero_name(z, short=True)} with {_policy_words(p)}" for z, p in lost)),
-            "lost_verb": "stop" if len(lost) > 1 else "stops",
+    return {"count_sentence": count, "fit_paper": fmt_count(eff["fit_paper"]), "fit_held": held, "n": n,
+            "lost": names if lost else "none of them", "lost_verb": verb,
             "paper_total": fmt_bytes(eff["paper_total"]), "held_total": fmt_bytes(eff["held_total"]),
             "held_stage": fmt_count(eff["held_stage"]), "difference": fmt_difference(eff["held_total"], eff["paper_total"]),
             "held_verdict": ("and still fits" if eff["held_fits"] and eff["paper_fits"] else
