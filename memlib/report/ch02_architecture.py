@@ -271,8 +271,11 @@ def block_values(est: Estimate) -> dict[str, str]:
                 "shares; the branches meet at the attention, whose output the output projection maps back to "
                 "the hidden size.")
     else:
-        n_h, n_kv = number_word(k["n_h"]), number_word(k["n_kv"])
-        cache = f"the keys and values of its {n_kv} key-value heads"
+        # the heads in words, or both in digits where the query heads are too many to spell (a series is written
+        # one way: "32 query heads and 8 key-value heads")
+        spell = number_word if k["n_h"] < 10 else fmt_count
+        n_h, n_kv = spell(k["n_h"]), spell(k["n_kv"])
+        cache = f"the keys and values of its {number_word(k['n_kv'])} key-value heads"
         steps = [f"The normalised input is projected into {n_h} heads of queries, keys and values"
                  if k["n_kv"] == k["n_h"] else
                  f"The normalised input is projected into {n_h} query heads and {n_kv} key-value heads"]
